@@ -1,0 +1,153 @@
+"""The records the catalogs hold. Units are in the field names or docstrings; all SI unless named."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from ..errors import DlexploreError
+
+__all__ = ["GPU", "Link", "StorageTier", "Layer", "Workload", "PRECISIONS"]
+
+#: Training precisions the model knows. ``fp16`` and ``bf16`` mean mixed precision (16-bit compute,
+#: activations and gradients, fp32 master weights), as in Micikevicius et al. (2018).
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+
+
+@dataclass(frozen=True)
+class GPU:
+    """An accelerator.
+
+    Peak rates are dense (no sparsity) TFLOP/s = 1e12 FLOP/s. ``tf32_tflops`` is NaN where the device
+    has no TF32 mode; ``bf16_tflops`` is NaN where it has no bf16 arithmetic.
+    """
+
+    name: str
+    vendor: str
+    fp32_tflops: float
+    tf32_tflops: float
+    fp16_tflops: float
+    bf16_tflops: float
+    memory_bytes: float
+    memory_bandwidth_gbs: float  # GB/s (1e9 bytes/s)
+    tdp_w: float
+    idle_w: float
+    source: str
+    aliases: tuple[str, ...] = ()
+
+    def peak_flops(self, precision: str) -> float:
+        """Peak dense FLOP/s for ``precision`` (fp32, tf32, fp16, bf16).
+
+        TF32 on a device without it runs as fp32 (as PyTorch's ``allow_tf32`` does); bf16 on a
+        device without bf16 is an error, because frameworks refuse it or emulate it far below peak.
+        """
+        if precision not in PRECISIONS:
+            raise DlexploreError(
+                f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}"
+            )
+        value = getattr(self, f"{precision}_tflops")
+        if precision == "tf32" and math.isnan(value):
+            value = self.fp32_tflops
+        if math.isnan(value):
+            raise DlexploreError(f"GPU {self.name!r} has no {precision} arithmetic")
+        return value * 1e12
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link or network: ``bandwidth_gbs`` is per direction per GPU (or per NIC), in GB/s.
+
+    ``kind`` is ``"intra"`` for links inside a node (PCIe, NVLink) and ``"network"`` between nodes.
+    ``latency_s`` is the one-way small-message latency (the alpha of the alpha-beta model), seconds.
+    """
+
+    name: str
+    kind: str
+    bandwidth_gbs: float
+    latency_s: float
+    source: str
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class StorageTier:
+    """Where training data is read from.
+
+    ``scope`` is ``"shared"`` (one system serves every node: ``bandwidth_gbs`` is its aggregate) or
+    ``"node"`` (one device per node: ``bandwidth_gbs`` is per node, shared by that node's GPUs).
+    ``client_bandwidth_gbs`` caps what one reader (one GPU's loader) gets; ``latency_s`` is the time
+    of one small read (open + first byte), seconds.
+    """
+
+    name: str
+    scope: str
+    bandwidth_gbs: float
+    client_bandwidth_gbs: float
+    latency_s: float
+    source: str
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer: ``params`` (count), forward ``flops`` per sample (a multiply-add is 2 FLOPs),
+    ``activation_bytes`` per sample kept for the backward pass at fp32 (4-byte values)."""
+
+    name: str
+    kind: str
+    params: int
+    flops: float
+    activation_bytes: float
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A network to train, as its layers in forward order.
+
+    Totals are derived from ``layers``; ``input_bytes_per_sample`` is what the loader reads from
+    storage for one sample (e.g. one JPEG), bytes.
+    """
+
+    name: str
+    kind: str
+    layers: tuple[Layer, ...]
+    input_bytes_per_sample: float
+    sample_unit: str
+    source: str
+    aliases: tuple[str, ...] = ()
+    description: str = ""
+    config: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @cached_property
+    def params(self) -> int:
+        """Trainable parameters (count)."""
+        return int(sum(layer.params for layer in self.layers))
+
+    @cached_property
+    def flops_per_sample(self) -> float:
+        """Forward FLOPs per sample; a training step costs about three times this."""
+        return float(sum(layer.flops for layer in self.layers))
+
+    @cached_property
+    def activation_bytes_per_sample(self) -> float:
+        """Activation bytes per sample kept for backward, at fp32 (halve for 16-bit activations)."""
+        return float(sum(layer.activation_bytes for layer in self.layers))
+
+    @cached_property
+    def gradient_params_backward(self) -> np.ndarray:
+        """Parameter count of each layer that has parameters, in the order backward produces
+        their gradients (last layer first); multiply by bytes per gradient for message sizes."""
+        return np.array([l.params for l in reversed(self.layers) if l.params > 0], dtype=np.int64)
+
+    @cached_property
+    def gradient_ready_fraction(self) -> np.ndarray:
+        """For each entry of :attr:`gradient_params_backward`, the fraction (0..1] of the backward
+        pass done when that gradient is ready, taking backward cost proportional to forward FLOPs."""
+        flops = np.array([l.flops for l in reversed(self.layers)], dtype=float)
+        total = flops.sum()
+        done = np.cumsum(flops) / total if total > 0 else np.linspace(0, 1, len(flops) + 1)[1:]
+        has_params = np.array([l.params > 0 for l in reversed(self.layers)])
+        return done[has_params]

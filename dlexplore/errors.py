@@ -1,0 +1,65 @@
+"""Exceptions raised by dlexplore.
+
+Every error a user can cause derives from :class:`DlexploreError`, so callers (and the CLI) can tell
+a bad input from a bug. Messages name the file, the row or event, and what was expected.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+__all__ = ["DlexploreError", "UnknownNameError", "InputFileError", "suggest"]
+
+
+class DlexploreError(ValueError):
+    """Base class of errors caused by bad input (arguments, files, names)."""
+
+
+class UnknownNameError(DlexploreError, KeyError):
+    """A catalog or dataset name that does not exist; the message suggests the nearest ids."""
+
+    def __init__(self, kind: str, name: str, known: Iterable[str]):
+        self.kind = kind
+        self.name = name
+        self.known = sorted(set(known))
+        hint = suggest(name, self.known)
+        message = f"unknown {kind} {name!r}"
+        if hint:
+            message += f"; did you mean {', '.join(repr(h) for h in hint)}?"
+        else:
+            message += f"; known: {', '.join(self.known)}"
+        super().__init__(message)
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return str(self.args[0])
+
+
+class InputFileError(DlexploreError):
+    """A file that cannot be read as expected; names the file, the position and the expectation."""
+
+    def __init__(self, path: object, message: str, *, line: int | None = None, row: int | None = None):
+        self.path = str(path)
+        self.line = line
+        self.row = row
+        where = self.path
+        if line is not None:
+            where += f", line {line}"
+        if row is not None:
+            where += f", row {row}"
+        super().__init__(f"{where}: {message}")
+
+
+def suggest(name: str, known: Iterable[str], n: int = 3) -> list[str]:
+    """Return up to ``n`` ids from ``known`` that look like ``name`` (case-insensitive)."""
+    known = list(known)
+    lowered = {k.lower(): k for k in known}
+    key = name.lower()
+    hits = difflib.get_close_matches(key, list(lowered), n=n, cutoff=0.5)
+    # Prefix and substring matches catch "a100" -> "A100-40GB", which difflib scores low.
+    for k_low, k in lowered.items():
+        if len(hits) >= n:
+            break
+        if k_low not in hits and (k_low.startswith(key) or (len(key) >= 3 and key in k_low)):
+            hits.append(k_low)
+    return [lowered[h] for h in hits[:n]]
