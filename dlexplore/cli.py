@@ -1,0 +1,450 @@
+"""The ``dlexplore`` command line: a thin layer over the public API.
+
+Errors a user can cause print one line and exit with status 2; nothing prints a traceback unless
+``DLEXPLORE_DEBUG=1`` is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from ._io import atomic_open, atomic_path
+from ._version import __version__
+from .errors import DlexploreError
+
+__all__ = ["main"]
+
+FORMATS = ("table", "csv", "json", "netcdf")
+
+#: Variables in the order the predict command prints them.
+PREDICT_COLUMNS = (
+    "throughput",
+    "step_time",
+    "efficiency",
+    "time_compute",
+    "time_comm",
+    "time_comm_exposed",
+    "time_io",
+    "time_io_exposed",
+    "time_forward",
+    "time_backward",
+    "time_optimizer",
+    "comm_bytes",
+    "n_buckets",
+    "mem_params",
+    "mem_grads",
+    "mem_optimizer",
+    "mem_activations",
+    "mem_workspace",
+    "mem_total",
+    "mem_capacity",
+    "fits",
+)
+
+_BYTE_UNITS = {
+    "": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+
+
+class _UsageError(DlexploreError):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, no usage dump
+        raise _UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+# ---------------------------------------------------------------------------------------------
+# argument value parsers: each turns one option string into a list (a sweep)
+
+
+def _split(text: str, option: str) -> list[str]:
+    items = [t.strip() for t in text.split(",")]
+    if not items or any(not t for t in items):
+        raise _UsageError(f"{option}: expected a comma-separated list, got {text!r}")
+    return items
+
+
+def _numbers(option: str, integer: bool = False) -> Callable[[str], list]:
+    def parse(text: str) -> list:
+        out = []
+        for item in _split(text, option):
+            try:
+                value = float(item)
+            except ValueError:
+                raise _UsageError(f"{option}: expected a number, got {item!r}") from None
+            if integer:
+                if not value.is_integer():
+                    raise _UsageError(f"{option}: expected a whole number, got {item!r}")
+                value = int(value)
+            out.append(value)
+        return out
+
+    return parse
+
+
+def parse_bytes(text: str) -> float:
+    """``"25MiB"`` -> 26214400.0; ``"1e8"`` -> 1e8; ``"inf"`` -> inf (bytes)."""
+    match = re.fullmatch(r"\s*([0-9.eE+-]+|inf)\s*([a-zA-Z]*)\s*", text)
+    unit = match.group(2).lower() if match else None
+    if not match or unit not in _BYTE_UNITS:
+        raise _UsageError(f"expected a size in bytes such as 1e8, 64MB or 25MiB, got {text!r}")
+    try:
+        return float(match.group(1)) * _BYTE_UNITS[unit]
+    except ValueError:
+        raise _UsageError(f"expected a size in bytes such as 1e8, 64MB or 25MiB, got {text!r}") from None
+
+
+def _sizes(option: str) -> Callable[[str], list]:
+    def parse(text: str) -> list:
+        try:
+            return [parse_bytes(item) for item in _split(text, option)]
+        except _UsageError as err:
+            raise _UsageError(f"{option}: {err}") from None
+
+    return parse
+
+
+def _names(option: str) -> Callable[[str], list]:
+    return lambda text: _split(text, option)
+
+
+# ---------------------------------------------------------------------------------------------
+# output
+
+
+def dataset_to_frame(ds: xr.Dataset, columns: Sequence[str]) -> pd.DataFrame:
+    """One row per point of the dataset's dimensions: the swept coordinates, then ``columns``."""
+    dims = list(ds.dims)
+    present = [c for c in columns if c in ds.data_vars]
+    if not dims:
+        return pd.DataFrame([{c: ds[c].item() for c in present}])
+    frame = ds[present].to_dataframe().reset_index()
+    keep = dims + [c for c in present if c not in dims]
+    return frame[keep]
+
+
+def _units(ds: xr.Dataset, columns: Sequence[str]) -> dict[str, str]:
+    return {c: ds[c].attrs.get("units", "") for c in columns if c in ds.variables}
+
+
+def _scalar_config(ds: xr.Dataset) -> dict[str, object]:
+    out = {}
+    for name, coord in ds.coords.items():
+        if coord.ndim == 0:
+            value = coord.item()
+            out[str(name)] = value.item() if isinstance(value, np.generic) else value
+    return out
+
+
+def _json_value(value: object) -> object:
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    return value
+
+
+def _render(ds: xr.Dataset, frame: pd.DataFrame, fmt: str, title: str) -> str:
+    units = _units(ds, frame.columns)
+    if fmt == "csv":
+        return frame.to_csv(index=False, float_format="%.6g", lineterminator="\n")
+    if fmt == "json":
+        payload = {
+            "title": title,
+            "source": ds.attrs.get("source", ""),
+            "kind": ds.attrs.get("kind", ""),
+            "config": {k: _json_value(v) for k, v in _scalar_config(ds).items()},
+            "units": units,
+            "rows": [
+                {k: _json_value(v) for k, v in row.items()}
+                for row in frame.to_dict(orient="records")
+            ],
+        }
+        return json.dumps(payload, indent=2) + "\n"
+    # table: a header that says where the numbers come from, units in the column names
+    shown = frame.rename(columns={c: f"{c} [{u}]" if u and u != "1" else c for c, u in units.items()})
+    lines = [f"# {title}", f"# source: {ds.attrs.get('source', '')}"]
+    config = _scalar_config(ds)
+    if config:
+        lines.append("# " + ", ".join(f"{k}={_fmt(v)}" for k, v in config.items()))
+    with pd.option_context("display.max_columns", None, "display.width", 250):
+        body = shown.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+    return "\n".join(lines) + "\n" + body + "\n"
+
+
+def _fmt(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _emit(ds: xr.Dataset, frame: pd.DataFrame, args: argparse.Namespace, title: str) -> None:
+    if args.format == "netcdf":
+        if not args.output:
+            raise _UsageError("--format netcdf writes a binary file: give -o FILE.nc")
+        with atomic_path(args.output) as tmp:
+            ds.to_netcdf(tmp, engine="h5netcdf")
+        return
+    text = _render(ds, frame, args.format, title)
+    if args.output:
+        with atomic_open(args.output, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+    else:
+        sys.stdout.write(text)
+
+
+# ---------------------------------------------------------------------------------------------
+# commands
+
+
+def _cmd_predict(args: argparse.Namespace) -> None:
+    from .model import predict
+
+    kwargs: dict[str, object] = {}
+    for option in (
+        "workload", "gpu", "network", "gpus", "batch_size", "gpus_per_node", "algorithm",
+        "precision", "optimizer", "bandwidth", "latency", "intra_link", "intra_bandwidth",
+        "intra_latency", "servers", "compute_efficiency", "bucket_size", "overlap", "storage",
+        "io_threads", "gamma",
+    ):
+        value = getattr(args, option)
+        if value is not None:
+            # a one-element list stays a (length-1) sweep: every option given becomes a column
+            kwargs[option] = value
+    if args.network is None and args.bandwidth is not None and args.latency is not None:
+        kwargs["network"] = None  # a custom network, labelled as such
+    if args.no_prefetch:
+        kwargs["prefetch"] = False
+    if args.workspace is not None:
+        kwargs["workspace"] = args.workspace
+    ds = predict(**kwargs)
+    frame = dataset_to_frame(ds, PREDICT_COLUMNS)
+    _emit(ds, frame, args, "predicted data-parallel training step")
+
+
+def _cmd_comm(args: argparse.Namespace) -> None:
+    from .model import predict_comm
+
+    kwargs = dict(
+        nbytes=args.bytes, gpus=args.gpus, bandwidth=args.bandwidth, latency=args.latency,
+        gamma=args.gamma, servers=args.servers, gpus_per_node=args.gpus_per_node,
+    )
+    if args.intra_bandwidth is not None:
+        kwargs["intra_bandwidth"] = args.intra_bandwidth
+    if args.intra_latency is not None:
+        kwargs["intra_latency"] = args.intra_latency
+    ds = predict_comm(args.collective, args.algorithm, **kwargs)
+    frame = dataset_to_frame(ds, ("time", "algbw", "busbw"))
+    title = f"predicted {ds.collective.item()} ({ds.algorithm.item()}), alpha-beta model"
+    _emit(ds, frame, args, title)
+
+
+def _cmd_catalog(args: argparse.Namespace) -> None:
+    from . import catalog
+
+    frames = {
+        "gpus": catalog.gpus,
+        "networks": catalog.networks,
+        "workloads": catalog.workloads,
+        "storage": catalog.storages,
+    }
+    frame = frames[args.kind]()
+    _emit_frame(frame, args, f"catalog: {args.kind}")
+
+
+def _emit_frame(frame: pd.DataFrame, args: argparse.Namespace, title: str) -> None:
+    if args.format == "csv":
+        text = frame.to_csv(index=False, lineterminator="\n")
+    elif args.format == "json":
+        rows = [{k: _json_value(v) for k, v in r.items()} for r in frame.to_dict("records")]
+        text = json.dumps({"title": title, "rows": rows}, indent=2) + "\n"
+    else:
+        with pd.option_context("display.max_columns", None, "display.width", 250,
+                               "display.max_colwidth", 60):
+            text = f"# {title}\n" + frame.to_string(index=False) + "\n"
+    if args.output:
+        with atomic_open(args.output, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+    else:
+        sys.stdout.write(text)
+
+
+def _cmd_measured(args: argparse.Namespace) -> None:
+    from . import measured
+
+    if args.action == "list":
+        if args.name:
+            raise _UsageError("measured list takes no name")
+        _emit_frame(measured.describe(), args, "published measurements")
+        return
+    if not args.name:
+        raise _UsageError("measured show needs a dataset NAME (see: dlexplore measured list)")
+    ds = measured.load(args.name)
+    frame = ds.reset_coords().to_dataframe().reset_index(drop=True)
+    if args.format == "netcdf":
+        if not args.output:
+            raise _UsageError("--format netcdf writes a binary file: give -o FILE.nc")
+        with atomic_path(args.output) as tmp:
+            ds.to_netcdf(tmp, engine="h5netcdf")
+        return
+    title = f"measured: {ds.attrs.get('title', args.name)}"
+    if args.format == "table":
+        header = f"# source: {ds.attrs.get('source', '')}\n"
+        if ds.attrs.get("setup"):
+            header += f"# setup: {ds.attrs['setup']}\n"
+        with pd.option_context("display.max_columns", None, "display.width", 250):
+            text = f"# {title}\n" + header + frame.to_string(index=False) + "\n"
+        if args.output:
+            with atomic_open(args.output, "w", encoding="utf-8", newline="") as handle:
+                handle.write(text)
+        else:
+            sys.stdout.write(text)
+        return
+    _emit(ds, frame, args, title)
+
+
+# ---------------------------------------------------------------------------------------------
+# parser
+
+
+def _add_output(parser: argparse.ArgumentParser, formats: Sequence[str] = FORMATS) -> None:
+    parser.add_argument("--format", choices=formats, default="table", help="output format")
+    parser.add_argument("-o", "--output", metavar="FILE",
+                        help="write to FILE (atomically) instead of standard output")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``dlexplore`` command."""
+    parser = _Parser(
+        prog="dlexplore",
+        description="Predict and measure the performance of distributed deep-learning training.",
+    )
+    parser.add_argument("--version", action="version", version=f"dlexplore {__version__}")
+    parser.add_argument("--catalog", action="append", default=[], metavar="FILE",
+                        help="load extra catalog entries from FILE (CSV or JSON); repeatable")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("predict", help="predict step time, throughput, memory of a configuration",
+                       description="Predict data-parallel training. Comma-separated values sweep "
+                       "a parameter; every option given becomes a column.")
+    p.add_argument("--workload", type=_names("--workload"), help="workload id(s), e.g. resnet50")
+    p.add_argument("--gpu", type=_names("--gpu"), help="GPU id(s), e.g. P100")
+    p.add_argument("--network", type=_names("--network"),
+                   help="network id(s), e.g. 25GbE (default 100GbE)")
+    p.add_argument("--gpus", type=_numbers("--gpus", integer=True), help="total GPUs, e.g. 1,2,4,8")
+    p.add_argument("--batch-size", type=_numbers("--batch-size", integer=True),
+                   help="batch size per GPU (samples)")
+    p.add_argument("--gpus-per-node", type=_numbers("--gpus-per-node", integer=True),
+                   help="GPUs per node (default 1)")
+    p.add_argument("--algorithm", type=_names("--algorithm"),
+                   help="ring, tree, recursive_doubling, halving_doubling, hierarchical, "
+                   "parameter_server")
+    p.add_argument("--servers", type=_numbers("--servers", integer=True),
+                   help="parameter servers (with --algorithm parameter_server)")
+    p.add_argument("--precision", type=_names("--precision"), help="fp32, tf32, fp16, bf16")
+    p.add_argument("--optimizer", type=_names("--optimizer"), help="sgd, momentum, adam")
+    p.add_argument("--bandwidth", type=_numbers("--bandwidth"),
+                   help="network bandwidth, GB/s (overrides the network's)")
+    p.add_argument("--latency", type=_numbers("--latency"),
+                   help="network latency, s (overrides the network's)")
+    p.add_argument("--intra-link", type=_names("--intra-link"),
+                   help="intra-node link id (default PCIe3)")
+    p.add_argument("--intra-bandwidth", type=_numbers("--intra-bandwidth"), help="GB/s")
+    p.add_argument("--intra-latency", type=_numbers("--intra-latency"), help="s")
+    p.add_argument("--compute-efficiency", type=_numbers("--compute-efficiency"),
+                   help="fraction of peak FLOP/s (default by precision)")
+    p.add_argument("--bucket-size", type=_sizes("--bucket-size"),
+                   help="gradient bucket size, e.g. 25MiB (default), 64MB, 0 (per layer)")
+    p.add_argument("--overlap", type=_numbers("--overlap"),
+                   help="1 overlaps communication with backward (default), 0 does not")
+    p.add_argument("--gamma", type=_numbers("--gamma"), help="reduction cost, s/byte (default 0)")
+    p.add_argument("--storage", type=_names("--storage"),
+                   help="storage tier the input is read from (default: synthetic data)")
+    p.add_argument("--io-threads", type=_numbers("--io-threads", integer=True),
+                   help="reads in flight per GPU (default 4)")
+    p.add_argument("--no-prefetch", action="store_true", help="do not overlap input with compute")
+    p.add_argument("--workspace", type=parse_bytes, help="workspace allowance, e.g. 1GiB")
+    _add_output(p)
+    p.set_defaults(func=_cmd_predict)
+
+    c = sub.add_parser("comm", help="predict one collective's time, algbw and busbw",
+                       description="Alpha-beta-gamma cost of a collective; bandwidth in GB/s "
+                       "(1e9 bytes/s); algbw and busbw as nccl-tests defines them.")
+    c.add_argument("--collective", default="allreduce",
+                   help="allreduce, broadcast, reduce, allgather, reduce_scatter, alltoall")
+    c.add_argument("--algorithm", default=None, help="algorithm (default: the collective's first)")
+    c.add_argument("--bytes", type=_sizes("--bytes"), required=True, help="message size(s), bytes")
+    c.add_argument("--gpus", type=_numbers("--gpus", integer=True), required=True, help="ranks")
+    c.add_argument("--bandwidth", type=_numbers("--bandwidth"), required=True, help="GB/s")
+    c.add_argument("--latency", type=_numbers("--latency"), required=True, help="s")
+    c.add_argument("--gamma", type=_numbers("--gamma"), default=0.0, help="s/byte (default 0)")
+    c.add_argument("--servers", type=_numbers("--servers", integer=True), default=1,
+                   help="parameter servers")
+    c.add_argument("--gpus-per-node", type=_numbers("--gpus-per-node", integer=True), default=8,
+                   help="GPUs per node (hierarchical)")
+    c.add_argument("--intra-bandwidth", type=_numbers("--intra-bandwidth"), help="GB/s")
+    c.add_argument("--intra-latency", type=_numbers("--intra-latency"), help="s")
+    _add_output(c)
+    c.set_defaults(func=_cmd_comm)
+
+    k = sub.add_parser("catalog", help="list GPUs, networks, workloads or storage tiers")
+    k.add_argument("kind", choices=("gpus", "networks", "workloads", "storage"))
+    _add_output(k, ("table", "csv", "json"))
+    k.set_defaults(func=_cmd_catalog)
+
+    m = sub.add_parser("measured", help="list or show published measurements")
+    m.add_argument("action", choices=("list", "show"))
+    m.add_argument("name", nargs="?", help="dataset name (for show) or a CSV file")
+    _add_output(m)
+    m.set_defaults(func=_cmd_measured)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (0 success, 2 bad input, 1 internal error)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        if args.catalog:
+            from .catalog import load_file
+
+            for path in args.catalog:
+                load_file(path)
+        args.func(args)
+        return 0
+    except DlexploreError as err:
+        print(f"dlexplore: error: {err}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # The reader (e.g. `| head`) went away; say nothing more.
+        sys.stderr.close()
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    except Exception as err:  # noqa: BLE001 - the CLI promises one line, never a traceback
+        if os.environ.get("DLEXPLORE_DEBUG"):
+            raise
+        print(f"dlexplore: internal error: {type(err).__name__}: {err} "
+              "(set DLEXPLORE_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

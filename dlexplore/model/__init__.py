@@ -1,0 +1,34 @@
+"""Analytical performance models: pure functions, scalars or numpy arrays in, xarray out.
+
+- :mod:`~dlexplore.model.comm`: collectives in the alpha-beta-gamma model, nccl-tests bandwidths;
+- :mod:`~dlexplore.model.compute`: forward, backward and optimizer time;
+- :mod:`~dlexplore.model.memory`: bytes per GPU;
+- :mod:`~dlexplore.model.io`: reading the input from a storage tier;
+- :mod:`~dlexplore.model.step`: :func:`predict`, the whole data-parallel step.
+"""
+
+from .comm import (
+    ALGORITHMS,
+    COLLECTIVES,
+    algbw,
+    busbw,
+    busbw_factor,
+    collective_time,
+    predict_comm,
+)
+from .compute import DEFAULT_COMPUTE_EFFICIENCY
+from .step import DEFAULT_BUCKET_SIZE, gradient_buckets, predict
+
+__all__ = [
+    "predict",
+    "predict_comm",
+    "collective_time",
+    "busbw_factor",
+    "algbw",
+    "busbw",
+    "gradient_buckets",
+    "ALGORITHMS",
+    "COLLECTIVES",
+    "DEFAULT_BUCKET_SIZE",
+    "DEFAULT_COMPUTE_EFFICIENCY",
+]

@@ -1,0 +1,108 @@
+"""Sweeps and dataset conventions shared by the model functions.
+
+A parameter given as a scalar stays a scalar coordinate; one given as a 1-D sequence becomes a
+dimension of that name. xarray then broadcasts by name, so every swept parameter ends up as one
+dimension of the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import xarray as xr
+
+from .._version import __version__
+from ..errors import DlexploreError
+
+__all__ = ["VARIABLES", "as_dataarray", "is_sweep", "finish_dataset", "PREDICTED_SOURCE"]
+
+PREDICTED_SOURCE = f"predicted: dlexplore {__version__} analytical model"
+
+#: units and long names of every coordinate and variable the model writes (DESIGN.md names).
+VARIABLES: dict[str, tuple[str, str]] = {
+    # coordinates
+    "gpus": ("count", "GPUs (total devices)"),
+    "batch_size": ("samples", "batch size per GPU"),
+    "bandwidth": ("GB/s", "network bandwidth per link and direction"),
+    "latency": ("s", "network latency per message"),
+    "intra_bandwidth": ("GB/s", "intra-node link bandwidth per direction"),
+    "intra_latency": ("s", "intra-node link latency per message"),
+    "gpus_per_node": ("count", "GPUs per node"),
+    "servers": ("count", "parameter servers"),
+    "bytes": ("bytes", "message size"),
+    "gamma": ("s/byte", "reduction cost per byte"),
+    "bucket_size": ("bytes", "gradient bucket (fusion buffer) size"),
+    "compute_efficiency": ("1", "fraction of peak FLOP/s achieved by compute"),
+    "overlap": ("1", "fraction of communication allowed to overlap backward compute"),
+    "io_threads": ("count", "data-loader reads in flight per GPU"),
+    "peak_flops": ("FLOP/s", "peak dense FLOP/s of the GPU at this precision"),
+    # communication
+    "time": ("s", "collective time"),
+    "algbw": ("GB/s", "algorithm bandwidth (bytes / time)"),
+    "busbw": ("GB/s", "bus bandwidth (algbw x nccl-tests factor)"),
+    # step
+    "step_time": ("s", "time per training step"),
+    "time_forward": ("s", "forward compute time per step"),
+    "time_backward": ("s", "backward compute time per step"),
+    "time_optimizer": ("s", "optimizer update time per step"),
+    "time_compute": ("s", "compute time per step (forward + backward + update)"),
+    "time_comm": ("s", "gradient communication time per step"),
+    "time_comm_exposed": ("s", "communication time not hidden behind backward compute"),
+    "time_io": ("s", "input reading time per step"),
+    "time_io_exposed": ("s", "input reading time not hidden by prefetching"),
+    "throughput": ("samples/s", "global training throughput"),
+    "efficiency": ("1", "scaling efficiency against one GPU"),
+    "comm_bytes": ("bytes", "gradient bytes allreduced per GPU per step"),
+    "n_buckets": ("count", "gradient buckets (collectives) per step"),
+    # memory
+    "mem_params": ("bytes", "parameter memory per GPU"),
+    "mem_grads": ("bytes", "gradient memory per GPU"),
+    "mem_optimizer": ("bytes", "optimizer state memory per GPU"),
+    "mem_activations": ("bytes", "activation memory per GPU"),
+    "mem_workspace": ("bytes", "workspace, context and communication buffers per GPU"),
+    "mem_total": ("bytes", "total memory per GPU"),
+    "mem_capacity": ("bytes", "GPU memory capacity"),
+    "fits": ("1", "whether the step fits in GPU memory"),
+}
+
+
+def is_sweep(value: object) -> bool:
+    """True for a 1-D sequence of values (a sweep), False for a scalar or a string."""
+    if isinstance(value, (str, bytes)):
+        return False
+    if isinstance(value, np.ndarray):
+        return value.ndim > 0
+    return isinstance(value, (Sequence, xr.DataArray, range)) or hasattr(value, "__array__")
+
+
+def as_dataarray(name: str, value: object) -> xr.DataArray:
+    """``value`` as a 0-d DataArray (scalar) or a 1-D DataArray along dimension ``name``."""
+    if isinstance(value, xr.DataArray) and value.dims:
+        if value.dims != (name,):
+            raise DlexploreError(f"{name}: expected a 1-D sweep along {name!r}, got dims {value.dims}")
+        return value
+    if not is_sweep(value):
+        return xr.DataArray(value, coords={name: value})
+    values = np.asarray(value)
+    if values.ndim != 1:
+        raise DlexploreError(f"{name}: expected a scalar or a 1-D sequence, got shape {values.shape}")
+    if values.size == 0:
+        raise DlexploreError(f"{name}: the sweep is empty")
+    if len(np.unique(values)) != values.size:
+        raise DlexploreError(f"{name}: the sweep repeats values {values.tolist()}")
+    return xr.DataArray(values, dims=name, coords={name: values})
+
+
+def finish_dataset(ds: xr.Dataset, *, title: str) -> xr.Dataset:
+    """Attach units and long names to every known variable and coordinate, and mark the dataset
+    as predicted (``attrs["source"]``, ``attrs["kind"]``)."""
+    for name in list(ds.variables):
+        if name in VARIABLES:
+            units, long_name = VARIABLES[name]
+            ds[name].attrs.update(units=units, long_name=long_name)
+    missing = [v for v in ds.data_vars if "units" not in ds[v].attrs]
+    if missing:  # a programming error: every variable the model writes must be in VARIABLES
+        raise AssertionError(f"variables without units: {missing}")
+    ds.attrs.update(source=PREDICTED_SOURCE, kind="predicted", title=title)
+    return ds

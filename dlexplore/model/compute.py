@@ -1,0 +1,97 @@
+"""Compute time of a training step: forward, backward and optimizer update.
+
+Forward time is ``FLOPs per sample x batch / (peak FLOP/s x efficiency)``; backward costs twice the
+forward (one GEMM for the input gradient, one for the weight gradient, per forward GEMM). The
+optimizer update is memory-bound: its time is the bytes it streams through GPU memory divided by the
+memory bandwidth.
+
+What this lacks: efficiency does not depend on batch size or layer shape (small batches and
+small layers reach a lower fraction of peak than large ones); algorithms that do fewer FLOPs than the
+direct convolution (Winograd, FFT; used by cuDNN for 3x3 convolutions, which is why VGG-16 can
+appear to run above "peak"); kernel-launch overheads; data augmentation on the CPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from ..catalog import PRECISIONS
+from ..errors import DlexploreError
+
+__all__ = [
+    "DEFAULT_COMPUTE_EFFICIENCY",
+    "BACKWARD_TO_FORWARD",
+    "OPTIMIZERS",
+    "OPTIMIZER_TRAFFIC_BYTES",
+    "default_compute_efficiency",
+    "forward_time",
+    "optimizer_time",
+    "normalize_optimizer",
+    "normalize_precision",
+]
+
+#: Default fraction of peak FLOP/s reached by the whole training step, by precision. These are
+#: round, commonly reported utilisations for convolution- and GEMM-heavy training (about half of
+#: peak in fp32; tensor-core peaks are harder to approach, so 16-bit and TF32 reach a smaller
+#: fraction). They are starting points, not fits: calibrate against your own measurements.
+DEFAULT_COMPUTE_EFFICIENCY: dict[str, float] = {"fp32": 0.5, "tf32": 0.4, "fp16": 0.35, "bf16": 0.35}
+
+#: Backward FLOPs per forward FLOP.
+BACKWARD_TO_FORWARD = 2.0
+
+OPTIMIZERS = ("sgd", "momentum", "adam")
+
+#: Bytes read and written in GPU memory per parameter by one update. fp32 SGD reads the weight and
+#: gradient and writes the weight (12); momentum adds a read and write of the velocity (20); Adam of
+#: two moments (28). Mixed precision reads a 16-bit gradient and writes a 16-bit weight copy on top
+#: of the fp32 master weight, which comes to the same totals.
+OPTIMIZER_TRAFFIC_BYTES: dict[str, float] = {"sgd": 12.0, "momentum": 20.0, "adam": 28.0}
+
+_OPTIMIZER_ALIASES = {"sgd-momentum": "momentum", "nesterov": "momentum", "adamw": "adam"}
+
+
+def normalize_optimizer(optimizer: str) -> str:
+    """Canonical optimizer name: ``sgd``, ``momentum`` or ``adam`` (``adamw`` counts as adam)."""
+    key = str(optimizer).strip().lower().replace("_", "-")
+    key = _OPTIMIZER_ALIASES.get(key, key)
+    if key not in OPTIMIZERS:
+        raise DlexploreError(
+            f"unknown optimizer {optimizer!r}; expected one of {', '.join(OPTIMIZERS)}"
+        )
+    return key
+
+
+def normalize_precision(precision: str) -> str:
+    """Canonical precision: ``fp32``, ``tf32``, ``fp16`` or ``bf16`` (the last two mean mixed)."""
+    key = str(precision).strip().lower()
+    key = {"float32": "fp32", "float16": "fp16", "half": "fp16", "amp": "fp16",
+           "mixed": "fp16", "bfloat16": "bf16"}.get(key, key)
+    if key not in PRECISIONS:
+        raise DlexploreError(
+            f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}"
+        )
+    return key
+
+
+def default_compute_efficiency(precision: str) -> float:
+    """The documented default fraction of peak for ``precision`` (see DEFAULT_COMPUTE_EFFICIENCY)."""
+    return DEFAULT_COMPUTE_EFFICIENCY[normalize_precision(precision)]
+
+
+def forward_time(
+    flops_per_sample: float,
+    batch_size: npt.ArrayLike,
+    peak_flops: float,
+    compute_efficiency: npt.ArrayLike,
+) -> np.ndarray:
+    """Forward-pass time (s) of ``batch_size`` samples: FLOPs x batch / (peak FLOP/s x efficiency)."""
+    return flops_per_sample * np.asarray(batch_size, dtype=float) / (
+        peak_flops * np.asarray(compute_efficiency, dtype=float)
+    )
+
+
+def optimizer_time(params: float, optimizer: str, memory_bandwidth_gbs: float) -> float:
+    """Optimizer update time (s): parameters x bytes streamed per parameter / memory bandwidth."""
+    traffic = OPTIMIZER_TRAFFIC_BYTES[normalize_optimizer(optimizer)]
+    return params * traffic / (memory_bandwidth_gbs * 1e9)

@@ -1,0 +1,419 @@
+"""Step time, throughput, scaling efficiency and memory of synchronous data-parallel training.
+
+One step on each GPU: forward, backward, gradient allreduce, optimizer update, with the next batch
+read from storage meanwhile. Gradients are grouped into buckets (fusion buffers) in the order the
+backward pass produces them; a bucket's allreduce starts when its last gradient is ready and the
+previous bucket's allreduce has finished (one communication stream), so communication overlaps the
+rest of the backward pass. With ``t_f`` forward, ``t_b`` backward, bucket ``k`` ready at
+``r_k = t_f + f_k t_b`` (``f_k`` the fraction of backward done) and taking ``c_k``::
+
+    e_k = max(r_k, e_{k-1}) + c_k                      (e_0 = 0)
+    time_comm          = sum_k c_k
+    time_comm_exposed  = overlap * max(0, e_K - t_f - t_b) + (1 - overlap) * time_comm
+    step_time          = t_f + t_b + time_comm_exposed + t_update + time_io_exposed
+    throughput         = gpus * batch_size / step_time
+    efficiency         = step_time(1 GPU) / step_time
+
+Which link carries the allreduce: when all GPUs sit in one node (``gpus <= gpus_per_node``) the
+intra-node link; otherwise a flat algorithm is limited by the network (its slowest link), while the
+``hierarchical`` algorithm uses both (see :mod:`dlexplore.model.comm`).
+
+What this lacks: contention between communication and compute for GPU memory bandwidth and SMs,
+the framework's own scheduling delays (Horovod's cycle time, negotiation), multiple NICs per node
+and rail-optimised networks, stragglers (every rank is assumed identical), and the dependence of
+compute efficiency on batch size. Compare with measurements and calibrate before trusting
+extrapolations.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from .. import catalog
+from ..errors import DlexploreError
+from ._sweep import as_dataarray, finish_dataset, is_sweep
+from .comm import collective_time, normalize_algorithm
+from .compute import (
+    BACKWARD_TO_FORWARD,
+    default_compute_efficiency,
+    forward_time,
+    normalize_optimizer,
+    normalize_precision,
+    optimizer_time,
+)
+from .io import io_time
+from .memory import ACTIVATION_SCALE, DEFAULT_WORKSPACE, bytes_per_param
+
+__all__ = ["predict", "gradient_buckets", "DEFAULT_BUCKET_SIZE", "NUMERIC_PARAMETERS"]
+
+#: PyTorch DistributedDataParallel's default ``bucket_cap_mb`` (25 MiB).
+DEFAULT_BUCKET_SIZE = 25 * 2**20
+
+#: Parameters evaluated as vectorised sweeps (each becomes a dimension when given as a sequence),
+#: in the order their dimensions appear in the result.
+NUMERIC_PARAMETERS = (
+    "gpus",
+    "batch_size",
+    "bandwidth",
+    "latency",
+    "gpus_per_node",
+    "intra_bandwidth",
+    "intra_latency",
+    "servers",
+    "compute_efficiency",
+    "overlap",
+    "gamma",
+    "io_threads",
+)
+#: Parameters that select catalog entries or change the bucket structure: a sequence of them is
+#: evaluated one value at a time and concatenated along a dimension of that name.
+CATEGORICAL_PARAMETERS = (
+    "workload",
+    "gpu",
+    "network",
+    "intra_link",
+    "algorithm",
+    "precision",
+    "optimizer",
+    "storage",
+    "bucket_size",
+)
+_INTEGER_PARAMETERS = {"gpus", "batch_size", "gpus_per_node", "servers", "io_threads"}
+
+
+@dataclass(frozen=True)
+class Buckets:
+    """Gradient buckets in backward order: ``nbytes`` each, ready after ``ready_fraction`` of the
+    backward pass."""
+
+    nbytes: np.ndarray
+    ready_fraction: np.ndarray
+
+
+def gradient_buckets(
+    workload: catalog.Workload | str, bytes_per_gradient: float, bucket_size: float
+) -> Buckets:
+    """Group the workload's gradients, in backward order, into buckets of at least ``bucket_size``
+    bytes (the last may be smaller), as PyTorch DDP and Horovod's tensor fusion do.
+
+    ``bucket_size`` 0 gives one bucket per layer; ``inf`` one bucket for the whole model.
+    """
+    wl = catalog.workload(workload)
+    sizes = wl.gradient_params_backward.astype(float) * bytes_per_gradient
+    ready = wl.gradient_ready_fraction
+    if bucket_size < 0 or np.isnan(bucket_size):
+        raise DlexploreError(f"bucket_size must be >= 0 bytes, got {bucket_size!r}")
+    nbytes, ready_at, current = [], [], 0.0
+    for size, frac in zip(sizes, ready):
+        current += size
+        if current >= bucket_size:
+            nbytes.append(current)
+            ready_at.append(frac)
+            current = 0.0
+    if current > 0:
+        nbytes.append(current)
+        ready_at.append(ready[-1])
+    return Buckets(np.array(nbytes), np.array(ready_at))
+
+
+class _Grid:
+    """Numeric sweeps laid out on separate numpy axes so that arithmetic forms their outer product."""
+
+    def __init__(self, values: dict[str, object]):
+        self.dims = [name for name in NUMERIC_PARAMETERS if is_sweep(values[name])]
+        self.coords = {name: as_dataarray(name, values[name]).values for name in self.dims}
+        self.shape = tuple(len(self.coords[d]) for d in self.dims)
+        self.arrays: dict[str, np.ndarray] = {}
+        for name in NUMERIC_PARAMETERS:
+            value = values[name]
+            arr = np.asarray(self.coords[name] if name in self.dims else value, dtype=float)
+            _validate(name, arr)
+            if name in self.dims:
+                shape = [1] * len(self.dims)
+                shape[self.dims.index(name)] = arr.size
+                arr = arr.reshape(shape)
+            self.arrays[name] = arr
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.arrays[name]
+
+    def wrap(self, value: np.ndarray | float) -> xr.DataArray:
+        """A DataArray over the dimensions ``value`` varies along (size-1 axes are dropped)."""
+        arr = np.asarray(value)
+        if arr.ndim == 0:
+            return xr.DataArray(arr)
+        arr = np.broadcast_to(arr, np.broadcast_shapes(arr.shape, (1,) * len(self.dims)))
+        keep = [i for i, n in enumerate(arr.shape) if n > 1 or self.shape[i] == 1]
+        squeezed = arr.reshape([arr.shape[i] for i in keep])
+        dims = [self.dims[i] for i in keep]
+        return xr.DataArray(squeezed, dims=dims, coords={d: self.coords[d] for d in dims})
+
+
+def _validate(name: str, arr: np.ndarray) -> None:
+    if not np.all(np.isfinite(arr)):
+        raise DlexploreError(f"{name} must be finite, got {arr.ravel().tolist()}")
+    if name in _INTEGER_PARAMETERS:
+        if np.any(arr < 1) or np.any(arr != np.floor(arr)):
+            raise DlexploreError(f"{name} must be whole numbers >= 1, got {arr.ravel().tolist()}")
+    elif name in ("bandwidth", "intra_bandwidth", "compute_efficiency"):
+        if np.any(arr <= 0):
+            raise DlexploreError(f"{name} must be > 0, got {arr.ravel().tolist()}")
+        if name == "compute_efficiency" and np.any(arr > 1):
+            raise DlexploreError(
+                f"compute_efficiency is a fraction of peak in (0, 1], got {arr.ravel().tolist()}"
+            )
+    elif name == "overlap":
+        if np.any((arr < 0) | (arr > 1)):
+            raise DlexploreError(f"overlap must be within [0, 1], got {arr.ravel().tolist()}")
+    elif np.any(arr < 0):
+        raise DlexploreError(f"{name} must be >= 0, got {arr.ravel().tolist()}")
+
+
+def predict(
+    workload: str | catalog.Workload | Sequence[str] = "resnet50",
+    gpu: str | catalog.GPU | Sequence[str] = "V100-16GB",
+    network: str | catalog.Link | Sequence[str] | None = "100GbE",
+    *,
+    gpus: int | Sequence[int] = 1,
+    batch_size: int | Sequence[int] = 32,
+    bandwidth: float | Sequence[float] | None = None,
+    latency: float | Sequence[float] | None = None,
+    gpus_per_node: int | Sequence[int] = 1,
+    intra_link: str | catalog.Link | Sequence[str] = "PCIe3",
+    intra_bandwidth: float | Sequence[float] | None = None,
+    intra_latency: float | Sequence[float] | None = None,
+    algorithm: str | Sequence[str] = "ring",
+    servers: int | Sequence[int] = 1,
+    precision: str | Sequence[str] = "fp32",
+    optimizer: str | Sequence[str] = "momentum",
+    compute_efficiency: float | Sequence[float] | None = None,
+    bucket_size: float | Sequence[float] = DEFAULT_BUCKET_SIZE,
+    overlap: float | Sequence[float] = 1.0,
+    gamma: float | Sequence[float] = 0.0,
+    storage: str | catalog.StorageTier | Sequence[str] | None = None,
+    io_threads: int | Sequence[int] = 4,
+    prefetch: bool = True,
+    workspace: float = DEFAULT_WORKSPACE,
+) -> xr.Dataset:
+    """Predict step time, throughput, scaling efficiency and memory of data-parallel training.
+
+    Every argument may be a scalar or a 1-D sequence (a sweep); each sweep becomes a dimension of
+    the result, named like the argument. Units: ``bandwidth``/``intra_bandwidth`` GB/s (1e9 bytes/s)
+    per direction, ``latency``/``intra_latency`` s, ``batch_size`` samples per GPU, ``bucket_size``
+    and ``workspace`` bytes, ``gamma`` s/byte, ``compute_efficiency`` and ``overlap`` fractions.
+
+    Parameters
+    ----------
+    workload, gpu, network, intra_link, storage:
+        Catalog ids (or catalog records). ``bandwidth``/``latency`` override the network's figures
+        and ``intra_bandwidth``/``intra_latency`` the intra-node link's; ``network=None`` requires
+        both ``bandwidth`` and ``latency``. ``storage=None`` means synthetic data (no reading).
+    gpus, gpus_per_node:
+        Total GPUs and GPUs per node (default 1: every GPU talks over the network).
+    algorithm:
+        Gradient allreduce: ``ring``, ``tree``, ``recursive_doubling``, ``halving_doubling``,
+        ``hierarchical`` (ring inside nodes, ring between them) or ``parameter_server`` with
+        ``servers`` servers.
+    precision:
+        ``fp32``, ``tf32``, or mixed precision ``fp16``/``bf16`` (16-bit compute, activations and
+        gradients; fp32 master weights).
+    optimizer:
+        ``sgd``, ``momentum`` or ``adam``: sets optimizer-state memory and update traffic.
+    compute_efficiency:
+        Fraction of peak FLOP/s reached; default by precision from
+        :data:`dlexplore.model.compute.DEFAULT_COMPUTE_EFFICIENCY`.
+    bucket_size:
+        Gradient fusion buffer, bytes (default 25 MiB, as PyTorch DDP); 0 = one allreduce per layer.
+    overlap:
+        1 lets communication overlap the backward pass as the bucket schedule allows; 0 serialises it.
+    prefetch:
+        Whether the next batch is read while the current one computes.
+
+    Returns
+    -------
+    xarray.Dataset
+        Variables ``step_time``, ``time_forward``, ``time_backward``, ``time_optimizer``,
+        ``time_compute``, ``time_comm``, ``time_comm_exposed``, ``time_io``, ``time_io_exposed``
+        (s), ``throughput`` (samples/s), ``efficiency`` (1), ``comm_bytes`` (bytes),
+        ``n_buckets``, ``mem_params``, ``mem_grads``, ``mem_optimizer``, ``mem_activations``,
+        ``mem_workspace``, ``mem_total``, ``mem_capacity`` (bytes) and ``fits``; every variable has
+        ``units`` and ``long_name``; ``attrs["source"]`` says the numbers are predicted.
+    """
+    args = dict(
+        workload=workload, gpu=gpu, network=network, intra_link=intra_link, algorithm=algorithm,
+        precision=precision, optimizer=optimizer, storage=storage, bucket_size=bucket_size,
+    )
+    numeric = dict(
+        gpus=gpus, batch_size=batch_size, bandwidth=bandwidth, latency=latency,
+        gpus_per_node=gpus_per_node, intra_bandwidth=intra_bandwidth,
+        intra_latency=intra_latency, servers=servers, compute_efficiency=compute_efficiency,
+        overlap=overlap, gamma=gamma, io_threads=io_threads,
+    )
+    if workspace < 0:
+        raise DlexploreError(f"workspace must be >= 0 bytes, got {workspace!r}")
+    swept = [name for name in CATEGORICAL_PARAMETERS if is_sweep(args[name])]
+    for name in swept:
+        values = list(args[name])
+        if not values:
+            raise DlexploreError(f"{name}: the sweep is empty")
+        labels = [_label(v) for v in values]
+        if len(set(labels)) != len(labels):
+            raise DlexploreError(f"{name}: the sweep repeats values {labels}")
+    pieces = []
+    for combo in itertools.product(*(list(args[name]) for name in swept)):
+        one = dict(args, **dict(zip(swept, combo)))
+        pieces.append(_predict_one(one, numeric, bool(prefetch), float(workspace)))
+    ds = _combine(pieces, swept, [[_label(v) for v in args[name]] for name in swept])
+    title = "data-parallel training step"
+    return finish_dataset(ds, title=title)
+
+
+def _label(value: object) -> object:
+    name = getattr(value, "name", None)
+    return name if name is not None else value
+
+
+def _combine(pieces: list[xr.Dataset], dims: list[str], labels: list[list]) -> xr.Dataset:
+    """Concatenate per-combination datasets along the categorical sweep dimensions."""
+    if not dims:
+        return pieces[0]
+    size = len(pieces) // len(labels[0])
+    groups = [
+        _combine(pieces[i * size : (i + 1) * size], dims[1:], labels[1:])
+        for i in range(len(labels[0]))
+    ]
+    groups = [g.drop_vars(dims[0]) if dims[0] in g.coords else g for g in groups]
+    out = xr.concat(groups, dim=pd.Index(labels[0], name=dims[0]), coords="different",
+                    compat="equals", join="outer")
+    return out
+
+
+def _predict_one(args: dict, numeric: dict, prefetch: bool, workspace: float) -> xr.Dataset:
+    wl = catalog.workload(args["workload"])
+    dev = catalog.gpu(args["gpu"])
+    precision = normalize_precision(args["precision"])
+    optimizer = normalize_optimizer(args["optimizer"])
+    algorithm = normalize_algorithm(args["algorithm"], "allreduce")
+    tier = None if args["storage"] is None else catalog.storage(args["storage"])
+    bucket_size = float(args["bucket_size"])
+
+    values = dict(numeric)
+    net = None
+    if args["network"] is not None:
+        net = catalog.network(args["network"])
+    elif values["bandwidth"] is None or values["latency"] is None:
+        raise DlexploreError("give a network, or both bandwidth (GB/s) and latency (s)")
+    if values["bandwidth"] is None:
+        values["bandwidth"] = net.bandwidth_gbs
+    if values["latency"] is None:
+        values["latency"] = net.latency_s
+    intra = catalog.network(args["intra_link"])
+    if values["intra_bandwidth"] is None:
+        values["intra_bandwidth"] = intra.bandwidth_gbs
+    if values["intra_latency"] is None:
+        values["intra_latency"] = intra.latency_s
+    if values["compute_efficiency"] is None:
+        values["compute_efficiency"] = default_compute_efficiency(precision)
+    grid = _Grid(values)
+    P, B, G = grid["gpus"], grid["batch_size"], grid["gpus_per_node"]
+
+    # compute
+    peak = dev.peak_flops(precision)
+    t_fwd = forward_time(wl.flops_per_sample, B, peak, grid["compute_efficiency"])
+    t_bwd = BACKWARD_TO_FORWARD * t_fwd
+    t_opt = optimizer_time(wl.params, optimizer, dev.memory_bandwidth_gbs)
+    t_compute = t_fwd + t_bwd + t_opt
+
+    # communication: one allreduce per bucket, serialised on one stream, overlapping backward
+    per_param = bytes_per_param(precision, optimizer)
+    buckets = gradient_buckets(wl, per_param["grads"], bucket_size)
+    one_node = P <= G
+    if algorithm == "hierarchical":
+        bw, lat = grid["bandwidth"], grid["latency"]
+    else:
+        bw = np.where(one_node, grid["intra_bandwidth"], grid["bandwidth"])
+        lat = np.where(one_node, grid["intra_latency"], grid["latency"])
+    multi = P > 1
+    t_comm = 0.0
+    end = 0.0
+    for nbytes, ready_frac in zip(buckets.nbytes, buckets.ready_fraction):
+        c = collective_time(
+            "allreduce", algorithm, nbytes, P, bw, lat, grid["gamma"], servers=grid["servers"],
+            gpus_per_node=G, intra_bandwidth=grid["intra_bandwidth"],
+            intra_latency=grid["intra_latency"],
+        )
+        c = np.where(multi, c, 0.0)
+        t_comm = t_comm + c
+        end = np.maximum(t_fwd + ready_frac * t_bwd, end) + c
+    hidden_limit = np.maximum(end - (t_fwd + t_bwd), 0.0)
+    ov = grid["overlap"]
+    t_comm_exposed = ov * hidden_limit + (1.0 - ov) * t_comm
+
+    # input
+    t_io = io_time(tier, wl.input_bytes_per_sample, B, P, G, grid["io_threads"])
+    busy = t_compute + t_comm_exposed
+    t_io_exposed = np.maximum(t_io - busy, 0.0) if prefetch else t_io
+    step = busy + t_io_exposed
+    throughput = P * B / step
+
+    t_io_1 = io_time(tier, wl.input_bytes_per_sample, B, 1, G, grid["io_threads"])
+    step_1 = t_compute + (np.maximum(t_io_1 - t_compute, 0.0) if prefetch else t_io_1)
+    efficiency = step_1 / step
+
+    # memory
+    mem_params = wl.params * per_param["params"]
+    mem_grads = wl.params * per_param["grads"]
+    mem_opt = wl.params * per_param["optimizer"]
+    mem_act = wl.activation_bytes_per_sample * ACTIVATION_SCALE[precision] * B
+    fusion = min(bucket_size, float(buckets.nbytes.sum())) if bucket_size > 0 else 0.0
+    mem_work = workspace + np.where(multi, fusion, 0.0)
+    mem_total = mem_params + mem_grads + mem_opt + mem_act + mem_work
+
+    data = {
+        "step_time": step,
+        "throughput": throughput,
+        "efficiency": efficiency,
+        "time_forward": t_fwd,
+        "time_backward": t_bwd,
+        "time_optimizer": t_opt,
+        "time_compute": t_compute,
+        "time_comm": np.asarray(t_comm, dtype=float),
+        "time_comm_exposed": t_comm_exposed,
+        "time_io": t_io,
+        "time_io_exposed": t_io_exposed,
+        "comm_bytes": np.where(multi, float(buckets.nbytes.sum()), 0.0),
+        "n_buckets": np.where(multi, len(buckets.nbytes), 0),
+        "mem_params": float(mem_params),
+        "mem_grads": float(mem_grads),
+        "mem_optimizer": float(mem_opt),
+        "mem_activations": mem_act,
+        "mem_workspace": mem_work,
+        "mem_total": mem_total,
+        "mem_capacity": float(dev.memory_bytes),
+        "fits": mem_total <= dev.memory_bytes,
+    }
+    ds = xr.Dataset({name: grid.wrap(value) for name, value in data.items()})
+    scalar_coords = {
+        name: float(values[name]) if name not in _INTEGER_PARAMETERS else int(values[name])
+        for name in NUMERIC_PARAMETERS
+        if name not in grid.dims
+    }
+    labels = {
+        "workload": wl.name,
+        "gpu": dev.name,
+        "network": net.name if net is not None else "custom",
+        "intra_link": intra.name,
+        "algorithm": algorithm,
+        "precision": precision,
+        "optimizer": optimizer,
+        "storage": tier.name if tier is not None else "none",
+        "bucket_size": bucket_size,
+        "peak_flops": peak,
+    }
+    return ds.assign_coords({**scalar_coords, **labels})

@@ -1,0 +1,213 @@
+"""The data-parallel step model against numbers derived by hand for a small made-up network."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dlexplore.catalog import GPU, Layer, Link, StorageTier, Workload
+from dlexplore.errors import DlexploreError
+from dlexplore.model import gradient_buckets, predict
+
+# Two layers: 1e6 + 3e6 parameters, 1e9 + 3e9 forward FLOPs, 1 MB + 2 MB of fp32 activations.
+TOY = Workload(
+    name="toy",
+    kind="custom",
+    layers=(
+        Layer("first", "linear", 1_000_000, 1e9, 1e6),
+        Layer("second", "linear", 3_000_000, 3e9, 2e6),
+    ),
+    input_bytes_per_sample=1e5,
+    sample_unit="samples",
+    source="test",
+)
+# 10 TFLOP/s fp32, 40 fp16, 16 GiB, 1000 GB/s memory.
+CARD = GPU("card", "test", 10.0, math.nan, 40.0, math.nan, 16 * 2**30, 1000.0, 300.0, 50.0, "test")
+NET = Link("net", "network", 10.0, 5e-6, "test")  # beta = 1e-10 s/byte
+FAST = Link("fast", "intra", 100.0, 1e-6, "test")
+A, B = 5e-6, 1e-10
+
+
+def run(**kw):
+    args = dict(workload=TOY, gpu=CARD, network=NET, intra_link=FAST, gpus=4, batch_size=10,
+                compute_efficiency=0.5, bucket_size=0, optimizer="momentum")
+    args.update(kw)
+    return predict(**args)
+
+
+def test_buckets_in_backward_order():
+    buckets = gradient_buckets(TOY, 4, 0)
+    np.testing.assert_allclose(buckets.nbytes, [1.2e7, 4e6])  # second layer's gradients first
+    np.testing.assert_allclose(buckets.ready_fraction, [0.75, 1.0])
+    fused = gradient_buckets(TOY, 4, math.inf)
+    np.testing.assert_allclose(fused.nbytes, [1.6e7])
+    np.testing.assert_allclose(fused.ready_fraction, [1.0])
+    # a bucket closes once it holds at least bucket_size bytes
+    np.testing.assert_allclose(gradient_buckets(TOY, 4, 1e7).nbytes, [1.2e7, 4e6])
+    np.testing.assert_allclose(gradient_buckets(TOY, 2, 1e7).nbytes, [1.6e7 / 2])
+
+
+def test_step_by_hand():
+    ds = run()
+    t_fwd = 4e9 * 10 / (10e12 * 0.5)  # 8 ms
+    t_bwd = 2 * t_fwd  # 16 ms
+    t_opt = 4e6 * 20 / 1e12  # momentum streams 20 bytes per parameter
+    c1 = 6 * A + 1.5 * 1.2e7 * B  # ring allreduce over 4 GPUs of the second layer's gradients
+    c2 = 6 * A + 1.5 * 4e6 * B
+    end1 = t_fwd + 0.75 * t_bwd + c1
+    end2 = max(t_fwd + t_bwd, end1) + c2
+    exposed = end2 - (t_fwd + t_bwd)
+    step = t_fwd + t_bwd + t_opt + exposed
+    assert ds.time_forward.item() == pytest.approx(t_fwd)
+    assert ds.time_backward.item() == pytest.approx(t_bwd)
+    assert ds.time_optimizer.item() == pytest.approx(t_opt)
+    assert ds.time_comm.item() == pytest.approx(c1 + c2)
+    assert ds.time_comm_exposed.item() == pytest.approx(exposed)
+    assert exposed == pytest.approx(c2)  # the first bucket hides behind the last quarter
+    assert ds.step_time.item() == pytest.approx(step)
+    assert ds.throughput.item() == pytest.approx(40 / step)
+    assert ds.efficiency.item() == pytest.approx((t_fwd + t_bwd + t_opt) / step)
+    assert ds.comm_bytes.item() == pytest.approx(1.6e7)
+    assert ds.n_buckets.item() == 2
+
+
+def test_one_bucket_and_no_overlap():
+    fused = run(bucket_size=math.inf)
+    assert fused.time_comm_exposed.item() == pytest.approx(6 * A + 1.5 * 1.6e7 * B)
+    serial = run(overlap=0.0)
+    assert serial.time_comm_exposed.item() == pytest.approx(serial.time_comm.item())
+    half = run(overlap=0.5)
+    full = run()
+    assert half.time_comm_exposed.item() == pytest.approx(
+        0.5 * full.time_comm_exposed.item() + 0.5 * full.time_comm.item()
+    )
+
+
+def test_one_gpu_does_not_communicate_and_scales_perfectly():
+    ds = run(gpus=1)
+    assert ds.time_comm.item() == 0.0
+    assert ds.efficiency.item() == pytest.approx(1.0)
+    assert ds.mem_workspace.item() == pytest.approx(2**30)  # no fusion buffer
+
+
+def test_intra_node_link_when_gpus_share_a_node():
+    ds = run(gpus_per_node=4, bucket_size=math.inf)
+    assert ds.time_comm.item() == pytest.approx(6 * 1e-6 + 1.5 * 1.6e7 / 100e9)
+    hier = run(gpus=8, gpus_per_node=4, bucket_size=math.inf, algorithm="hierarchical")
+    in_node = 2 * (3 * 1e-6 + 0.75 * 1.6e7 / 100e9)
+    between = 2 * A + 2 * 0.5 * (1.6e7 / 4) * B
+    assert hier.time_comm.item() == pytest.approx(in_node + between)
+
+
+def test_parameter_server():
+    ds = run(algorithm="parameter_server", servers=2, bucket_size=math.inf)
+    assert ds.time_comm.item() == pytest.approx(2 * A + 2 * 2 * 1.6e7 * B)
+
+
+def test_memory_by_hand():
+    fp32 = run(bucket_size=25 * 2**20)
+    assert fp32.mem_params.item() == 1.6e7
+    assert fp32.mem_grads.item() == 1.6e7
+    assert fp32.mem_optimizer.item() == 1.6e7  # momentum: one fp32 velocity
+    assert fp32.mem_activations.item() == pytest.approx(3e6 * 10)
+    assert fp32.mem_workspace.item() == pytest.approx(2**30 + 1.6e7)  # + the fusion buffer
+    assert fp32.mem_total.item() == pytest.approx(4.8e7 + 3e7 + 2**30 + 1.6e7)
+    assert fp32.mem_capacity.item() == 16 * 2**30
+    assert bool(fp32.fits)
+    # mixed-precision Adam: 2 + 2 + 12 bytes per parameter (Rajbhandari et al., ZeRO)
+    mixed = run(precision="fp16", optimizer="adam", compute_efficiency=None)
+    assert mixed.mem_params.item() + mixed.mem_grads.item() + mixed.mem_optimizer.item() == 16 * 4e6
+    assert mixed.mem_activations.item() == pytest.approx(1.5e6 * 10)
+    assert mixed.time_forward.item() == pytest.approx(4e10 / (40e12 * 0.35))  # default efficiency
+    sgd = run(optimizer="sgd")
+    assert sgd.mem_optimizer.item() == 0
+    big = run(batch_size=10_000)
+    assert not bool(big.fits)
+
+
+def test_storage_and_prefetch():
+    tier = StorageTier("disk", "shared", 100.0, 2.0, 1e-3, "test")
+    ds = run(storage=tier, prefetch=False)
+    t_io = 10 * 1e5 / 2e9 + 10 * 1e-3 / 4  # client cap 2 GB/s, 4 reads in flight
+    assert ds.time_io.item() == pytest.approx(t_io)
+    assert ds.time_io_exposed.item() == pytest.approx(t_io)
+    hidden = run(storage=tier)
+    assert hidden.time_io_exposed.item() == 0.0
+    # 1000 readers share 1 GB/s: 1 MB/s each, longer than the step, so reading shows
+    slow = StorageTier("slow", "shared", 1.0, 2.0, 1e-3, "test")
+    crowded = run(storage=slow, gpus=1000)
+    t_io = 10 * 1e5 / 1e6 + 10 * 1e-3 / 4
+    assert crowded.time_io.item() == pytest.approx(t_io)
+    busy = crowded.time_compute.item() + crowded.time_comm_exposed.item()
+    assert crowded.time_io_exposed.item() == pytest.approx(t_io - busy)
+    node = StorageTier("nvme", "node", 4.0, 3.0, 1e-4, "test")
+    local = run(storage=node, gpus=64, gpus_per_node=8)
+    assert local.time_io.item() == pytest.approx(10 * 1e5 / 0.5e9 + 10 * 1e-4 / 4)
+
+
+def test_sweeps_become_dimensions_with_units():
+    ds = run(gpus=[1, 2, 4, 8], batch_size=[8, 16], bandwidth=[1.0, 10.0])
+    assert ds.step_time.dims == ("gpus", "batch_size", "bandwidth")
+    assert ds.mem_activations.dims == ("batch_size",)
+    assert ds.time_comm.dims == ("gpus", "bandwidth")
+    assert ds.attrs["source"].startswith("predicted")
+    assert ds.attrs["kind"] == "predicted"
+    for name, var in ds.variables.items():
+        if var.dtype.kind in "fiub":
+            assert "units" in var.attrs, name
+    one = run(gpus=4, batch_size=16, bandwidth=10.0)
+    assert ds.step_time.sel(gpus=4, batch_size=16, bandwidth=10.0).item() == pytest.approx(
+        one.step_time.item()
+    )
+
+
+def test_categorical_sweeps():
+    ds = predict(workload=["resnet50", "vgg16"], gpu=["P100", "V100-16GB"], network="25GbE",
+                 gpus=[1, 8], batch_size=32)
+    assert set(ds.step_time.dims) == {"workload", "gpu", "gpus"}
+    assert list(ds.workload.values) == ["resnet50", "vgg16"]
+    one = predict("vgg16", "P100", "25GbE", gpus=8, batch_size=32)
+    assert ds.step_time.sel(workload="vgg16", gpu="P100", gpus=8).item() == pytest.approx(
+        one.step_time.item()
+    )
+    nets = predict("resnet50", "P100", ["10GbE", "100GbE"], gpus=16)
+    assert list(nets.bandwidth.values) == [1.25, 12.5]  # each network brings its own bandwidth
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(gpus=0), "gpus must be whole numbers >= 1"),
+        (dict(batch_size=[8, 8]), "repeats"),
+        (dict(compute_efficiency=1.5), "compute_efficiency"),
+        (dict(overlap=2.0), "overlap"),
+        (dict(precision="fp8"), "unknown precision"),
+        (dict(optimizer="lamb"), "unknown optimizer"),
+        (dict(algorithm="gossip"), "unknown algorithm"),
+        (dict(network=None), "give a network, or both bandwidth"),
+        (dict(gpus=[[1, 2]]), "1-D"),
+    ],
+)
+def test_bad_arguments(kw, message):
+    with pytest.raises(DlexploreError, match=message):
+        run(**kw)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    gpus=st.integers(1, 2048),
+    batch=st.integers(1, 512),
+    bw=st.floats(0.1, 500.0),
+    lat=st.floats(0.0, 1e-3),
+    alg=st.sampled_from(["ring", "tree", "recursive_doubling", "halving_doubling",
+                         "hierarchical", "parameter_server"]),
+    bucket=st.sampled_from([0.0, 1e6, 25 * 2**20, math.inf]),
+)
+def test_efficiency_never_exceeds_one(gpus, batch, bw, lat, alg, bucket):
+    ds = run(gpus=gpus, batch_size=batch, bandwidth=bw, latency=lat, algorithm=alg,
+             bucket_size=bucket, gpus_per_node=4)
+    assert 0 < ds.efficiency.item() <= 1 + 1e-12
+    assert ds.time_comm_exposed.item() <= ds.time_comm.item() + 1e-15
+    assert ds.throughput.item() == pytest.approx(gpus * batch / ds.step_time.item())
