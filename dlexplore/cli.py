@@ -51,6 +51,12 @@ PREDICT_COLUMNS = (
     "fits",
 )
 
+#: What the table format shows besides the swept coordinates.
+_TABLE_COLUMNS = (
+    "throughput", "step_time", "efficiency", "time_compute", "time_comm_exposed",
+    "time_io_exposed", "mem_total", "mem_capacity", "fits", "time", "algbw", "busbw",
+)
+
 _BYTE_UNITS = {
     "": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
     "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
@@ -58,7 +64,7 @@ _BYTE_UNITS = {
 
 
 class _UsageError(DlexploreError):
-    pass
+    """A malformed command line."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -70,24 +76,25 @@ class _Parser(argparse.ArgumentParser):
 # argument value parsers: each turns one option string into a list (a sweep)
 
 
-def _split(text: str, option: str) -> list[str]:
+def _split(text: str) -> list[str]:
     items = [t.strip() for t in text.split(",")]
     if not items or any(not t for t in items):
-        raise _UsageError(f"{option}: expected a comma-separated list, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
     return items
 
 
-def _numbers(option: str, integer: bool = False) -> Callable[[str], list]:
+def _numbers(integer: bool = False) -> Callable[[str], list]:
+    # argparse prefixes ArgumentTypeError messages with "argument --option: "
     def parse(text: str) -> list:
         out = []
-        for item in _split(text, option):
+        for item in _split(text):
             try:
                 value = float(item)
             except ValueError:
-                raise _UsageError(f"{option}: expected a number, got {item!r}") from None
+                raise argparse.ArgumentTypeError(f"expected a number, got {item!r}") from None
             if integer:
                 if not value.is_integer():
-                    raise _UsageError(f"{option}: expected a whole number, got {item!r}")
+                    raise argparse.ArgumentTypeError(f"expected a whole number, got {item!r}")
                 value = int(value)
             out.append(value)
         return out
@@ -99,26 +106,17 @@ def parse_bytes(text: str) -> float:
     """``"25MiB"`` -> 26214400.0; ``"1e8"`` -> 1e8; ``"inf"`` -> inf (bytes)."""
     match = re.fullmatch(r"\s*([0-9.eE+-]+|inf)\s*([a-zA-Z]*)\s*", text)
     unit = match.group(2).lower() if match else None
+    problem = f"expected a size in bytes such as 1e8, 64MB or 25MiB, got {text!r}"
     if not match or unit not in _BYTE_UNITS:
-        raise _UsageError(f"expected a size in bytes such as 1e8, 64MB or 25MiB, got {text!r}")
+        raise argparse.ArgumentTypeError(problem)
     try:
         return float(match.group(1)) * _BYTE_UNITS[unit]
     except ValueError:
-        raise _UsageError(f"expected a size in bytes such as 1e8, 64MB or 25MiB, got {text!r}") from None
+        raise argparse.ArgumentTypeError(problem) from None
 
 
-def _sizes(option: str) -> Callable[[str], list]:
-    def parse(text: str) -> list:
-        try:
-            return [parse_bytes(item) for item in _split(text, option)]
-        except _UsageError as err:
-            raise _UsageError(f"{option}: {err}") from None
-
-    return parse
-
-
-def _names(option: str) -> Callable[[str], list]:
-    return lambda text: _split(text, option)
+def _sizes(text: str) -> list:
+    return [parse_bytes(item) for item in _split(text)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -163,7 +161,7 @@ def _json_value(value: object) -> object:
 def _render(ds: xr.Dataset, frame: pd.DataFrame, fmt: str, title: str) -> str:
     units = _units(ds, frame.columns)
     if fmt == "csv":
-        return frame.to_csv(index=False, float_format="%.6g", lineterminator="\n")
+        return frame.to_csv(index=False, float_format="%.12g", lineterminator="\n")
     if fmt == "json":
         payload = {
             "title": title,
@@ -177,8 +175,19 @@ def _render(ds: xr.Dataset, frame: pd.DataFrame, fmt: str, title: str) -> str:
             ],
         }
         return json.dumps(payload, indent=2) + "\n"
-    # table: a header that says where the numbers come from, units in the column names
-    shown = frame.rename(columns={c: f"{c} [{u}]" if u and u != "1" else c for c, u in units.items()})
+    # table: for people; times in ms and memory in GiB, the full set stays in csv/json/netcdf
+    shown = frame[[c for c in frame.columns if c in ds.dims or c in _TABLE_COLUMNS]].copy()
+    names = {}
+    for column in shown.columns:
+        unit = units.get(column, "")
+        if unit == "s" and column not in ds.dims:
+            shown[column] = shown[column] * 1e3
+            unit = "ms"
+        elif unit == "bytes" and column not in ds.dims:
+            shown[column] = shown[column] / 2**30
+            unit = "GiB"
+        names[column] = f"{column} [{unit}]" if unit and unit not in ("1", "count") else column
+    shown = shown.rename(columns=names)
     lines = [f"# {title}", f"# source: {ds.attrs.get('source', '')}"]
     config = _scalar_config(ds)
     if config:
@@ -341,40 +350,40 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("predict", help="predict step time, throughput, memory of a configuration",
                        description="Predict data-parallel training. Comma-separated values sweep "
                        "a parameter; every option given becomes a column.")
-    p.add_argument("--workload", type=_names("--workload"), help="workload id(s), e.g. resnet50")
-    p.add_argument("--gpu", type=_names("--gpu"), help="GPU id(s), e.g. P100")
-    p.add_argument("--network", type=_names("--network"),
+    p.add_argument("--workload", type=_split, help="workload id(s), e.g. resnet50")
+    p.add_argument("--gpu", type=_split, help="GPU id(s), e.g. P100")
+    p.add_argument("--network", type=_split,
                    help="network id(s), e.g. 25GbE (default 100GbE)")
-    p.add_argument("--gpus", type=_numbers("--gpus", integer=True), help="total GPUs, e.g. 1,2,4,8")
-    p.add_argument("--batch-size", type=_numbers("--batch-size", integer=True),
+    p.add_argument("--gpus", type=_numbers(integer=True), help="total GPUs, e.g. 1,2,4,8")
+    p.add_argument("--batch-size", type=_numbers(integer=True),
                    help="batch size per GPU (samples)")
-    p.add_argument("--gpus-per-node", type=_numbers("--gpus-per-node", integer=True),
+    p.add_argument("--gpus-per-node", type=_numbers(integer=True),
                    help="GPUs per node (default 1)")
-    p.add_argument("--algorithm", type=_names("--algorithm"),
+    p.add_argument("--algorithm", type=_split,
                    help="ring, tree, recursive_doubling, halving_doubling, hierarchical, "
                    "parameter_server")
-    p.add_argument("--servers", type=_numbers("--servers", integer=True),
+    p.add_argument("--servers", type=_numbers(integer=True),
                    help="parameter servers (with --algorithm parameter_server)")
-    p.add_argument("--precision", type=_names("--precision"), help="fp32, tf32, fp16, bf16")
-    p.add_argument("--optimizer", type=_names("--optimizer"), help="sgd, momentum, adam")
-    p.add_argument("--bandwidth", type=_numbers("--bandwidth"),
+    p.add_argument("--precision", type=_split, help="fp32, tf32, fp16, bf16")
+    p.add_argument("--optimizer", type=_split, help="sgd, momentum, adam")
+    p.add_argument("--bandwidth", type=_numbers(),
                    help="network bandwidth, GB/s (overrides the network's)")
-    p.add_argument("--latency", type=_numbers("--latency"),
+    p.add_argument("--latency", type=_numbers(),
                    help="network latency, s (overrides the network's)")
-    p.add_argument("--intra-link", type=_names("--intra-link"),
+    p.add_argument("--intra-link", type=_split,
                    help="intra-node link id (default PCIe3)")
-    p.add_argument("--intra-bandwidth", type=_numbers("--intra-bandwidth"), help="GB/s")
-    p.add_argument("--intra-latency", type=_numbers("--intra-latency"), help="s")
-    p.add_argument("--compute-efficiency", type=_numbers("--compute-efficiency"),
+    p.add_argument("--intra-bandwidth", type=_numbers(), help="GB/s")
+    p.add_argument("--intra-latency", type=_numbers(), help="s")
+    p.add_argument("--compute-efficiency", type=_numbers(),
                    help="fraction of peak FLOP/s (default by precision)")
-    p.add_argument("--bucket-size", type=_sizes("--bucket-size"),
+    p.add_argument("--bucket-size", type=_sizes,
                    help="gradient bucket size, e.g. 25MiB (default), 64MB, 0 (per layer)")
-    p.add_argument("--overlap", type=_numbers("--overlap"),
+    p.add_argument("--overlap", type=_numbers(),
                    help="1 overlaps communication with backward (default), 0 does not")
-    p.add_argument("--gamma", type=_numbers("--gamma"), help="reduction cost, s/byte (default 0)")
-    p.add_argument("--storage", type=_names("--storage"),
+    p.add_argument("--gamma", type=_numbers(), help="reduction cost, s/byte (default 0)")
+    p.add_argument("--storage", type=_split,
                    help="storage tier the input is read from (default: synthetic data)")
-    p.add_argument("--io-threads", type=_numbers("--io-threads", integer=True),
+    p.add_argument("--io-threads", type=_numbers(integer=True),
                    help="reads in flight per GPU (default 4)")
     p.add_argument("--no-prefetch", action="store_true", help="do not overlap input with compute")
     p.add_argument("--workspace", type=parse_bytes, help="workspace allowance, e.g. 1GiB")
@@ -387,17 +396,17 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--collective", default="allreduce",
                    help="allreduce, broadcast, reduce, allgather, reduce_scatter, alltoall")
     c.add_argument("--algorithm", default=None, help="algorithm (default: the collective's first)")
-    c.add_argument("--bytes", type=_sizes("--bytes"), required=True, help="message size(s), bytes")
-    c.add_argument("--gpus", type=_numbers("--gpus", integer=True), required=True, help="ranks")
-    c.add_argument("--bandwidth", type=_numbers("--bandwidth"), required=True, help="GB/s")
-    c.add_argument("--latency", type=_numbers("--latency"), required=True, help="s")
-    c.add_argument("--gamma", type=_numbers("--gamma"), default=0.0, help="s/byte (default 0)")
-    c.add_argument("--servers", type=_numbers("--servers", integer=True), default=1,
+    c.add_argument("--bytes", type=_sizes, required=True, help="message size(s), bytes")
+    c.add_argument("--gpus", type=_numbers(integer=True), required=True, help="ranks")
+    c.add_argument("--bandwidth", type=_numbers(), required=True, help="GB/s")
+    c.add_argument("--latency", type=_numbers(), required=True, help="s")
+    c.add_argument("--gamma", type=_numbers(), default=0.0, help="s/byte (default 0)")
+    c.add_argument("--servers", type=_numbers(integer=True), default=1,
                    help="parameter servers")
-    c.add_argument("--gpus-per-node", type=_numbers("--gpus-per-node", integer=True), default=8,
+    c.add_argument("--gpus-per-node", type=_numbers(integer=True), default=8,
                    help="GPUs per node (hierarchical)")
-    c.add_argument("--intra-bandwidth", type=_numbers("--intra-bandwidth"), help="GB/s")
-    c.add_argument("--intra-latency", type=_numbers("--intra-latency"), help="s")
+    c.add_argument("--intra-bandwidth", type=_numbers(), help="GB/s")
+    c.add_argument("--intra-latency", type=_numbers(), help="s")
     _add_output(c)
     c.set_defaults(func=_cmd_comm)
 

@@ -57,7 +57,7 @@ def suggest(name: str, known: Iterable[str], n: int = 3) -> list[str]:
     key = name.lower()
     hits = difflib.get_close_matches(key, list(lowered), n=n, cutoff=0.5)
     # Prefix and substring matches catch "a100" -> "A100-40GB", which difflib scores low.
-    for k_low, k in lowered.items():
+    for k_low in lowered:
         if len(hits) >= n:
             break
         if k_low not in hits and (k_low.startswith(key) or (len(key) >= 3 and key in k_low)):

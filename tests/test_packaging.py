@@ -55,9 +55,9 @@ def test_wheel_carries_the_data_and_finds_it(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(target))
     code = (
         "import dlexplore, dlexplore._data as d;"
-        "assert str(d.data_dir()).startswith(%r), d.data_dir();"
+        f"assert str(d.data_dir()).startswith({str(target)!r}), d.data_dir();"
         "print(dlexplore.catalog.gpu('P100').name, len(dlexplore.measured.available()))"
-    ) % str(target)
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, check=True,
                          capture_output=True, text=True)
     name, count = out.stdout.split()

@@ -140,14 +140,14 @@ class Workload:
     def gradient_params_backward(self) -> np.ndarray:
         """Parameter count of each layer that has parameters, in the order backward produces
         their gradients (last layer first); multiply by bytes per gradient for message sizes."""
-        return np.array([l.params for l in reversed(self.layers) if l.params > 0], dtype=np.int64)
+        return np.array([layer.params for layer in reversed(self.layers) if layer.params > 0], dtype=np.int64)
 
     @cached_property
     def gradient_ready_fraction(self) -> np.ndarray:
         """For each entry of :attr:`gradient_params_backward`, the fraction (0..1] of the backward
         pass done when that gradient is ready, taking backward cost proportional to forward FLOPs."""
-        flops = np.array([l.flops for l in reversed(self.layers)], dtype=float)
+        flops = np.array([layer.flops for layer in reversed(self.layers)], dtype=float)
         total = flops.sum()
         done = np.cumsum(flops) / total if total > 0 else np.linspace(0, 1, len(flops) + 1)[1:]
-        has_params = np.array([l.params > 0 for l in reversed(self.layers)])
+        has_params = np.array([layer.params > 0 for layer in reversed(self.layers)])
         return done[has_params]

@@ -337,6 +337,6 @@ def _comm_time_da(collective, algorithm, n, p, bw, lat, gam, kwargs) -> xr.DataA
         collective,
         algorithm,
         *(x.values for x in arrays[:5]),
-        **{k: v.values for k, v in zip(kwargs, arrays[5:])},
+        **{k: v.values for k, v in zip(kwargs, arrays[5:], strict=True)},
     )
     return arrays[0].copy(data=values)

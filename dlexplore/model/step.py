@@ -110,7 +110,7 @@ def gradient_buckets(
     if bucket_size < 0 or np.isnan(bucket_size):
         raise DlexploreError(f"bucket_size must be >= 0 bytes, got {bucket_size!r}")
     nbytes, ready_at, current = [], [], 0.0
-    for size, frac in zip(sizes, ready):
+    for size, frac in zip(sizes, ready, strict=True):
         current += size
         if current >= bucket_size:
             nbytes.append(current)
@@ -267,7 +267,7 @@ def predict(
             raise DlexploreError(f"{name}: the sweep repeats values {labels}")
     pieces = []
     for combo in itertools.product(*(list(args[name]) for name in swept)):
-        one = dict(args, **dict(zip(swept, combo)))
+        one = dict(args, **dict(zip(swept, combo, strict=True)))
         pieces.append(_predict_one(one, numeric, bool(prefetch), float(workspace)))
     ds = _combine(pieces, swept, [[_label(v) for v in args[name]] for name in swept])
     title = "data-parallel training step"
@@ -342,7 +342,7 @@ def _predict_one(args: dict, numeric: dict, prefetch: bool, workspace: float) ->
     multi = P > 1
     t_comm = 0.0
     end = 0.0
-    for nbytes, ready_frac in zip(buckets.nbytes, buckets.ready_fraction):
+    for nbytes, ready_frac in zip(buckets.nbytes, buckets.ready_fraction, strict=True):
         c = collective_time(
             "allreduce", algorithm, nbytes, P, bw, lat, grid["gamma"], servers=grid["servers"],
             gpus_per_node=G, intra_bandwidth=grid["intra_bandwidth"],

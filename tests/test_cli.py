@@ -1,0 +1,159 @@
+"""The dlexplore command, run as a user runs it (a real subprocess of the installed entry point)."""
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import xarray as xr
+
+EXE = shutil.which("dlexplore") or str(Path(sys.executable).parent / "dlexplore")
+
+
+def cli(*args, cwd=None):
+    return subprocess.run([EXE, *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+PREDICT = ["predict", "--workload", "resnet50", "--gpu", "P100", "--network", "25GbE",
+           "--gpus", "1,2,4,8,16", "--batch-size", "64"]
+
+
+def test_predict_csv_columns_and_rows():
+    out = cli(*PREDICT, "--gpus-per-node", "4", "--algorithm", "ring", "--precision", "fp32",
+              "--format", "csv")
+    assert out.returncode == 0, out.stderr
+    frame = pd.read_csv(io.StringIO(out.stdout))
+    assert len(frame) == 5
+    swept = ["workload", "gpu", "network", "gpus", "batch_size", "gpus_per_node", "algorithm",
+             "precision"]
+    assert set(frame.columns[: len(swept)]) == set(swept)
+    for name in ("throughput", "step_time", "time_compute", "time_comm", "time_comm_exposed",
+                 "mem_total", "efficiency", "fits"):
+        assert name in frame.columns
+    assert list(frame.gpus) == [1, 2, 4, 8, 16]
+    assert (frame.throughput == frame.gpus * frame.batch_size / frame.step_time).all() or (
+        (frame.throughput - frame.gpus * 64 / frame.step_time).abs() / frame.throughput < 1e-5
+    ).all()
+    assert frame.efficiency.iloc[0] == pytest.approx(1.0)
+
+
+def test_predict_matches_the_python_api():
+    import dlexplore
+
+    out = cli(*PREDICT, "--format", "json")
+    payload = json.loads(out.stdout)
+    assert payload["kind"] == "predicted"
+    assert payload["units"]["throughput"] == "samples/s"
+    ds = dlexplore.predict("resnet50", "P100", "25GbE", gpus=[1, 2, 4, 8, 16], batch_size=64)
+    got = [row["throughput"] for row in payload["rows"]]
+    assert got == pytest.approx(list(ds.throughput.values), rel=1e-12)
+
+
+def test_predict_netcdf_round_trip(tmp_path):
+    target = tmp_path / "p.nc"
+    out = cli(*PREDICT, "--format", "netcdf", "-o", str(target))
+    assert out.returncode == 0, out.stderr
+    ds = xr.open_dataset(target, engine="h5netcdf")
+    assert ds.attrs["kind"] == "predicted"
+    assert ds.step_time.attrs["units"] == "s"
+    assert ds.sizes["gpus"] == 5
+    assert not list(tmp_path.glob(".*.tmp"))  # no temporary left behind
+
+
+def test_output_file_replaced_only_on_success(tmp_path):
+    target = tmp_path / "out.csv"
+    target.write_text("old\n")
+    bad = cli(*PREDICT[:-1], "-1", "--format", "csv", "-o", str(target))
+    assert bad.returncode == 2
+    assert target.read_text() == "old\n"
+    good = cli(*PREDICT, "--format", "csv", "-o", str(target))
+    assert good.returncode == 0
+    assert target.read_text().startswith("workload,")
+
+
+def test_comm_csv_issue_example():
+    out = cli("comm", "--collective", "allreduce", "--algorithm", "ring", "--bytes", "1e8",
+              "--gpus", "8", "--bandwidth", "10", "--latency", "5e-6", "--format", "csv")
+    assert out.returncode == 0, out.stderr
+    row = pd.read_csv(io.StringIO(out.stdout)).iloc[0]
+    # 2(p-1) alpha + 2(p-1)/p n beta = 14 * 5e-6 + 1.75 * 1e8 / 1e10
+    assert row.time == pytest.approx(0.01757, rel=1e-5)
+    assert row.algbw == pytest.approx(1e8 / 0.01757 / 1e9, rel=1e-5)
+    assert row.busbw == pytest.approx(1e8 / 0.01757 / 1e9 * 1.75, rel=1e-5)
+
+
+def test_comm_sweep_and_gamma():
+    out = cli("comm", "--bytes", "1MB,1GB", "--gpus", "2,4", "--bandwidth", "10", "--latency", "0",
+              "--gamma", "1e-10", "--format", "csv")
+    frame = pd.read_csv(io.StringIO(out.stdout))
+    assert len(frame) == 4
+    row = frame[(frame.bytes == 1e9) & (frame.gpus == 4)].iloc[0]
+    assert row.time == pytest.approx(1.5 * 1e9 * 1e-10 + 0.75 * 1e9 * 1e-10, rel=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["gpus", "networks", "workloads", "storage"])
+def test_catalog_csv(kind):
+    out = cli("catalog", kind, "--format", "csv")
+    assert out.returncode == 0, out.stderr
+    frame = pd.read_csv(io.StringIO(out.stdout))
+    assert "name" in frame.columns and "source" in frame.columns
+    if kind == "workloads":
+        assert "params" in frame.columns
+        assert frame.set_index("name").loc["resnet50", "params"] == 25_557_032
+
+
+def test_measured_list_and_show():
+    out = cli("measured", "list", "--format", "csv")
+    assert out.returncode == 0, out.stderr
+    names = pd.read_csv(io.StringIO(out.stdout))["name"].tolist()
+    assert "horovod-2017-16gpu-25gbe" in names
+    shown = cli("measured", "show", "horovod-2017-16gpu-25gbe", "--format", "csv")
+    assert shown.returncode == 0, shown.stderr
+    frame = pd.read_csv(io.StringIO(shown.stdout))
+    assert 1787.4 in frame.throughput.round(1).tolist()
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["predict", "--workload", "resnet05"], "did you mean 'resnet50'"),
+        (["predict", "--gpu", "V100"], "V100-16GB"),
+        (["predict", "--gpus", "1,two"], "argument --gpus: expected a number, got 'two'"),
+        (["predict", "--gpus", "0"], "gpus must be whole numbers >= 1"),
+        (["predict", "--bucket-size", "lots"], "--bucket-size"),
+        (["predict", "--format", "netcdf"], "give -o FILE.nc"),
+        (["comm", "--bytes", "1e8", "--gpus", "8", "--bandwidth", "10"], "--latency"),
+        (["comm", "--collective", "gossip", "--bytes", "1", "--gpus", "2", "--bandwidth", "1",
+          "--latency", "0"], "unknown collective"),
+        (["catalog", "tpus"], "invalid choice"),
+        (["measured", "show", "nope"], "unknown measured dataset"),
+        (["--catalog", "/nonexistent/gpus.csv", "catalog", "gpus"], "/nonexistent/gpus.csv"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_errors_are_one_line_and_exit_nonzero(args, expected):
+    out = cli(*args)
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("dlexplore")
+    assert expected in lines[0]
+
+
+def test_user_catalog_file_on_the_command_line(tmp_path):
+    user = tmp_path / "my-gpus.csv"
+    user.write_text(
+        "name,vendor,fp32_tflops,tf32_tflops,fp16_tflops,bf16_tflops,memory_gib,"
+        "memory_bandwidth_gbs,tdp_w,idle_w,source\n"
+        "lab-gpu,acme,20,,80,80,48,1000,350,40,our data sheet\n"
+    )
+    out = cli("--catalog", str(user), *PREDICT[:4], "lab-gpu", *PREDICT[5:], "--format", "csv")
+    assert out.returncode == 0, out.stderr
+    frame = pd.read_csv(io.StringIO(out.stdout))
+    assert set(frame.gpu) == {"lab-gpu"}
+    assert frame.mem_capacity.iloc[0] == 48 * 2**30
