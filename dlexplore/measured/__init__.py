@@ -1,0 +1,182 @@
+"""Measured results: published benchmark tables and the user's own measurement CSVs.
+
+Every measured dataset is an ``xarray.Dataset`` with one dimension, ``point``: measured points are
+sparse (a table, not a grid). The columns that identify a point are coordinates on ``point`` with
+the model's names; the measured quantities are data variables. Every variable and every numeric
+coordinate has ``attrs["units"]`` and ``attrs["long_name"]``; ``attrs["kind"]`` is ``"measured"``
+and ``attrs["source"]`` starts with ``"measured: "`` so that a measurement is never mistaken for a
+prediction.
+
+>>> from dlexplore import measured
+>>> measured.available()                                   # doctest: +SKIP
+>>> ds = measured.load("horovod-2017-16gpu-25gbe")
+>>> float(measured.select(ds, workload="vgg16", setup="Horovod RDMA, NCCL").throughput[0])
+1787.4
+
+Bundled datasets (``data/measured/<name>.csv``; each file names its source, setup and units)
+--------------------------------------------------------------------------------------------------
+``horovod-2017-16gpu-25gbe``     Horovod README (2017): 16 P100, 4 servers over 25 GbE RoCE
+``horovod-2017-64gpu-40gbit``    Horovod README (2017): 64 P100, 16 servers over 40 Gbit/s
+``tf-benchmarks-2017-dgx1``      TensorFlow benchmarks page (2017): DGX-1 (8x P100), 1-8 GPUs
+``nvidia-mxnet-resnet50-v1.5``   NVIDIA DeepLearningExamples MXNet ResNet-50 v1.5: DGX-1, DGX-2,
+                                 FP32 and mixed precision
+``deepbench-allreduce-p100``     Baidu DeepBench allreduce times, P100, 2-16 GPUs
+``goyal-2017-resnet50``          Goyal et al. (2017): ~90% scaling efficiency, 8 -> 256 P100
+``nccl-tests-h100-allreduce``    nccl-tests issue 212: H100 NVLink4 allreduce busbw, ring vs NVLS
+
+Not available: the Horovod experiments of seed 004 (Malik et al., NYSDS 2018: AlexNet, GoogLeNet,
+ResNet-50 on K20, K40, K80 and P100, up to about 400 K80 GPUs over InfiniBand EDR) are described
+only in words ("throughput and latency almost linear"); the slides give no numbers, so no dataset
+is shipped for them.
+
+File format
+-----------
+A UTF-8, comma-separated file: optional leading ``# key: value`` metadata lines (a line starting
+with ``#`` and two or more spaces continues the entry above it), one header line, then one row per
+measured point. Blank lines and lines starting with ``#`` are skipped anywhere.
+
+Metadata keys kept as dataset attrs: ``name``, ``title``, ``source``, ``url``, ``setup``,
+``notes`` and any other key; ``units`` declares the units of columns that are not in the
+canonical units, e.g. ``# units: throughput=images/s, time=ms`` (see ``UNIT_ALIASES`` in
+``_columns.py``); values are converted to the canonical units on loading.
+
+A *training* table (no ``collective`` column) needs ``workload, gpu, network, gpus,
+batch_size, precision`` and ``throughput`` (samples/s of all GPUs together) or ``efficiency``.
+Optional: ``algorithm``, ``gpus_per_node``, ``setup``, ``source``, ``baseline_gpus``.
+
+A *communication* table has ``collective`` and ``gpus`` and one or more of ``time`` (s),
+``algbw`` or ``busbw`` (GB/s). Optional: ``algorithm``, ``gpu``, ``network``, ``gpus_per_node``,
+``bytes`` (message size per rank), ``setup``, ``source``. Missing bandwidths and times are derived
+with the nccl-tests definitions, ``algbw = bytes / time / 1e9`` and
+``busbw = algbw x busbw_factor(collective, gpus)``; derived variables say so in
+``attrs["comment"]``.
+
+Columns and their meaning: ``gpus`` is the total number of GPUs; ``gpus_per_node`` the GPUs *used*
+in each node (so 2 for 2 GPUs of a DGX-1); ``batch_size`` is per GPU; ``network`` is the
+network or link the GPUs exchange gradients over (catalog id; for single-node rows the node's
+link); ``precision`` is one of fp32, tf32, fp16, bf16 (fp16/bf16 = mixed precision);
+``algorithm`` is a free label (the model's names where they apply: ring, tree,
+recursive_doubling, halving_doubling, hierarchical, parameter_server; others such as ``nvls``
+are kept as written); ``efficiency`` is relative to ``baseline_gpus`` (default 1).
+
+Optional columns a file leaves out: ``algorithm`` becomes ``"none"`` on 1-GPU rows and
+``"unknown"`` elsewhere (an empty cell too); ``setup`` becomes ``""``; ``source`` becomes the
+file's ``# source:`` line, else the file's path; a communication table's ``gpu`` and ``network``
+become ``"unknown"``. Numeric optional columns (``gpus_per_node``, ``bytes``) stay absent rather
+than take made-up values; ``baseline_gpus`` defaults to 1 when there is an efficiency column.
+Names (workload, GPU, network) are kept as written and not checked against the catalog, so that a
+user can measure hardware the catalog does not know.
+
+Every problem is an :class:`~dlexplore.errors.InputFileError` naming the file, the line as an
+editor numbers it, the column and what was expected; nothing is returned half-read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from .._data import data_dir
+from ..errors import UnknownNameError
+from ._columns import COLUMNS, UNIT_ALIASES
+from ._reader import MEASURED_PREFIX, read_table
+
+__all__ = [
+    "available",
+    "describe",
+    "load",
+    "read_csv",
+    "to_frame",
+    "select",
+    "COLUMNS",
+    "UNIT_ALIASES",
+    "MEASURED_PREFIX",
+]
+
+
+def _folder() -> Path:
+    return data_dir() / "measured"
+
+
+def available() -> list[str]:
+    """Names of the bundled measured datasets, sorted."""
+    return sorted(p.stem for p in _folder().glob("*.csv"))
+
+
+def read_csv(path: str | Path) -> xr.Dataset:
+    """Read a measurement CSV (the format in this module's docs) into a dataset along ``point``.
+
+    Raises :class:`~dlexplore.errors.InputFileError` naming the file, line, column and
+    expectation for any problem. The file is only read, never modified.
+    """
+    return read_table(path)
+
+
+def load(name: str | Path) -> xr.Dataset:
+    """Load a bundled measured dataset by name (see :func:`available`), or a CSV file by path.
+
+    An unknown name raises :class:`~dlexplore.errors.UnknownNameError` with the nearest names.
+    """
+    text = str(name)
+    names = available()
+    if text in names:
+        return read_table(_folder() / f"{text}.csv")
+    lowered = {n.lower(): n for n in names}
+    if text.lower() in lowered:
+        return read_table(_folder() / f"{lowered[text.lower()]}.csv")
+    path = Path(text)
+    # Anything that looks like a path is read as one, so that a typo in a path says "no such
+    # file" rather than suggesting bundled dataset names.
+    if path.is_file() or path.suffix.lower() == ".csv" or len(path.parts) > 1:
+        return read_table(path)
+    raise UnknownNameError("measured dataset", text, names)
+
+
+def describe() -> pd.DataFrame:
+    """One row per bundled dataset: name, title, table (training or communication), points,
+    variables (comma-separated) and source."""
+    rows = []
+    for name in available():
+        ds = load(name)
+        rows.append(
+            {
+                "name": name,
+                "title": ds.attrs["title"],
+                "table": ds.attrs["table"],
+                "points": ds.sizes["point"],
+                "variables": ", ".join(ds.data_vars),
+                "source": ds.attrs["source"].removeprefix(MEASURED_PREFIX),
+            }
+        )
+    return pd.DataFrame(rows, columns=["name", "title", "table", "points", "variables", "source"])
+
+
+def to_frame(ds: xr.Dataset) -> pd.DataFrame:
+    """The tidy table back: one row per point, coordinates then variables, in canonical units.
+
+    The result written with ``DataFrame.to_csv(path, index=False)`` is a valid input file.
+    """
+    names = [n for n in COLUMNS if n in ds.coords or n in ds.data_vars]
+    extra = [n for n in (*ds.coords, *ds.data_vars) if n not in names and n != "point"]
+    frame = pd.DataFrame({n: ds[n].values for n in (*names, *extra) if ds[n].dims == ("point",)})
+    return frame
+
+
+def select(ds: xr.Dataset, **criteria: object) -> xr.Dataset:
+    """The points whose coordinates equal the given values (a list or tuple matches any of them).
+
+    >>> select(ds, workload="vgg16", gpus=[1, 16])  # doctest: +SKIP
+    """
+    mask = np.ones(ds.sizes["point"], dtype=bool)
+    for name, wanted in criteria.items():
+        if name not in ds.coords:
+            raise UnknownNameError("coordinate", name, [str(c) for c in ds.coords])
+        values = ds[name].values
+        if isinstance(wanted, (list, tuple, set, np.ndarray)):
+            mask &= np.isin(values, list(wanted))
+        else:
+            mask &= values == wanted
+    return ds.isel(point=np.flatnonzero(mask))

@@ -1,0 +1,126 @@
+"""The columns a measurement CSV may have: what each holds, its units, and how it is checked.
+
+One table here defines every column once, so the reader, the dataset attrs and the documentation
+agree. Units and long names match the model's (``dlexplore.model``) where the names are shared, so
+that measured and predicted datasets can be laid over each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "Column",
+    "COLUMNS",
+    "TRAINING",
+    "COMMUNICATION",
+    "TABLES",
+    "REQUIRED",
+    "MEASURED",
+    "UNIT_ALIASES",
+]
+
+TRAINING = "training"
+COMMUNICATION = "communication"
+TABLES = (TRAINING, COMMUNICATION)
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a measurement table.
+
+    ``role`` is ``"coord"`` (identifies a point) or ``"var"`` (a measured quantity). ``kind`` is
+    ``"str"``, ``"int"`` (a positive integer) or ``"float"``. ``minimum`` is the smallest value
+    allowed for floats and ``strict`` says whether it is excluded. ``expect`` is how the error
+    messages describe a good value.
+    """
+
+    name: str
+    role: str
+    kind: str
+    units: str | None
+    long_name: str
+    tables: frozenset[str]
+    expect: str
+    minimum: float = 0.0
+    strict: bool = False
+
+
+_BOTH = frozenset(TABLES)
+_TRAIN = frozenset({TRAINING})
+_COMM = frozenset({COMMUNICATION})
+
+#: Every column, in the order the datasets and :func:`~dlexplore.measured.to_frame` list them.
+COLUMNS: dict[str, Column] = {
+    c.name: c
+    for c in [
+        Column("workload", "coord", "str", None, "workload (catalog id)", _TRAIN,
+               "a workload id such as resnet50"),
+        Column("collective", "coord", "str", None, "collective operation", _COMM,
+               "a collective such as allreduce"),
+        Column("gpu", "coord", "str", None, "GPU (catalog id)", _BOTH,
+               "a GPU id such as V100-16GB"),
+        Column("network", "coord", "str", None,
+               "network or link the GPUs communicate over (catalog id)", _BOTH,
+               "a network or link id such as 25GbE"),
+        Column("gpus", "coord", "int", "count", "GPUs (total devices)", _BOTH,
+               "a positive integer (the total number of GPUs)"),
+        Column("gpus_per_node", "coord", "int", "count", "GPUs used per node", _BOTH,
+               "a positive integer no larger than gpus"),
+        Column("batch_size", "coord", "int", "samples", "batch size per GPU", _TRAIN,
+               "a positive integer (samples per GPU per step)"),
+        Column("precision", "coord", "str", None, "training precision", _TRAIN,
+               "one of fp32, tf32, fp16, bf16 (case-insensitive)"),
+        Column("algorithm", "coord", "str", None, "gradient exchange or collective algorithm",
+               _BOTH, "an algorithm label such as ring"),
+        Column("bytes", "coord", "int", "bytes", "message size", _COMM,
+               "a positive integer (bytes per rank)"),
+        Column("baseline_gpus", "coord", "int", "count",
+               "GPUs of the baseline that efficiency is relative to", _TRAIN,
+               "a positive integer no larger than gpus"),
+        Column("setup", "coord", "str", None, "setup label", _BOTH, "a short label"),
+        Column("source", "coord", "str", None, "source of the measurement", _BOTH,
+               "a publication or file"),
+        Column("throughput", "var", "float", "samples/s", "global training throughput", _TRAIN,
+               "a number >= 0 (samples/s, all GPUs together)"),
+        Column("efficiency", "var", "float", "1",
+               "scaling efficiency: throughput / (gpus / baseline_gpus x baseline throughput)",
+               _TRAIN, "a number >= 0 (1 = linear scaling)"),
+        Column("time", "var", "float", "s", "collective time", _COMM,
+               "a number > 0 (seconds unless the units line says otherwise)", strict=True),
+        Column("algbw", "var", "float", "GB/s", "algorithm bandwidth (bytes / time)", _COMM,
+               "a number >= 0 (GB/s)"),
+        Column("busbw", "var", "float", "GB/s", "bus bandwidth (algbw x nccl-tests factor)", _COMM,
+               "a number >= 0 (GB/s)"),
+    ]
+}
+
+#: Columns every table of a kind must have. A training table needs a measured column too
+#: (``throughput`` or ``efficiency``); a communication table needs ``time``, ``algbw`` or ``busbw``.
+REQUIRED: dict[str, tuple[str, ...]] = {
+    TRAINING: ("workload", "gpu", "network", "gpus", "batch_size", "precision"),
+    COMMUNICATION: ("collective", "gpus"),
+}
+MEASURED: dict[str, tuple[str, ...]] = {
+    TRAINING: ("throughput", "efficiency"),
+    COMMUNICATION: ("time", "algbw", "busbw"),
+}
+
+#: Units a file may declare on its ``# units:`` line, per canonical unit: spelling -> divisor
+#: (value in the canonical unit = value in the file / divisor). Published tables keep their own
+#: units (images/s, ms); loading converts them. A divisor, not a factor, so that 152.47 ms becomes
+#: exactly the float nearest 0.15247 s. Spellings are matched exactly: case carries meaning
+#: (GB/s is not Gb/s).
+UNIT_ALIASES: dict[str, dict[str, float]] = {
+    "samples/s": {
+        "samples/s": 1.0, "sample/s": 1.0, "samples/sec": 1.0, "images/s": 1.0, "image/s": 1.0,
+        "images/sec": 1.0, "img/s": 1.0, "sequences/s": 1.0, "seq/s": 1.0,
+    },
+    "s": {"s": 1.0, "sec": 1.0, "seconds": 1.0, "ms": 1e3, "us": 1e6, "µs": 1e6},
+    "GB/s": {"GB/s": 1.0, "GBps": 1.0, "MB/s": 1e3},
+    "1": {"1": 1.0, "fraction": 1.0, "%": 1e2, "percent": 1e2},
+    # Integer columns take no scale: only other spellings of the same unit.
+    "count": {"count": 1.0, "1": 1.0, "GPUs": 1.0, "gpus": 1.0},
+    "samples": {"samples": 1.0, "images": 1.0, "sequences": 1.0},
+    "bytes": {"bytes": 1.0, "B": 1.0, "byte": 1.0},
+}
