@@ -211,3 +211,15 @@ def test_efficiency_never_exceeds_one(gpus, batch, bw, lat, alg, bucket):
     assert 0 < ds.efficiency.item() <= 1 + 1e-12
     assert ds.time_comm_exposed.item() <= ds.time_comm.item() + 1e-15
     assert ds.throughput.item() == pytest.approx(gpus * batch / ds.step_time.item())
+
+
+def test_mixed_precision_on_slow_fp16_runs_at_the_fp32_rate():
+    # GTX 1080 Ti: fp16 arithmetic at 1/64 of fp32, so libraries compute in fp32
+    fp32 = predict("resnet50", "GTX1080Ti", "10GbE", batch_size=32, compute_efficiency=0.5)
+    mixed = predict("resnet50", "GTX1080Ti", "10GbE", batch_size=32, precision="fp16",
+                    compute_efficiency=0.5)
+    assert mixed.time_forward.item() == pytest.approx(fp32.time_forward.item())
+    assert mixed.peak_flops.item() == pytest.approx(11.34e12)
+    v100 = predict("resnet50", "V100-16GB", "10GbE", batch_size=32, precision="fp16",
+                   compute_efficiency=0.5)
+    assert v100.peak_flops.item() == pytest.approx(125e12)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from ..catalog import PRECISIONS
+from ..catalog import GPU, PRECISIONS
 from ..errors import DlexploreError
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "optimizer_time",
     "normalize_optimizer",
     "normalize_precision",
+    "training_peak_flops",
 ]
 
 #: Default fraction of peak FLOP/s reached by the whole training step, by precision. These are
@@ -77,6 +78,20 @@ def normalize_precision(precision: str) -> str:
 def default_compute_efficiency(precision: str) -> float:
     """The documented default fraction of peak for ``precision`` (see DEFAULT_COMPUTE_EFFICIENCY)."""
     return DEFAULT_COMPUTE_EFFICIENCY[normalize_precision(precision)]
+
+
+def training_peak_flops(gpu: GPU, precision: str) -> float:
+    """Peak FLOP/s the training step can use at ``precision``.
+
+    Mixed precision never runs slower than fp32: where a device's 16-bit arithmetic is slow
+    (GP102, e.g. the GTX 1080 Ti, at 1/64 rate), the libraries compute 16-bit tensors with fp32
+    arithmetic, so the fp32 peak applies.
+    """
+    precision = normalize_precision(precision)
+    peak = gpu.peak_flops(precision)
+    if precision in ("fp16", "bf16"):
+        peak = max(peak, gpu.peak_flops("fp32"))
+    return peak
 
 
 def forward_time(

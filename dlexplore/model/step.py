@@ -46,6 +46,7 @@ from .compute import (
     normalize_optimizer,
     normalize_precision,
     optimizer_time,
+    training_peak_flops,
 )
 from .io import io_time
 from .memory import ACTIVATION_SCALE, DEFAULT_WORKSPACE, bytes_per_param
@@ -324,7 +325,7 @@ def _predict_one(args: dict, numeric: dict, prefetch: bool, workspace: float) ->
     P, B, G = grid["gpus"], grid["batch_size"], grid["gpus_per_node"]
 
     # compute
-    peak = dev.peak_flops(precision)
+    peak = training_peak_flops(dev, precision)
     t_fwd = forward_time(wl.flops_per_sample, B, peak, grid["compute_efficiency"])
     t_bwd = BACKWARD_TO_FORWARD * t_fwd
     t_opt = optimizer_time(wl.params, optimizer, dev.memory_bandwidth_gbs)
