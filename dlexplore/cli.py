@@ -282,9 +282,9 @@ def _emit_frame(frame: pd.DataFrame, args: argparse.Namespace, title: str) -> No
         rows = [{k: _json_value(v) for k, v in r.items()} for r in frame.to_dict("records")]
         text = json.dumps({"title": title, "rows": rows}, indent=2) + "\n"
     else:
-        with pd.option_context("display.max_columns", None, "display.width", 250,
-                               "display.max_colwidth", 60):
-            text = f"# {title}\n" + frame.to_string(index=False) + "\n"
+        # sources are long: the table shows their start, csv/json carry them whole
+        with pd.option_context("display.max_columns", None, "display.width", 250):
+            text = f"# {title}\n" + frame.to_string(index=False, max_colwidth=48) + "\n"
     if args.output:
         with atomic_open(args.output, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)
