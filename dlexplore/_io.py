@@ -44,3 +44,32 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs) -> Iterator[
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
+
+
+def read_text(path: str | os.PathLike, expected: str = "a text file") -> str:
+    """The text of ``path`` decoded as UTF-8 (a byte-order mark, as spreadsheets write, is dropped).
+
+    Every reason it cannot be read becomes an :class:`~dlexplore.errors.InputFileError` naming the
+    file, the line of an undecodable byte, and ``expected`` (what the caller wanted to read).
+    """
+    from .errors import InputFileError
+
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise InputFileError(path, f"no such file (not found); expected {expected}") from None
+    except IsADirectoryError:
+        raise InputFileError(path, f"is a folder; expected {expected}") from None
+    except PermissionError:
+        raise InputFileError(path, "cannot read the file: permission denied") from None
+    except OSError as exc:
+        raise InputFileError(path, f"cannot read the file: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise InputFileError(
+            path,
+            f"byte 0x{data[exc.start]:02x} is not UTF-8 text; expected UTF-8 (save the file as UTF-8)",
+            line=line,
+        ) from None

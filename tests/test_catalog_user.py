@@ -294,7 +294,7 @@ def test_bad_files(tmp_path, name, content, kind, line, expected):
 
 
 def test_missing_file_and_folder(tmp_path):
-    with pytest.raises(InputFileError, match="file not found") as info:
+    with pytest.raises(InputFileError, match="no such file") as info:
         load_file(tmp_path / "nope.csv")
     assert str(tmp_path / "nope.csv") in str(info.value)
     with pytest.raises(InputFileError, match="folder"):

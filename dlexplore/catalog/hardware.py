@@ -21,11 +21,11 @@ import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pandas as pd
 
 from .._data import data_dir
+from .._io import read_text as _read_text
 from ..errors import DlexploreError, InputFileError
 from ._registry import Registry, _key
 from ._types import GPU, Link, StorageTier
@@ -190,26 +190,8 @@ def infer_kind(columns: list[str] | tuple[str, ...]) -> str | None:
 
 
 def read_text(path: str | os.PathLike) -> str:
-    """Return the text of ``path`` decoded as UTF-8 (a byte-order mark is dropped), or raise
-    :class:`InputFileError` saying why it cannot be read (missing, a folder, not UTF-8...)."""
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise InputFileError(path, "file not found: it is missing or the path is wrong") from None
-    except IsADirectoryError:
-        raise InputFileError(path, "is a folder, expected a file") from None
-    except PermissionError:
-        raise InputFileError(path, "cannot read the file: permission denied") from None
-    except OSError as e:
-        raise InputFileError(path, f"cannot read the file: {e.strerror or e}") from None
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        bad = data[e.start : e.start + 1]
-        raise InputFileError(
-            path, f"byte 0x{bad.hex()} is not UTF-8 text; save the file as UTF-8", line=line
-        ) from None
+    """The UTF-8 text of a catalog file, or an :class:`InputFileError` saying why not."""
+    return _read_text(path, "a catalog file (CSV or JSON)")
 
 
 def _records(path: str | os.PathLike, text: str) -> Iterator[tuple[int, list[str]]]:

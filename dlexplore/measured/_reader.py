@@ -18,6 +18,7 @@ from typing import NoReturn
 import numpy as np
 import xarray as xr
 
+from .._io import read_text
 from ..catalog import PRECISIONS
 from ..errors import DlexploreError, InputFileError, suggest
 from ..model.comm import busbw_factor, normalize_collective
@@ -55,7 +56,7 @@ class _Meta:
 def read_table(path: str | Path) -> xr.Dataset:
     """Read the measurement CSV at ``path``; see :mod:`dlexplore.measured` for the format."""
     path = Path(path)
-    text = _decode(path, _read_bytes(path))
+    text = read_text(path, "a measurement CSV")
     lines = [line.rstrip("\r") for line in text.split("\n")]
     meta, header_at = _preamble(path, lines)
     names = _header(path, lines[header_at - 1], header_at)
@@ -67,34 +68,6 @@ def read_table(path: str | Path) -> xr.Dataset:
     columns = _parse_rows(path, rows, names, table, divisors, default_source)
     _check_duplicates(path, rows, columns, table)
     return _dataset(path, meta, table, columns)
-
-
-# --- reading the bytes -----------------------------------------------------------------------
-
-
-def _read_bytes(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise InputFileError(path, "no such file; expected a measurement CSV") from None
-    except IsADirectoryError:
-        raise InputFileError(path, "is a folder; expected a measurement CSV file") from None
-    except OSError as exc:
-        raise InputFileError(path, f"cannot be read ({exc.strerror or exc})") from None
-
-
-def _decode(path: Path, raw: bytes) -> str:
-    try:
-        # utf-8-sig drops the byte-order mark that spreadsheet programs write.
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise InputFileError(
-            path,
-            f"byte 0x{raw[exc.start]:02x} cannot be decoded; expected UTF-8 text "
-            "(save the file as UTF-8 CSV)",
-            line=line,
-        ) from None
 
 
 # --- metadata and header ---------------------------------------------------------------------
