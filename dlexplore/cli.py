@@ -201,6 +201,15 @@ def _fmt(value: object) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+def _write(text: str, output: str | None) -> None:
+    """Write ``text`` to ``output`` atomically, or to standard output."""
+    if output:
+        with atomic_open(output, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+    else:
+        sys.stdout.write(text)
+
+
 def _emit(ds: xr.Dataset, frame: pd.DataFrame, args: argparse.Namespace, title: str) -> None:
     if args.format == "netcdf":
         if not args.output:
@@ -209,11 +218,7 @@ def _emit(ds: xr.Dataset, frame: pd.DataFrame, args: argparse.Namespace, title: 
             ds.to_netcdf(tmp, engine="h5netcdf")
         return
     text = _render(ds, frame, args.format, title)
-    if args.output:
-        with atomic_open(args.output, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-    else:
-        sys.stdout.write(text)
+    _write(text, args.output)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -276,6 +281,8 @@ def _cmd_catalog(args: argparse.Namespace) -> None:
 
 
 def _emit_frame(frame: pd.DataFrame, args: argparse.Namespace, title: str) -> None:
+    if args.format == "netcdf":
+        raise _UsageError("this listing is a table: use --format table, csv or json")
     if args.format == "csv":
         text = frame.to_csv(index=False, lineterminator="\n")
     elif args.format == "json":
@@ -285,11 +292,7 @@ def _emit_frame(frame: pd.DataFrame, args: argparse.Namespace, title: str) -> No
         # sources are long: the table shows their start, csv/json carry them whole
         with pd.option_context("display.max_columns", None, "display.width", 250):
             text = f"# {title}\n" + frame.to_string(index=False, max_colwidth=48) + "\n"
-    if args.output:
-        with atomic_open(args.output, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-    else:
-        sys.stdout.write(text)
+    _write(text, args.output)
 
 
 def _cmd_measured(args: argparse.Namespace) -> None:
@@ -304,12 +307,6 @@ def _cmd_measured(args: argparse.Namespace) -> None:
         raise _UsageError("measured show needs a dataset NAME (see: dlexplore measured list)")
     ds = measured.load(args.name)
     frame = ds.reset_coords().to_dataframe().reset_index(drop=True)
-    if args.format == "netcdf":
-        if not args.output:
-            raise _UsageError("--format netcdf writes a binary file: give -o FILE.nc")
-        with atomic_path(args.output) as tmp:
-            ds.to_netcdf(tmp, engine="h5netcdf")
-        return
     title = f"measured: {ds.attrs.get('title', args.name)}"
     if args.format == "table":
         header = f"# source: {ds.attrs.get('source', '')}\n"
@@ -317,11 +314,7 @@ def _cmd_measured(args: argparse.Namespace) -> None:
             header += f"# setup: {ds.attrs['setup']}\n"
         with pd.option_context("display.max_columns", None, "display.width", 250):
             text = f"# {title}\n" + header + frame.to_string(index=False) + "\n"
-        if args.output:
-            with atomic_open(args.output, "w", encoding="utf-8", newline="") as handle:
-                handle.write(text)
-        else:
-            sys.stdout.write(text)
+        _write(text, args.output)
         return
     _emit(ds, frame, args, title)
 
