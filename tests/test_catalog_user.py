@@ -123,6 +123,8 @@ def test_user_entry_overrides_bundled_and_is_restored(tmp_path):
         assert gpu("V100-16GB").fp32_tflops == 14
         assert gpu("V100-16GB").source == "our clocks 2024"
         assert len(GPUS) == n  # replaced, not added
+        # an override that names no aliases keeps the bundled ones
+        assert gpu("V100-SXM2-16GB").fp32_tflops == 14
     assert gpu("V100-16GB") is bundled
     assert gpu("V100-SXM2-16GB") is bundled  # the bundled aliases are back too
 

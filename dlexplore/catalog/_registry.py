@@ -35,6 +35,11 @@ class Registry(Generic[T]):
     def add(self, entry: T, *, replace: bool = False) -> T:
         """Add ``entry``; a clash with an existing name or alias is an error unless ``replace``."""
         name = entry.name  # type: ignore[attr-defined]
+        previous = self._entries.get(_key(name)) if replace else None
+        if previous is not None and not getattr(entry, "aliases", ()):
+            # A user's override that names no aliases keeps the bundled ones, so that
+            # "V100-SXM2-16GB" still finds the user's "V100-16GB".
+            entry = dataclasses.replace(entry, aliases=previous.aliases)  # type: ignore[type-var]
         keys = [_key(name), *(_key(a) for a in getattr(entry, "aliases", ()))]
         if not replace:
             for k in keys:
