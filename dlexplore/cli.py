@@ -102,6 +102,19 @@ def _numbers(integer: bool = False) -> Callable[[str], list]:
     return parse
 
 
+def _split_workloads(text: str) -> list[str]:
+    """Like :func:`_split`, but a spec such as ``transformer:24,1024,16,512,50257`` keeps its
+    comma-separated arguments: a number or ``key=value`` after a spec belongs to that spec."""
+    out: list[str] = []
+    for item in _split(text):
+        spec_argument = re.fullmatch(r"[0-9.eE+-]+|\w+=.*", item) is not None
+        if out and ":" in out[-1] and spec_argument:
+            out[-1] += "," + item
+        else:
+            out.append(item)
+    return out
+
+
 def parse_bytes(text: str) -> float:
     """``"25MiB"`` -> 26214400.0; ``"1e8"`` -> 1e8; ``"inf"`` -> inf (bytes)."""
     match = re.fullmatch(r"\s*([0-9.eE+-]+|inf)\s*([a-zA-Z]*)\s*", text)
@@ -343,7 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("predict", help="predict step time, throughput, memory of a configuration",
                        description="Predict data-parallel training. Comma-separated values sweep "
                        "a parameter; every option given becomes a column.")
-    p.add_argument("--workload", type=_split, help="workload id(s), e.g. resnet50")
+    p.add_argument("--workload", type=_split_workloads,
+                   help="workload id(s), e.g. resnet50, or transformer:LAYERS,HIDDEN,HEADS,SEQ,VOCAB")
     p.add_argument("--gpu", type=_split, help="GPU id(s), e.g. P100")
     p.add_argument("--network", type=_split,
                    help="network id(s), e.g. 25GbE (default 100GbE)")

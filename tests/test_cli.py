@@ -157,3 +157,10 @@ def test_user_catalog_file_on_the_command_line(tmp_path):
     frame = pd.read_csv(io.StringIO(out.stdout))
     assert set(frame.gpu) == {"lab-gpu"}
     assert frame.mem_capacity.iloc[0] == 48 * 2**30
+
+
+def test_transformer_spec_keeps_its_commas():
+    out = cli("predict", "--workload", "transformer:2,64,4,32,1000,resnet50", "--format", "csv")
+    assert out.returncode == 0, out.stderr
+    frame = pd.read_csv(io.StringIO(out.stdout))
+    assert frame.workload.tolist() == ["transformer:2,64,4,32,1000", "resnet50"]
