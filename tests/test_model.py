@@ -73,6 +73,27 @@ def test_step_by_hand():
     assert ds.n_buckets.item() == 2
 
 
+def test_bucket_schedule_by_hand():
+    ds = run(buckets=True, gpus=[1, 4])
+    t_fwd, t_bwd = 8e-3, 16e-3
+    c1 = 6 * A + 1.5 * 1.2e7 * B
+    c2 = 6 * A + 1.5 * 4e6 * B
+    four = ds.sel(gpus=4)
+    np.testing.assert_allclose(four.bucket_bytes, [1.2e7, 4e6])
+    np.testing.assert_allclose(four.bucket_ready, [t_fwd + 0.75 * t_bwd, t_fwd + t_bwd])
+    np.testing.assert_allclose(four.bucket_start, [t_fwd + 0.75 * t_bwd, t_fwd + t_bwd])
+    np.testing.assert_allclose(four.bucket_time, [c1, c2])
+    np.testing.assert_allclose(four.bucket_end, [t_fwd + 0.75 * t_bwd + c1, t_fwd + t_bwd + c2])
+    np.testing.assert_allclose(four.bucket_algbw, [1.2e7 / c1 / 1e9, 4e6 / c2 / 1e9])
+    np.testing.assert_allclose(four.bucket_busbw, [1.5 * 1.2e7 / c1 / 1e9, 1.5 * 4e6 / c2 / 1e9])
+    # one GPU: nothing is sent, so no bandwidth to speak of
+    one = ds.sel(gpus=1)
+    np.testing.assert_array_equal(one.bucket_time, [0.0, 0.0])
+    assert np.isnan(one.bucket_busbw).all()
+    assert ds.bucket_end.attrs["units"] == "s" and ds.bucket_busbw.attrs["units"] == "GB/s"
+    assert "bucket_time" not in run()
+
+
 def test_one_bucket_and_no_overlap():
     fused = run(bucket_size=math.inf)
     assert fused.time_comm_exposed.item() == pytest.approx(6 * A + 1.5 * 1.6e7 * B)

@@ -55,6 +55,15 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "efficiency": ("1", "scaling efficiency against one GPU"),
     "comm_bytes": ("bytes", "gradient bytes allreduced per GPU per step"),
     "n_buckets": ("count", "gradient buckets (collectives) per step"),
+    # gradient buckets (predict(..., buckets=True))
+    "bucket": ("1", "gradient bucket, in the order the backward pass fills them"),
+    "bucket_bytes": ("bytes", "gradient bytes in the bucket"),
+    "bucket_ready": ("s", "time from the step start when the bucket's last gradient is ready"),
+    "bucket_start": ("s", "time from the step start when the bucket's allreduce starts"),
+    "bucket_end": ("s", "time from the step start when the bucket's allreduce ends"),
+    "bucket_time": ("s", "allreduce time of the bucket"),
+    "bucket_algbw": ("GB/s", "algorithm bandwidth of the bucket's allreduce"),
+    "bucket_busbw": ("GB/s", "bus bandwidth of the bucket's allreduce (x 2(p-1)/p)"),
     # memory
     "mem_params": ("bytes", "parameter memory per GPU"),
     "mem_grads": ("bytes", "gradient memory per GPU"),

@@ -201,6 +201,7 @@ def predict(
     io_threads: int | Sequence[int] = 4,
     prefetch: bool = True,
     workspace: float = DEFAULT_WORKSPACE,
+    buckets: bool = False,
 ) -> xr.Dataset:
     """Predict step time, throughput, scaling efficiency and memory of data-parallel training.
 
@@ -235,6 +236,11 @@ def predict(
         1 lets communication overlap the backward pass as the bucket schedule allows; 0 serialises it.
     prefetch:
         Whether the next batch is read while the current one computes.
+    buckets:
+        Also return the schedule of every gradient bucket's allreduce on a ``bucket`` dimension
+        (bucket 0 is the first one the backward pass fills): ``bucket_bytes``,
+        ``bucket_ready``, ``bucket_start``, ``bucket_end`` (s from the start of the step),
+        ``bucket_time`` (s), ``bucket_algbw`` and ``bucket_busbw`` (GB/s).
 
     Returns
     -------
@@ -269,10 +275,37 @@ def predict(
     pieces = []
     for combo in itertools.product(*(list(args[name]) for name in swept)):
         one = dict(args, **dict(zip(swept, combo, strict=True)))
-        pieces.append(_predict_one(one, numeric, bool(prefetch), float(workspace)))
+        pieces.append(_predict_one(one, numeric, bool(prefetch), float(workspace), bool(buckets)))
     ds = _combine(pieces, swept, [[_label(v) for v in args[name]] for name in swept])
     title = "data-parallel training step"
     return finish_dataset(ds, title=title)
+
+
+def _bucket_schedule(grid: _Grid, nbytes: np.ndarray, schedule: dict[str, list],
+                     ranks: np.ndarray) -> dict[str, xr.DataArray]:
+    """Per-bucket variables over every sweep dimension plus ``bucket`` (last)."""
+    dims = [*grid.dims, "bucket"]
+    coords = {**{d: grid.coords[d] for d in grid.dims}, "bucket": np.arange(len(nbytes))}
+
+    def stack(values: list) -> np.ndarray:
+        return np.stack([np.broadcast_to(v, grid.shape) for v in values], axis=-1)
+
+    start, time = stack(schedule["bucket_start"]), stack(schedule["bucket_time"])
+    size = np.broadcast_to(nbytes, time.shape)
+    p = np.broadcast_to(np.asarray(ranks, dtype=float), grid.shape)[..., np.newaxis]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        algbw = np.where(time > 0, size / time / 1e9, np.nan)
+        factor = np.where(p > 1, 2.0 * (p - 1.0) / p, np.nan)
+    out = {
+        "bucket_bytes": size,
+        "bucket_ready": stack(schedule["bucket_ready"]),
+        "bucket_start": start,
+        "bucket_end": start + time,
+        "bucket_time": time,
+        "bucket_algbw": algbw,
+        "bucket_busbw": algbw * factor,
+    }
+    return {name: xr.DataArray(value, dims=dims, coords=coords) for name, value in out.items()}
 
 
 def _label(value: object) -> object:
@@ -295,7 +328,9 @@ def _combine(pieces: list[xr.Dataset], dims: list[str], labels: list[list]) -> x
     return out
 
 
-def _predict_one(args: dict, numeric: dict, prefetch: bool, workspace: float) -> xr.Dataset:
+def _predict_one(
+    args: dict, numeric: dict, prefetch: bool, workspace: float, detail: bool = False
+) -> xr.Dataset:
     wl = catalog.workload(args["workload"])
     dev = catalog.gpu(args["gpu"])
     precision = normalize_precision(args["precision"])
@@ -334,6 +369,7 @@ def _predict_one(args: dict, numeric: dict, prefetch: bool, workspace: float) ->
     # communication: one allreduce per bucket, serialised on one stream, overlapping backward
     per_param = bytes_per_param(precision, optimizer)
     buckets = gradient_buckets(wl, per_param["grads"], bucket_size)
+    schedule: dict[str, list] = {"bucket_ready": [], "bucket_start": [], "bucket_time": []}
     one_node = P <= G
     if algorithm == "hierarchical":
         bw, lat = grid["bandwidth"], grid["latency"]
@@ -351,7 +387,12 @@ def _predict_one(args: dict, numeric: dict, prefetch: bool, workspace: float) ->
         )
         c = np.where(multi, c, 0.0)
         t_comm = t_comm + c
-        end = np.maximum(t_fwd + ready_frac * t_bwd, end) + c
+        ready_at = t_fwd + ready_frac * t_bwd
+        if detail:
+            schedule["bucket_ready"].append(ready_at)
+            schedule["bucket_start"].append(np.maximum(ready_at, end))
+            schedule["bucket_time"].append(c)
+        end = np.maximum(ready_at, end) + c
     hidden_limit = np.maximum(end - (t_fwd + t_bwd), 0.0)
     ov = grid["overlap"]
     t_comm_exposed = ov * hidden_limit + (1.0 - ov) * t_comm
@@ -400,6 +441,8 @@ def _predict_one(args: dict, numeric: dict, prefetch: bool, workspace: float) ->
         "fits": mem_total <= dev.memory_bytes,
     }
     ds = xr.Dataset({name: grid.wrap(value) for name, value in data.items()})
+    if detail:
+        ds = ds.assign(_bucket_schedule(grid, buckets.nbytes, schedule, P))
     scalar_coords = {
         name: float(values[name]) if name not in _INTEGER_PARAMETERS else int(values[name])
         for name in NUMERIC_PARAMETERS
