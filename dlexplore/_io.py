@@ -27,6 +27,10 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         raise DlexploreError(f"{target}: the folder {folder} does not exist")
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
     os.close(fd)
+    # mkstemp makes the file private (0600); give it the mode a plain open() would have.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     tmp_path = Path(tmp)
     try:
         yield tmp_path

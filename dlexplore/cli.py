@@ -332,8 +332,84 @@ def _cmd_measured(args: argparse.Namespace) -> None:
     _emit(ds, frame, args, title)
 
 
+def _explorer_args(args: argparse.Namespace) -> dict[str, object]:
+    """The Explorer's starting configuration from the options, checked here so that a typo is one
+    line on the terminal rather than an error page in the browser."""
+    from . import catalog, measured
+    from .model.comm import normalize_algorithm
+    from .model.compute import normalize_precision
+
+    config: dict[str, object] = {
+        "workload": catalog.workload(args.workload).name if ":" not in args.workload else args.workload,
+        "gpu": catalog.gpu(args.gpu).name,
+        "network": catalog.network(args.network).name,
+        "intra_link": catalog.network(args.intra_link).name,
+        "algorithm": normalize_algorithm(args.algorithm),
+        "precision": normalize_precision(args.precision),
+        "gpus": args.gpus,
+        "batch_size": args.batch_size,
+        "gpus_per_node": args.gpus_per_node,
+    }
+    if ":" in args.workload:
+        catalog.workload(args.workload)
+    for name in ("gpus", "batch_size", "gpus_per_node"):
+        if config[name] < 1:
+            raise _UsageError(f"--{name.replace('_', '-')} must be >= 1, got {config[name]}")
+    names = []
+    for item in args.measured:
+        path = os.path.abspath(item)
+        ds = measured.load(path if os.path.exists(path) else item)
+        if "throughput" not in ds:
+            raise _UsageError(f"--measured {item}: the dataset has no throughput to overlay "
+                              f"(it has {', '.join(sorted(ds.data_vars))})")
+        names.append(path if os.path.exists(path) else item)
+    if names:
+        config["measured"] = names
+    return config
+
+
+def _cmd_explore(args: argparse.Namespace) -> None:
+    from .serve import serve_explorer
+
+    status = serve_explorer(_explorer_args(args), port=args.port, open_browser=not args.no_browser,
+                            catalogs=args.catalog)
+    if status not in (0, -2, 130):
+        raise DlexploreError(f"the Voila server stopped with status {status} (see its messages above)")
+
+
+def _cmd_report(args: argparse.Namespace) -> None:
+    from . import measured
+    from .report import write_report
+
+    config = _explorer_args(args)
+    shown = config.pop("measured", [None])
+    if len(shown) > 1:
+        raise _UsageError("report overlays one measured dataset: give --measured once")
+    data = measured.load(shown[0]) if shown[0] is not None else None
+    from .plots import GPU_COUNTS
+
+    if config["gpus"] not in GPU_COUNTS:
+        raise _UsageError(f"--gpus must be a power of two from 1 to 1024 in the report, got {config['gpus']}")
+    write_report(args.output, measured_data=data, title=args.title, **config)
+    print(f"dlexplore: wrote {args.output}", file=sys.stderr)
+
+
 # ---------------------------------------------------------------------------------------------
 # parser
+
+
+def _add_explorer_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workload", default="resnet50", help="workload id (default resnet50)")
+    parser.add_argument("--gpu", default="V100-16GB", help="GPU id (default V100-16GB)")
+    parser.add_argument("--network", default="25GbE", help="network id (default 25GbE)")
+    parser.add_argument("--gpus", type=int, default=8, help="GPUs selected at start (default 8)")
+    parser.add_argument("--batch-size", type=int, default=64, help="batch per GPU (default 64)")
+    parser.add_argument("--gpus-per-node", type=int, default=1, help="GPUs per node (default 1)")
+    parser.add_argument("--intra-link", default="PCIe3", help="intra-node link (default PCIe3)")
+    parser.add_argument("--algorithm", default="ring", help="allreduce algorithm (default ring)")
+    parser.add_argument("--precision", default="fp32", help="fp32, tf32, fp16, bf16")
+    parser.add_argument("--measured", action="append", default=[], metavar="NAME_OR_CSV",
+                        help="measured dataset to overlay (bundled name or CSV file); repeatable")
 
 
 def _add_output(parser: argparse.ArgumentParser, formats: Sequence[str] = FORMATS) -> None:
@@ -427,6 +503,25 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("name", nargs="?", help="dataset name (for show) or a CSV file")
     _add_output(m)
     m.set_defaults(func=_cmd_measured)
+
+    e = sub.add_parser("explore", help="serve the interactive explorer (Voila) on 127.0.0.1",
+                       description="Serve the explorer as a Voila dashboard on 127.0.0.1 with the "
+                       "bundled data; options set its starting configuration. Needs the 'explore' "
+                       "extra. The same explorer runs in JupyterLab: "
+                       "from dlexplore.widgets import Explorer; Explorer().")
+    e.add_argument("--port", type=int, default=8866, help="port (default 8866)")
+    e.add_argument("--no-browser", action="store_true", help="do not open a web browser")
+    _add_explorer_options(e)
+    e.set_defaults(func=_cmd_explore)
+
+    r = sub.add_parser("report", help="write the explorer's plots as one standalone HTML page",
+                       description="Write the explorer's plots for one configuration to a "
+                       "standalone HTML page (BokehJS inlined: it opens without a network).")
+    _add_explorer_options(r)
+    r.add_argument("--title", help="page title")
+    r.add_argument("-o", "--output", required=True, metavar="FILE.html",
+                   help="the page to write (atomically)")
+    r.set_defaults(func=_cmd_report)
     return parser
 
 

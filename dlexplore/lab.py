@@ -1,0 +1,483 @@
+"""Exercises of the classroom lab (``notebooks/classroom-lab.ipynb``) and their checkers.
+
+A student writes an answer in the notebook and runs a check cell::
+
+    from dlexplore import lab
+    answer_1 = 178.9            # MB
+    lab.check(1, answer_1)      # -> "Exercise 1 (ring-bytes): correct ..."
+
+:func:`check` never raises for a bad answer, so the notebook runs headless with every answer still
+``None``: it says "not answered yet" for ``None``, "correct" within the exercise's tolerance, and
+otherwise "not yet" with a hint (a specific one when the answer matches a common mistake).
+:func:`solution` gives teachers the worked answer. :data:`EXERCISES` lists the exercises with their
+units and tolerance.
+
+The expected values are worked out here from the published formulas (written out in each solver),
+with the hardware and workload figures read from the catalog; they do not call the model that the
+lab teaches, so a bug in :mod:`dlexplore.model` cannot make a wrong answer look right. The tests
+cross-check them against :func:`dlexplore.predict` and :func:`dlexplore.model.collective_time`.
+
+Formulas (alpha-beta model; Thakur, Rabenseifner & Gropp 2005; Patarasuk & Yuan 2009): ``p`` ranks,
+``n`` bytes, ``alpha`` s per message, ``B`` bytes/s per link and direction, ``L = ceil(log2 p)``:
+
+- ring allreduce: each rank sends ``2(p-1)/p n`` bytes; time ``2(p-1) alpha + 2(p-1)/p n / B``;
+- binomial-tree allreduce (reduce, then broadcast): time ``2L alpha + 2L n / B``;
+- nccl-tests bus bandwidth of an allreduce: ``busbw = algbw x 2(p-1)/p``, ``algbw = n / time``;
+- weak scaling with a fixed batch per GPU: speedup ``S = p t_1 / t_p``, efficiency ``E = S / p``;
+- memory per GPU: ``M(b) = P (w + g + o) + W + a b``; the largest batch is
+  ``floor((C - P (w + g + o) - W) / a)`` for capacity ``C``.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import numbers
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from . import catalog
+
+__all__ = ["Exercise", "CheckResult", "Solution", "EXERCISES", "check", "solution"]
+
+Answer = float | int | str | tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One exercise: ``number`` (1, 2, ...) and ``id`` both select it in :func:`check`.
+
+    ``tolerance`` is relative (0.01 = 1%) for numbers; 0 means the exact value (whole numbers,
+    named choices). ``answer_form`` says what the answer cell expects, ``units`` its units ("" for
+    a name or a pair whose form names them), ``parts`` the names of a pair's components.
+    """
+
+    number: int
+    id: str
+    title: str
+    question: str
+    units: str
+    tolerance: float
+    answer_form: str
+    parts: tuple[str, ...] = ()
+
+    @property
+    def expects(self) -> str:
+        """What to write in the answer cell, e.g. "a number, in ms"."""
+        return self.answer_form + (f", in {self.units}" if self.units else "")
+
+
+@dataclass(frozen=True)
+class Solution:
+    """The worked answer of an exercise: ``value`` in ``units``, and the working as text."""
+
+    exercise: Exercise
+    value: Answer
+    working: str
+    # Answers a student is likely to reach by a known slip, each with the hint that explains it.
+    mistakes: tuple[tuple[Answer, str], ...] = field(default=(), repr=False)
+
+    def __str__(self) -> str:
+        value = f"{_show(self.value)} {self.exercise.units}".rstrip()
+        return f"Exercise {self.exercise.number} ({self.exercise.id}): {value}\n{self.working}"
+
+    def _repr_pretty_(self, p, cycle: bool) -> None:  # IPython plain-text display
+        p.text(str(self))
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The verdict on one answer. ``status`` is ``"correct"``, ``"wrong"`` or ``"unanswered"``;
+    ``correct`` is True only for a right answer. Displays itself as a short message (HTML in
+    Jupyter, text elsewhere)."""
+
+    exercise: Exercise
+    status: str
+    message: str
+    hint: str = ""
+
+    @property
+    def correct(self) -> bool:
+        return self.status == "correct"
+
+    @property
+    def answered(self) -> bool:
+        return self.status != "unanswered"
+
+    def __str__(self) -> str:
+        head = f"Exercise {self.exercise.number} ({self.exercise.id}): {self.message}"
+        return head + (f"\nHint: {self.hint}" if self.hint else "")
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        colour = {"correct": "#1b7f3b", "wrong": "#b3261e"}.get(self.status, "#5f6368")
+        mark = {"correct": "&#10004;", "wrong": "&#10008;"}.get(self.status, "&#8230;")
+        body = f"<b>{mark} Exercise {self.exercise.number}</b>: {html.escape(self.message)}"
+        if self.hint:
+            body += f"<br><i>Hint:</i> {html.escape(self.hint)}"
+        return f'<div style="border-left: 4px solid {colour}; padding: 4px 8px;">{body}</div>'
+
+
+# --- the exercises --------------------------------------------------------------------------
+
+_P_RING = 8  # GPUs in exercises 1 and 2
+_MB = 1e6  # bytes per MB
+_T1, _T16 = 0.250, 0.290  # s per step in exercise 3 (64 images per GPU on 1 and on 16 GPUs)
+_BUSBW_H100 = 370.0  # GB/s, nccl-tests issue 212 (ring allreduce on 8 H100)
+_WORKSPACE = 2**30  # bytes: dlexplore's allowance for CUDA context and library workspaces
+_FP32_ADAM_BYTES = 4 + 4 + 8  # bytes per parameter: weights, gradients, two Adam moments
+
+
+def _ring_bytes() -> Solution:
+    p = _P_RING
+    params = catalog.workload("resnet50").params
+    n = params * 4  # fp32 gradients, bytes
+    sent = 2 * (p - 1) / p * n  # reduce-scatter (p-1)/p n, then allgather (p-1)/p n
+    working = (
+        f"n = {params:,} parameters x 4 bytes = {n:,} bytes of fp32 gradients.\n"
+        f"Ring allreduce: p-1 reduce-scatter steps and p-1 allgather steps, each sending n/p bytes,\n"
+        f"so each GPU sends 2(p-1)/p n = 2 x {p - 1}/{p} x {n:,} = {sent:,.0f} bytes "
+        f"= {sent / _MB:.3f} MB."
+    )
+    return Solution(EXERCISES["ring-bytes"], sent / _MB, working, (
+        (n / _MB, "that is the whole gradient buffer n; in a ring each GPU sends 2(p-1)/p of it."),
+        ((p - 1) / p * n / _MB, "that is one phase only: the allgather sends as much again as the "
+                                "reduce-scatter."),
+        (2 * n / _MB, "the factor is 2(p-1)/p, not 2: each of the 2(p-1) steps sends n/p bytes."),
+        (2 * (p - 1) * n / _MB, "each of the 2(p-1) steps sends one chunk of n/p bytes, not n."),
+        (sent / 2**20, "MB here is 10^6 bytes, not MiB (2^20 bytes)."),
+        (params * 2 * (p - 1) / p / _MB, "gradients are fp32: 4 bytes per parameter."),
+    ))
+
+
+def _ring_time() -> Solution:
+    p = _P_RING
+    link = catalog.network("25GbE")
+    n = catalog.workload("resnet50").params * 4
+    bw = link.bandwidth_gbs * 1e9  # bytes/s
+    alpha = link.latency_s
+    latency_term = 2 * (p - 1) * alpha
+    bandwidth_term = 2 * (p - 1) / p * n / bw
+    t = latency_term + bandwidth_term
+    working = (
+        f"25GbE: B = 25 Gbit/s / 8 = {link.bandwidth_gbs} GB/s, alpha = {alpha * 1e6:g} us.\n"
+        f"T = 2(p-1) alpha + 2(p-1)/p n / B = {2 * (p - 1)} x {alpha * 1e6:g} us + "
+        f"{2 * (p - 1) / p * n:,.0f} B / {bw:.4g} B/s\n"
+        f"  = {latency_term * 1e3:.3f} ms + {bandwidth_term * 1e3:.3f} ms = {t * 1e3:.2f} ms."
+    )
+    wrong_bw = latency_term + 2 * (p - 1) / p * n / 25e9
+    return Solution(EXERCISES["ring-time-25gbe"], t * 1e3, working, (
+        (wrong_bw * 1e3, "25GbE carries 25 Gbit/s, i.e. 25/8 = 3.125 GB/s (bytes!)."),
+        ((latency_term + n / bw) * 1e3, "the bytes on the wire per GPU are 2(p-1)/p n, not n."),
+        ((latency_term + (p - 1) / p * n / bw) * 1e3, "count both phases: reduce-scatter and allgather."),
+    ))
+
+
+def _scaling() -> Solution:
+    p = 16
+    speedup = p * _T1 / _T16
+    efficiency = speedup / p
+    working = (
+        f"Weak scaling: each of the p = {p} GPUs still processes 64 images per step, so one step\n"
+        f"does p times the work. Throughput ratio: S = p t_1 / t_p = {p} x {_T1} / {_T16} "
+        f"= {speedup:.2f}; efficiency E = S / p = t_1 / t_p = {efficiency:.3f}."
+    )
+    return Solution(EXERCISES["scaling"], (speedup, efficiency), working, (
+        ((_T1 / _T16, efficiency), "the 16 GPUs process 16 times the images per step: "
+                                   "S = p t_1 / t_p."),
+        ((speedup, 100 * efficiency), "give the efficiency as a fraction (0..1), not in %."),
+        ((_T16 / _T1, _T1 / _T16), "speedup is old time per image / new time per image: "
+                                   "S = p t_1 / t_p."),
+    ))
+
+
+def _bert_batch() -> Solution:
+    wl = catalog.workload("bert-large")
+    dev = catalog.gpu("V100-16GB")
+    capacity = dev.memory_bytes
+    static = wl.params * _FP32_ADAM_BYTES + _WORKSPACE
+    per_sample = wl.activation_bytes_per_sample
+    batch = math.floor((capacity - static) / per_sample)
+    working = (
+        f"C = {capacity:,.0f} bytes (16 GiB). Static memory: P (4 + 4 + 8) + W = "
+        f"{wl.params:,} x 16 + {_WORKSPACE:,} = {static:,.0f} bytes.\n"
+        f"Activations a = {per_sample:,.0f} bytes per 512-token sequence (fp32).\n"
+        f"b_max = floor((C - static) / a) = floor({capacity - static:,.0f} / {per_sample:,.0f}) "
+        f"= floor({(capacity - static) / per_sample:.2f}) = {batch}."
+    )
+    no_adam = math.floor((capacity - wl.params * 8 - _WORKSPACE) / per_sample)
+    decimal_gb = math.floor((16e9 - static) / per_sample)
+    half_act = math.floor((capacity - static) / (per_sample / 2))
+    mistakes = [
+        (no_adam, "count Adam's two moments: 8 bytes per parameter on top of weights and gradients."),
+        (half_act, "the run is fp32: activations are 4-byte values (do not halve them)."),
+        (decimal_gb, "a 16 GB GPU has 16 GiB = 16 x 2^30 bytes."),
+        (batch + 1, f"a batch of {batch + 1} does not fit: round down."),
+    ]
+    return Solution(EXERCISES["bert-batch"], batch, working,
+                    tuple((v, h) for v, h in mistakes if v != batch))
+
+
+def _tree_ring_times(n: float, p: int) -> tuple[float, float]:
+    link = catalog.network("IB-EDR")
+    alpha, beta = link.latency_s, 1.0 / (link.bandwidth_gbs * 1e9)
+    lg = math.ceil(math.log2(p))
+    ring = 2 * (p - 1) * alpha + 2 * (p - 1) / p * n * beta
+    tree = 2 * lg * (alpha + n * beta)  # binomial reduce then broadcast, lg p rounds each
+    return ring, tree
+
+
+def _small_message() -> Solution:
+    n, p = 4096, 64
+    ring, tree = _tree_ring_times(n, p)
+    best = "tree" if tree < ring else "ring"
+    working = (
+        f"IB-EDR: alpha = {catalog.network('IB-EDR').latency_s * 1e6:g} us, B = 12.5 GB/s; "
+        f"n = 4 KiB = {n} bytes, p = {p}, lg p = 6.\n"
+        f"ring: 2(p-1) alpha + 2(p-1)/p n / B = {ring * 1e6:.1f} us;\n"
+        f"tree: 2 lg p (alpha + n / B) = {tree * 1e6:.1f} us.\n"
+        f"Small messages are latency-bound: ring pays 2(p-1) = 126 latencies, tree 2 lg p = 12. "
+        f"-> {best}."
+    )
+    other = "ring" if best == "tree" else "tree"
+    return Solution(EXERCISES["small-message"], best, working, (
+        (other, "for small messages the latency term dominates: ring pays 2(p-1) alpha, "
+                "tree 2 lg p alpha."),
+    ))
+
+
+def _crossover() -> Solution:
+    p = 64
+    link = catalog.network("IB-EDR")
+    alpha, beta = link.latency_s, 1.0 / (link.bandwidth_gbs * 1e9)
+    lg = math.ceil(math.log2(p))
+    # 2(p-1) a + 2(p-1)/p n b = 2 L a + 2 L n b  =>  n = (p - 1 - L) a / ((L - (p-1)/p) b)
+    n = (p - 1 - lg) * alpha / ((lg - (p - 1) / p) * beta)
+    working = (
+        "Set ring = tree: 2(p-1) alpha + 2(p-1)/p n beta = 2 lg p alpha + 2 lg p n beta\n"
+        "=> n* = (p - 1 - lg p) alpha / ((lg p - (p-1)/p) beta)\n"
+        f"   = ({p - 1} - {lg}) x {alpha:g} s / (({lg} - {p - 1}/{p}) x {beta:g} s/B) = {n:,.0f} bytes "
+        f"({n / 1024:.1f} KiB). Below it tree wins, above it ring."
+    )
+    return Solution(EXERCISES["crossover"], n, working, (
+        ((p - 1 - lg) * alpha / (lg * beta), "keep the ring's bandwidth term 2(p-1)/p n beta on the "
+                                             "ring side."),
+    ))
+
+
+def _algbw() -> Solution:
+    p = 8
+    factor = 2 * (p - 1) / p
+    value = _BUSBW_H100 / factor
+    working = (
+        f"nccl-tests: busbw = algbw x 2(p-1)/p, so algbw = busbw / (2(p-1)/p) = {_BUSBW_H100:g} / "
+        f"(2 x {p - 1}/{p}) = {_BUSBW_H100:g} / {factor} = {value:.1f} GB/s.\n"
+        f"(A 1 GB allreduce then takes 1e9 B / {value:.1f}e9 B/s = {1e3 / value:.2f} ms.)"
+    )
+    return Solution(EXERCISES["algbw"], value, working, (
+        (_BUSBW_H100 * factor, "busbw = algbw x 2(p-1)/p, so divide by the factor."),
+        (_BUSBW_H100 / 2, "the factor is 2(p-1)/p = 1.75 for p = 8, not 2."),
+        (_BUSBW_H100, "busbw and algbw differ by the factor 2(p-1)/p for an allreduce."),
+    ))
+
+
+EXERCISES: dict[str, Exercise] = {
+    e.id: e
+    for e in (
+        Exercise(1, "ring-bytes", "Bytes sent by a ring allreduce",
+                 "How many bytes does each GPU send when 8 GPUs ring-allreduce ResNet-50's fp32 "
+                 "gradients?", "MB (1e6 bytes)", 0.01, "a number"),
+        Exercise(2, "ring-time-25gbe", "Time of the allreduce over 25GbE",
+                 "How long does that allreduce take over 25GbE in the alpha-beta model?",
+                 "ms", 0.02, "a number"),
+        Exercise(3, "scaling", "Speedup and efficiency",
+                 "A step takes 0.250 s on 1 GPU and 0.290 s on 16 GPUs (64 images per GPU both "
+                 "times). Speedup and efficiency at 16 GPUs?",
+                 "", 0.01, "a pair (speedup in x, efficiency as a fraction 0..1)",
+                 ("speedup", "efficiency")),
+        Exercise(4, "bert-batch", "Largest batch that fits",
+                 "Largest per-GPU batch of BERT-large (512-token sequences) on a V100-16GB with Adam "
+                 "in fp32?", "sequences", 0.0, "a whole number"),
+        Exercise(5, "small-message", "Ring or tree for a small message",
+                 "Which allreduce is faster for a 4 KiB message on 64 ranks over IB-EDR: ring or "
+                 "tree?", "", 0.0, "the name 'ring' or 'tree'"),
+        Exercise(6, "crossover", "Crossover message size",
+                 "Above which message size does ring beat tree on 64 ranks over IB-EDR?",
+                 "bytes", 0.02, "a number"),
+        Exercise(7, "algbw", "Bus bandwidth to algorithm bandwidth",
+                 "nccl-tests reports busbw 370 GB/s for a ring allreduce on 8 H100. What is the "
+                 "algbw?", "GB/s", 0.01, "a number"),
+    )
+}
+
+_SOLVERS: dict[str, Callable[[], Solution]] = {
+    "ring-bytes": _ring_bytes,
+    "ring-time-25gbe": _ring_time,
+    "scaling": _scaling,
+    "bert-batch": _bert_batch,
+    "small-message": _small_message,
+    "crossover": _crossover,
+    "algbw": _algbw,
+}
+
+_HINTS = {
+    "ring-bytes": "a ring allreduce has 2(p-1) steps; in each, every GPU sends one chunk of n/p bytes.",
+    "ring-time-25gbe": "T = 2(p-1) alpha + 2(p-1)/p n / B, with B in bytes/s and alpha in s.",
+    "scaling": "weak scaling: S = p t_1 / t_p and E = S / p.",
+    "bert-batch": "memory = params x (4 + 4 + 8) + 1 GiB workspace + activations per sequence x "
+                  "batch; solve for the batch and round down.",
+    "small-message": "compare 2(p-1) alpha + 2(p-1)/p n beta with 2 lg p (alpha + n beta).",
+    "crossover": "set the ring and tree times equal and solve for n.",
+    "algbw": "nccl-tests: busbw = algbw x 2(p-1)/p for an allreduce.",
+}
+
+_CHOICE_ALIASES = {"binomial": "tree", "binomial tree": "tree", "binomial-tree": "tree",
+                   "ring allreduce": "ring", "tree allreduce": "tree"}
+
+
+def _exercise(exercise_id: int | str) -> Exercise:
+    if isinstance(exercise_id, numbers.Integral) and not isinstance(exercise_id, bool):
+        for e in EXERCISES.values():
+            if e.number == int(exercise_id):
+                return e
+    elif isinstance(exercise_id, str):
+        key = exercise_id.strip().lower()
+        if key in EXERCISES:
+            return EXERCISES[key]
+        if key.isdigit():
+            return _exercise(int(key))
+    known = ", ".join(f"{e.number} ({e.id})" for e in EXERCISES.values())
+    raise KeyError(f"unknown exercise {exercise_id!r}; known: {known}")
+
+
+def solution(exercise_id: int | str) -> Solution:
+    """The worked solution of an exercise (by number or id), for teachers."""
+    return _SOLVERS[_exercise(exercise_id).id]()
+
+
+def _show(value: Answer) -> str:
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_show(v) for v in value) + ")"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if abs(float(value)) >= 1e4:
+        return f"{float(value):,.0f}"
+    return f"{float(value):.4g}"
+
+
+def _as_number(value: object) -> float | None:
+    """A finite float from a Python, numpy or 0-d xarray number; None for anything else."""
+    if isinstance(value, (bool, str)) or value is None:
+        return None
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _items(answer: object) -> list | None:
+    """The elements of a tuple, list or 1-D array answer; None for anything else."""
+    if isinstance(answer, (str, bytes)) or not hasattr(answer, "__len__"):
+        return None
+    try:
+        return list(answer)  # type: ignore[call-overload]
+    except Exception:  # an odd object from a student must not break the check cell
+        return None
+
+
+def _close(answer: object, expected: Answer, tolerance: float) -> bool:
+    if isinstance(expected, str):
+        if not isinstance(answer, str):
+            return False
+        key = " ".join(answer.strip().lower().replace("_", " ").split())
+        return _CHOICE_ALIASES.get(key, key) == expected
+    if isinstance(expected, tuple):
+        items = _items(answer)
+        return items is not None and len(items) == len(expected) and all(
+            _close(a, e, tolerance) for a, e in zip(items, expected, strict=True))
+    number = _as_number(answer)
+    if number is None:
+        return False
+    if tolerance == 0:
+        return number == expected
+    return abs(number - float(expected)) <= tolerance * abs(float(expected))
+
+
+def _scale_hint(answer: object, expected: Answer, units: str) -> str:
+    """A units hint when the answer is the right value in other units (x1000, x1e6, /1024 ...)."""
+    number = _as_number(answer)
+    if number is None or isinstance(expected, (str, tuple)) or number == 0 or expected == 0:
+        return ""
+    ratio = number / float(expected)
+    for factor in (1e3, 1e6, 1e9, 1e-3, 1e-6, 1e-9, 1 / 1024, 1024 / 1e3, 1e3 / 1024, 8, 1 / 8):
+        if abs(ratio / factor - 1) <= 0.02:
+            return f"the number looks right but in other units: give it in {units}."
+    return ""
+
+
+def _form_hint(answer: object, exercise: Exercise, expected: Answer, choices: set[str]) -> str:
+    if isinstance(expected, str) and (
+            not isinstance(answer, str) or not any(_close(answer, c, 0) for c in choices)):
+        return f"answer with {exercise.expects}."
+    if isinstance(expected, tuple):
+        items = _items(answer)
+        if items is None or len(items) != len(expected):
+            return f"answer with {exercise.expects}."
+    if not isinstance(expected, (str, tuple)) and _as_number(answer) is None:
+        return f"answer with {exercise.expects}."
+    number = _as_number(answer)
+    if isinstance(expected, int) and number is not None and number != math.floor(number):
+        return "the answer is a whole number: round down (the whole batch must fit)."
+    return ""
+
+
+def check(exercise_id: int | str, answer: object) -> CheckResult:
+    """Check ``answer`` to an exercise (by number or id) and say whether it is right.
+
+    Never raises for a bad answer: ``None`` gives "not answered yet", a wrong value or form a hint.
+    An unknown exercise id raises ``KeyError`` (a mistake in the notebook, not in the answer).
+    """
+    exercise = _exercise(exercise_id)
+    if answer is None:
+        return CheckResult(exercise, "unanswered",
+                           f"not answered yet: set answer_{exercise.number} above to "
+                           f"{exercise.expects}, then run this cell again.")
+    sol = solution(exercise.id)
+    tol = exercise.tolerance
+    within = f", within {tol:.0%}" if tol else ""
+    if _close(answer, sol.value, tol):
+        if isinstance(sol.value, tuple) and exercise.parts:
+            shown = ", ".join(f"{name} {_show(v)}" for name, v in zip(exercise.parts, sol.value, strict=True))
+        elif isinstance(sol.value, str):
+            shown = sol.value
+        else:
+            shown = f"{_show(sol.value)} {exercise.units}".rstrip()
+        return CheckResult(exercise, "correct", f"correct! The answer is {shown}{within}.")
+    choices = {v for v, _ in sol.mistakes if isinstance(v, str)} | {sol.value} \
+        if isinstance(sol.value, str) else set()
+    hint = _form_hint(answer, exercise, sol.value, choices)
+    if not hint:
+        # Several slips can lead to the same number: name them all.
+        hint = " Or: ".join(
+            mistake for value, mistake in sol.mistakes
+            if _close(answer, value, max(tol, 0.005) if not isinstance(value, (str, int)) else 0)
+        )
+    hint = hint or _scale_hint(answer, sol.value, exercise.units) or _HINTS[exercise.id]
+    return CheckResult(exercise, "wrong", f"not yet: {_show_answer(answer)} is not right.", hint)
+
+
+def _show_answer(answer: object) -> str:
+    try:
+        if isinstance(answer, (tuple, list)):
+            return "(" + ", ".join(_show_answer(a) for a in answer) + ")"
+        number = _as_number(answer)
+        if number is not None and not isinstance(answer, str):
+            return f"{number:.4g}"
+        return repr(answer)[:60]
+    except Exception:  # a student's odd object must not break the check cell
+        return "this answer"

@@ -1,0 +1,37 @@
+"""Bokeh figure builders: datasets in, figures out. Nothing here knows about ipywidgets.
+
+- :mod:`~dlexplore.plots._columns`: pure functions from a prediction (and a measured dataset) to
+  the columns each plot draws, with times in ms and memory in GiB;
+- :class:`ExplorerFigures`: the explorer's four figures, built once and fed new columns.
+"""
+
+from ._columns import (
+    GPU_COUNTS,
+    bottleneck,
+    bucket_columns,
+    headline,
+    largest_batch,
+    measured_columns,
+    memory_columns,
+    phase_columns,
+    selected_columns,
+    step_breakdown_columns,
+    throughput_columns,
+)
+from .figures import SOURCE_NAMES, ExplorerFigures
+
+__all__ = [
+    "GPU_COUNTS",
+    "SOURCE_NAMES",
+    "ExplorerFigures",
+    "bottleneck",
+    "bucket_columns",
+    "headline",
+    "largest_batch",
+    "measured_columns",
+    "memory_columns",
+    "phase_columns",
+    "selected_columns",
+    "step_breakdown_columns",
+    "throughput_columns",
+]

@@ -1,0 +1,324 @@
+"""Plot columns from datasets: pure numpy, no bokeh, so that the slider's path is cheap and testable.
+
+Every function takes a prediction over the ``gpus`` dimension (``dlexplore.predict(..., gpus=[...],
+buckets=True)``) and returns ``{column: 1-D numpy array}`` ready for ``ColumnDataSource.data``.
+Times are converted to milliseconds and memory to GiB here, once, so that hover tools can show
+them with their units.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from ..errors import DlexploreError
+
+__all__ = [
+    "GPU_COUNTS",
+    "PHASE_COLORS",
+    "MEMORY_PARTS",
+    "STEP_PARTS",
+    "throughput_columns",
+    "selected_columns",
+    "measured_columns",
+    "step_breakdown_columns",
+    "memory_columns",
+    "bucket_columns",
+    "phase_columns",
+    "largest_batch",
+    "bottleneck",
+    "headline",
+]
+
+#: GPU counts the explorer predicts at once (1 to 1024, powers of two).
+GPU_COUNTS = tuple(2**k for k in range(11))
+
+GIB = 2.0**30
+MIB = 2.0**20
+
+# Okabe-Ito colours: distinguishable with the common colour-vision deficiencies.
+BLUE, SKY, GREEN, ORANGE, VERMILION, PURPLE, YELLOW, GREY = (
+    "#0072B2", "#56B4E9", "#009E73", "#E69F00", "#D55E00", "#CC79A7", "#F0E442", "#999999",
+)
+MEASURED_COLORS = (VERMILION, GREEN, PURPLE, ORANGE, SKY, "#000000", YELLOW, BLUE)
+
+#: The step-time stack: (column, legend label, colour). Their sum is the step time.
+STEP_PARTS = (
+    ("compute_only", "compute", BLUE),
+    ("comm_overlapped", "compute + communication (overlapped)", SKY),
+    ("comm_exposed", "communication (exposed)", VERMILION),
+    ("io_exposed", "input I/O (exposed)", ORANGE),
+)
+
+#: The memory stack: (column, dataset variable, legend label, colour).
+MEMORY_PARTS = (
+    ("params", "mem_params", "parameters", BLUE),
+    ("grads", "mem_grads", "gradients", SKY),
+    ("optimizer", "mem_optimizer", "optimizer state", GREEN),
+    ("activations", "mem_activations", "activations", ORANGE),
+    ("workspace", "mem_workspace", "workspace and buffers", GREY),
+)
+
+PHASE_COLORS = {
+    "forward": BLUE,
+    "backward": SKY,
+    "optimizer": GREEN,
+    "input I/O (exposed)": ORANGE,
+    "allreduce": VERMILION,
+}
+
+
+def _along_gpus(pred: xr.Dataset, name: str) -> np.ndarray:
+    """``pred[name]`` as one value per GPU count (variables constant in ``gpus`` are broadcast)."""
+    if "gpus" not in pred.dims:
+        raise DlexploreError("the prediction must have a 'gpus' dimension (predict(..., gpus=[...]))")
+    da = pred[name]
+    extra = [d for d in da.dims if d != "gpus"]
+    if extra:
+        raise DlexploreError(
+            f"plots need one configuration per GPU count; {name!r} also varies along {extra}: "
+            "select one value of each (ds.sel(...)) first"
+        )
+    return np.broadcast_to(da.values, (pred.sizes["gpus"],)).astype(float)
+
+
+def _at(pred: xr.Dataset, gpus: int) -> xr.Dataset:
+    if gpus not in pred.gpus.values:
+        raise DlexploreError(f"no prediction at {gpus} GPUs; predicted at {pred.gpus.values.tolist()}")
+    return pred.sel(gpus=gpus)
+
+
+def throughput_columns(pred: xr.Dataset) -> dict[str, np.ndarray]:
+    """Predicted throughput (samples/s) per GPU count, ideal linear scaling from the smallest count,
+    scaling efficiency (fraction), step time (ms) and whether it fits in memory."""
+    gpus = pred.gpus.values.astype(float)
+    throughput = _along_gpus(pred, "throughput")
+    per_gpu = throughput[0] / gpus[0]
+    fits = _along_gpus(pred, "fits").astype(bool)
+    return {
+        "gpus": gpus,
+        "throughput": throughput,
+        "ideal": per_gpu * gpus,
+        "efficiency": _along_gpus(pred, "efficiency"),
+        "step_time_ms": _along_gpus(pred, "step_time") * 1e3,
+        "fits": np.where(fits, "yes", "NO: out of memory"),
+        "color": np.where(fits, BLUE, VERMILION),
+    }
+
+
+def selected_columns(pred: xr.Dataset, gpus: int) -> dict[str, np.ndarray]:
+    """The one highlighted point: GPUs, throughput (samples/s), efficiency, step time (ms)."""
+    point = _at(pred, gpus)
+    return {
+        "gpus": np.array([float(gpus)]),
+        "throughput": np.array([float(point.throughput)]),
+        "efficiency": np.array([float(point.efficiency)]),
+        "step_time_ms": np.array([float(point.step_time) * 1e3]),
+    }
+
+
+def measured_columns(
+    measured: xr.Dataset | None, pred: xr.Dataset | None = None, *, workload: str | None = None,
+    precision: str | None = None,
+) -> dict[str, np.ndarray]:
+    """Measured throughput points to lay over the prediction.
+
+    Points are kept when their ``workload`` (and, where the dataset has several, ``precision``)
+    match. Each point's ``label`` names its setup; ``error`` is (measured - predicted) / predicted
+    against the predicted line shown, interpolated in log-log between GPU counts.
+    """
+    names = ("gpus", "throughput", "label", "color", "source", "gpu", "network", "batch_size",
+             "algorithm", "predicted", "error")
+    empty = {n: np.array([], dtype=float if n in ("gpus", "throughput", "batch_size", "predicted",
+                                                   "error") else object) for n in names}
+    if measured is None or "throughput" not in measured or "point" not in measured.dims:
+        return empty
+    frame = measured.reset_coords().to_dataframe().reset_index(drop=True)
+    frame = frame[np.isfinite(frame["throughput"].astype(float))]
+    if workload is not None and "workload" in frame:
+        frame = frame[frame["workload"].astype(str).str.lower() == workload.lower()]
+    if precision is not None and "precision" in frame and frame["precision"].nunique() > 1:
+        frame = frame[frame["precision"] == precision]
+    if frame.empty:
+        return empty
+    labels = _point_labels(frame)
+    palette = {label: MEASURED_COLORS[i % len(MEASURED_COLORS)]
+               for i, label in enumerate(dict.fromkeys(labels))}
+    gpus = frame["gpus"].to_numpy(float)
+    throughput = frame["throughput"].to_numpy(float)
+    predicted = np.full(len(frame), np.nan)
+    if pred is not None:
+        line = throughput_columns(pred)
+        predicted = np.exp(np.interp(np.log(gpus), np.log(line["gpus"]), np.log(line["throughput"]),
+                                     left=np.nan, right=np.nan))
+    column = lambda name, default="": (  # noqa: E731
+        frame[name].astype(str).to_numpy(object) if name in frame else np.full(len(frame), default, object)
+    )
+    return {
+        "gpus": gpus,
+        "throughput": throughput,
+        "label": np.array(labels, dtype=object),
+        "color": np.array([palette[label] for label in labels], dtype=object),
+        "source": np.array([measured.attrs.get("source", "")] * len(frame), dtype=object),
+        "gpu": column("gpu"),
+        "network": column("network"),
+        "batch_size": frame["batch_size"].to_numpy(float) if "batch_size" in frame
+        else np.full(len(frame), np.nan),
+        "algorithm": column("algorithm"),
+        "predicted": predicted,
+        "error": (throughput - predicted) / predicted,
+    }
+
+
+def _point_labels(frame: pd.DataFrame) -> list[str]:
+    """A legend label per point: its setup (or algorithm), and the 1-GPU baseline named as such."""
+    if "setup" in frame:
+        base = frame["setup"].astype(str)
+    elif "algorithm" in frame:
+        base = frame["algorithm"].astype(str)
+    else:
+        base = pd.Series(["measured"] * len(frame), index=frame.index)
+    if "precision" in frame and frame["precision"].nunique() > 1:
+        base = base + " (" + frame["precision"].astype(str) + ")"
+    return base.tolist()
+
+
+def step_breakdown_columns(pred: xr.Dataset, selected: int | None = None) -> dict[str, np.ndarray]:
+    """Step time per GPU count (ms), split so that the parts add up to the step time.
+
+    ``compute_only`` is compute with no communication under it; ``comm_overlapped`` is the part of
+    the backward pass that runs while gradients are being allreduced (communication hidden behind
+    compute); ``comm_exposed`` and ``io_exposed`` are what the step waits for. The selected GPU count
+    gets an opaque bar with an outline.
+    """
+    gpus = pred.gpus.values
+    compute = _along_gpus(pred, "time_compute")
+    comm = _along_gpus(pred, "time_comm")
+    exposed = _along_gpus(pred, "time_comm_exposed")
+    overlapped = np.clip(comm - exposed, 0.0, compute)
+    chosen = gpus == selected
+    return {
+        "label": np.array([str(int(g)) for g in gpus], dtype=object),
+        "gpus": gpus.astype(float),
+        "compute_only": (compute - overlapped) * 1e3,
+        "comm_overlapped": overlapped * 1e3,
+        "comm_exposed": exposed * 1e3,
+        "io_exposed": _along_gpus(pred, "time_io_exposed") * 1e3,
+        "step_time": _along_gpus(pred, "step_time") * 1e3,
+        "comm_total": comm * 1e3,
+        "alpha": np.where(chosen, 1.0, 0.45),
+        "outline": np.where(chosen, "black", "white").astype(object),
+    }
+
+
+def memory_columns(pred: xr.Dataset, gpus: int) -> dict[str, np.ndarray]:
+    """Memory per GPU at ``gpus`` GPUs, in GiB, one stacked bar, with the device capacity."""
+    point = _at(pred, gpus)
+    data: dict[str, np.ndarray] = {"label": np.array(["per GPU"], dtype=object)}
+    for column, variable, _, _ in MEMORY_PARTS:
+        data[column] = np.array([float(point[variable]) / GIB])
+    data["total"] = np.array([float(point.mem_total) / GIB])
+    data["capacity"] = np.array([float(point.mem_capacity) / GIB])
+    return data
+
+
+def largest_batch(pred: xr.Dataset, gpus: int) -> int:
+    """The largest per-GPU batch size that fits in memory at ``gpus`` GPUs (0 if none does).
+
+    Memory is affine in the batch size (only activations grow with it), so the answer follows from
+    one prediction: ``floor((capacity - fixed) / activations_per_sample)``.
+    """
+    point = _at(pred, gpus)
+    per_sample = float(point.mem_activations) / float(point.batch_size)
+    fixed = float(point.mem_total) - float(point.mem_activations)
+    room = float(point.mem_capacity) - fixed
+    if room < per_sample:
+        return 0
+    return int(np.floor(room / per_sample))
+
+
+def bucket_columns(pred: xr.Dataset, gpus: int) -> dict[str, np.ndarray]:
+    """Every gradient bucket's allreduce at ``gpus`` GPUs: start and end (ms from the step start),
+    size (MiB), time (ms), algbw and busbw (GB/s)."""
+    if "bucket_start" not in pred:
+        raise DlexploreError("the prediction has no bucket schedule: use predict(..., buckets=True)")
+    point = _at(pred, gpus).dropna("bucket", subset=["bucket_bytes"])
+    start = point.bucket_start.values * 1e3
+    time = point.bucket_time.values * 1e3
+    return {
+        "bucket": point.bucket.values.astype(float),
+        "row": np.array(["allreduce"] * point.sizes["bucket"], dtype=object),
+        "start": start,
+        "end": start + time,
+        "ready": point.bucket_ready.values * 1e3,
+        "time": time,
+        "mib": point.bucket_bytes.values / MIB,
+        "algbw": point.bucket_algbw.values,
+        "busbw": point.bucket_busbw.values,
+    }
+
+
+def phase_columns(pred: xr.Dataset, gpus: int) -> dict[str, np.ndarray]:
+    """The compute stream of one step at ``gpus`` GPUs as segments (ms): forward, backward, the
+    wait for the last allreduce, the optimizer update, then any input I/O the step waits for."""
+    point = _at(pred, gpus)
+    t_f, t_b = float(point.time_forward) * 1e3, float(point.time_backward) * 1e3
+    wait = float(point.time_comm_exposed) * 1e3
+    t_o = float(point.time_optimizer) * 1e3
+    t_io = float(point.time_io_exposed) * 1e3
+    names = ["forward", "backward", "optimizer", "input I/O (exposed)"]
+    starts = [0.0, t_f, t_f + t_b + wait, t_f + t_b + wait + t_o]
+    lengths = [t_f, t_b, t_o, t_io]
+    return {
+        "phase": np.array(names, dtype=object),
+        "row": np.array(["compute"] * 4, dtype=object),
+        "start": np.array(starts),
+        "end": np.array(starts) + np.array(lengths),
+        "time": np.array(lengths),
+        "color": np.array([PHASE_COLORS[n] for n in names], dtype=object),
+    }
+
+
+def bottleneck(pred: xr.Dataset, gpus: int) -> tuple[str, float]:
+    """What the step spends most of its time on at ``gpus`` GPUs, and that share of the step.
+
+    One of ``"compute"``, ``"communication"`` (exposed communication) or ``"input I/O"``.
+    """
+    point = _at(pred, gpus)
+    step = float(point.step_time)
+    parts = {
+        "compute": float(point.time_compute),
+        "communication": float(point.time_comm_exposed),
+        "input I/O": float(point.time_io_exposed),
+    }
+    name = max(parts, key=parts.__getitem__)
+    return name, parts[name] / step
+
+
+_ADVICE = {
+    "compute": "a faster GPU, mixed precision or a larger batch would help most",
+    "communication": "more bandwidth, fewer or larger gradient buckets, or a larger batch would help most",
+    "input I/O": "faster storage, more reader threads or node-local caching would help most",
+}
+
+
+def headline(pred: xr.Dataset, gpus: int) -> str:
+    """One sentence: throughput, scaling efficiency and the bottleneck, in words (plain text)."""
+    point = _at(pred, gpus)
+    name, share = bottleneck(pred, gpus)
+    workload = str(point.workload.values) if "workload" in point.coords else "the workload"
+    gpu = str(point.gpu.values) if "gpu" in point.coords else "GPU"
+    text = (
+        f"{workload} on {gpus} x {gpu}: {float(point.throughput):,.0f} samples/s, "
+        f"{float(point.step_time) * 1e3:,.1f} ms per step, "
+        f"{float(point.efficiency):.0%} scaling efficiency. "
+        f"Bottleneck: {name} ({share:.0%} of the step); {_ADVICE[name]}."
+    )
+    if not bool(point.fits):
+        text += (
+            f" Does NOT fit in memory: needs {float(point.mem_total) / GIB:.1f} GiB of "
+            f"{float(point.mem_capacity) / GIB:.1f} GiB (largest batch that fits: "
+            f"{largest_batch(pred, gpus)})."
+        )
+    return text
