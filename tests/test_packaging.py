@@ -50,12 +50,17 @@ def test_wheel_carries_the_data_and_finds_it(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "dlexplore/data/catalog/gpus.csv" in names
     assert any(n.startswith("dlexplore/data/measured/") and n.endswith(".csv") for n in names)
+    # the dashboard `dlexplore explore` serves, and its offline Voila template
+    assert "dlexplore/dashboard/explorer.ipynb" in names
+    template = "dlexplore/dashboard/jupyter/voila/templates/dlexplore/"
+    assert {template + "conf.json", template + "index.html.j2"} <= set(names)
     target = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(target)
     env = dict(os.environ, PYTHONPATH=str(target))
     code = (
         "import dlexplore, dlexplore._data as d;"
         f"assert str(d.data_dir()).startswith({str(target)!r}), d.data_dir();"
+        "import dlexplore.serve as s; assert s.DASHBOARD.is_file(), s.DASHBOARD;"
         "print(dlexplore.catalog.gpu('P100').name, len(dlexplore.measured.available()))"
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, check=True,
