@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import xarray as xr
 from bokeh.layouts import gridplot
 from bokeh.models import (
@@ -262,7 +263,11 @@ class ExplorerFigures:
         if gpus == 1:
             self.comm.title.text = "One step on 1 GPU: no gradient communication"
         else:
+            total_ms = buckets["time"].sum()
+            mib = buckets["mib"].sum()
+            # busbw of all buckets together: the nccl-tests factor times bytes over time
+            busbw = float(np.nansum(buckets["busbw"] * buckets["time"]) / total_ms) if total_ms else 0.0
             self.comm.title.text = (
                 f"One step on {gpus} GPUs: {len(buckets['bucket'])} bucket allreduces, "
-                f"{buckets['time'].sum():,.1f} ms in all"
+                f"{mib:,.0f} MiB in {total_ms:,.1f} ms, busbw {busbw:,.2f} GB/s"
             )
