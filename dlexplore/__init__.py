@@ -7,12 +7,13 @@ The public API::
     comm = dlx.predict_comm("allreduce", "ring", nbytes=1e8, gpus=8, bandwidth=10, latency=5e-6)
     published = dlx.measured.load("horovod-2017-16gpu-25gbe")
     dlx.catalog.gpu("V100-16GB"), dlx.catalog.workload("bert-large")
+    dlx.Explorer("resnet101", "P100", "25GbE", measured="horovod-2017-16gpu-25gbe")  # in Jupyter
 
 Predictions and measurements are ``xarray.Dataset`` objects with units on every variable and
 ``attrs["source"]`` saying where the numbers come from.
 """
 
-from . import catalog, measured, model
+from . import catalog, lab, measured, model
 from ._version import __version__
 from .errors import DlexploreError, InputFileError, UnknownNameError
 from .model import predict, predict_comm
@@ -20,6 +21,7 @@ from .model import predict, predict_comm
 __all__ = [
     "__version__",
     "catalog",
+    "lab",
     "measured",
     "model",
     "predict",
@@ -27,4 +29,25 @@ __all__ = [
     "DlexploreError",
     "InputFileError",
     "UnknownNameError",
+    "Explorer",
+    "plots",
+    "widgets",
+    "report",
 ]
+
+# The interactive parts import bokeh and ipywidgets (about half a second): load them on first use,
+# so that `import dlexplore` and the command line stay quick.
+_LAZY = {"plots": "plots", "widgets": "widgets", "report": "report", "Explorer": "widgets"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        module = importlib.import_module(f".{_LAZY[name]}", __name__)
+        return getattr(module, name) if name == "Explorer" else module
+    raise AttributeError(f"module 'dlexplore' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -77,7 +77,9 @@ def test_measured_dataset_adopts_its_setup_and_shows_its_points():
     # the Horovod table has 6 ResNet-101 rows: 1 GPU, two parameter-server and three Horovod runs
     assert data(explorer, "throughput_measured", "gpus") == [1, 16, 16, 16, 16, 16]
     assert 119.4 in data(explorer, "throughput_measured", "throughput")
-    assert "6 measured points" in explorer.status.value
+    assert "6 measured points; 4 with this algorithm (ring allreduce)" in explorer.status.value
+    errors = data(explorer, "throughput_measured", "error")
+    assert sum(np.isfinite(errors)) == 4  # the two parameter-server rows are not compared
     c["workload"].value = "alexnet"
     assert data(explorer, "throughput_measured", "gpus") == []
     assert "no points for this workload" in explorer.status.value

@@ -193,6 +193,8 @@ def test_categorical_sweeps():
     assert ds.step_time.sel(workload="vgg16", gpu="P100", gpus=8).item() == pytest.approx(
         one.step_time.item()
     )
+    # which GPU is faster, straight from xarray (pandas 3's string index dtype used to break it)
+    assert ds.throughput.sel(gpus=8).idxmax("gpu").values.tolist() == ["V100-16GB", "V100-16GB"]
     nets = predict("resnet50", "P100", ["10GbE", "100GbE"], gpus=16)
     assert list(nets.bandwidth.values) == [1.25, 12.5]  # each network brings its own bandwidth
 

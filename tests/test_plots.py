@@ -151,6 +151,10 @@ def test_measured_points_filtered_and_compared_with_the_line():
     assert cols["label"].tolist() == ["a", "b", "a"]
     assert cols["color"][0] == cols["color"][2] != cols["color"][1]
     assert set(cols["source"]) == {"measured: test"}
+    # only points that ran the algorithm shown (or one GPU) are compared with its line
+    ran = measured.assign_coords(algorithm=("point", ["none", "ring", "parameter_server", "ring"]))
+    compared = measured_columns(ran, pred, workload="toy", algorithm="ring")
+    assert np.isfinite(compared["error"]).tolist() == [True, True, False]
     assert len(measured_columns(measured, pred, workload="nothing")["gpus"]) == 0
     assert len(measured_columns(None, pred)["gpus"]) == 0
 

@@ -323,7 +323,11 @@ def _combine(pieces: list[xr.Dataset], dims: list[str], labels: list[list]) -> x
         for i in range(len(labels[0]))
     ]
     groups = [g.drop_vars(dims[0]) if dims[0] in g.coords else g for g in groups]
-    out = xr.concat(groups, dim=pd.Index(labels[0], name=dims[0]), coords="different",
+    # Names get object dtype: pandas 3 would infer its string dtype, which xarray's idxmax cannot
+    # handle. Numbers (bucket_size) keep their numeric dtype.
+    names = all(isinstance(label, str) for label in labels[0])
+    index = pd.Index(labels[0], name=dims[0], dtype=object if names else None)
+    out = xr.concat(groups, dim=index, coords="different",
                     compat="equals", join="outer")
     return out
 

@@ -120,13 +120,16 @@ def selected_columns(pred: xr.Dataset, gpus: int) -> dict[str, np.ndarray]:
 
 def measured_columns(
     measured: xr.Dataset | None, pred: xr.Dataset | None = None, *, workload: str | None = None,
-    precision: str | None = None,
+    precision: str | None = None, algorithm: str | None = None,
 ) -> dict[str, np.ndarray]:
     """Measured throughput points to lay over the prediction.
 
     Points are kept when their ``workload`` (and, where the dataset has several, ``precision``)
     match. Each point's ``label`` names its setup; ``error`` is (measured - predicted) / predicted
-    against the predicted line shown, interpolated in log-log between GPU counts.
+    against the predicted line shown, interpolated in log-log between GPU counts. Given
+    ``algorithm``, only points that ran it (or ran on one GPU, or do not say) are compared: a
+    parameter-server measurement is not an error of a ring-allreduce prediction, so the others get
+    NaN.
     """
     names = ("gpus", "throughput", "label", "color", "source", "gpu", "network", "batch_size",
              "algorithm", "predicted", "error")
@@ -152,6 +155,10 @@ def measured_columns(
         line = throughput_columns(pred)
         predicted = np.exp(np.interp(np.log(gpus), np.log(line["gpus"]), np.log(line["throughput"]),
                                      left=np.nan, right=np.nan))
+    if algorithm is not None and "algorithm" in frame:
+        ran = frame["algorithm"].astype(str).to_numpy()
+        comparable = (ran == algorithm) | np.isin(ran, ("none", "unknown", "")) | (gpus == 1)
+        predicted = np.where(comparable, predicted, np.nan)
     column = lambda name, default="": (  # noqa: E731
         frame[name].astype(str).to_numpy(object) if name in frame else np.full(len(frame), default, object)
     )

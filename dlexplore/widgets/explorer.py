@@ -318,10 +318,12 @@ class Explorer:
             "batch_size": w.SelectionSlider(options=[(str(b), b) for b in BATCH_SIZES],
                                             value=_nearest(BATCH_SIZES, v["batch_size"]),
                                             description="Batch/GPU"),
-            "bandwidth": w.FloatLogSlider(value=v["bandwidth"], base=10, min=-2, max=3, step=0.01,
-                                          readout_format=".3g", description="Bandwidth (GB/s)"),
-            "latency": w.FloatLogSlider(value=v["latency"] * 1e6, base=10, min=-1, max=4, step=0.01,
-                                        readout_format=".3g", description="Latency (µs)"),
+            # step=None: no snapping, so a preset's exact figure (25GbE's 3.125 GB/s) survives
+            # the browser's first sync instead of becoming the nearest step (3.09).
+            "bandwidth": w.FloatLogSlider(value=v["bandwidth"], base=10, min=-2, max=3, step=None,
+                                          readout_format=".4g", description="Bandwidth (GB/s)"),
+            "latency": w.FloatLogSlider(value=v["latency"] * 1e6, base=10, min=-1, max=4, step=None,
+                                        readout_format=".4g", description="Latency (µs)"),
             "gpus_per_node": w.SelectionSlider(options=[(str(g), g) for g in GPUS_PER_NODE],
                                                value=_nearest(GPUS_PER_NODE, v["gpus_per_node"]),
                                                description="GPUs/node"),
@@ -422,7 +424,8 @@ class Explorer:
             return
         marks = measured_columns(self.measured_dataset, self.prediction,
                                  workload=self.controls["workload"].value,
-                                 precision=self.controls["precision"].value)
+                                 precision=self.controls["precision"].value,
+                                 algorithm=self.controls["algorithm"].value)
         self.figures.show(self.prediction, self.selected_gpus, marks)
         self._write_status(marks, measured_changed)
         self._write_headline()
@@ -452,7 +455,10 @@ class Explorer:
                                  f"for this workload; it has {html.escape(', '.join(workloads))}.")
             return
         error = np.abs(marks["error"][np.isfinite(marks["error"])])
-        fit = f"; mean |error| vs the line {error.mean():.0%}" if error.size else ""
+        algorithm = _ALGORITHM_LABELS.get(self.controls["algorithm"].value, "")
+        fit = (f"; {error.size} with this algorithm ({algorithm}) or on one GPU, "
+               f"mean |error| vs the line {error.mean():.0%}") if error.size else (
+               f"; none ran {algorithm}, so none is compared with the line")
         self.status.value = (
             f"{n} measured points{fit}.<br><small>{html.escape(str(ds.attrs.get('source', '')))}"
             "</small>"
