@@ -14,12 +14,6 @@ import pytest
 CELL_TIMEOUT = 120
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "notebook: executes a Jupyter notebook headless in a real ipykernel (seconds each)"
-    )
-
-
 @pytest.fixture(scope="session")
 def run_notebook(
     tmp_path_factory: pytest.TempPathFactory,

@@ -173,7 +173,7 @@ def test_figures_keep_their_sources_and_take_new_data():
     first = list(figures.sources["throughput_predicted"].data["throughput"])
     # all buckets together: busbw = 2(p-1)/p x all bytes / all time
     assert figures.comm.title.text == (
-        f"One step on 4 GPUs: 2 bucket allreduces, {1.6e7 / 2**20:,.0f} MiB in "
+        f"4 GPUs: 2 allreduces, {1.6e7 / 2**20:,.0f} MiB in "
         f"{(C1 + C2) * 1e3:,.1f} ms, busbw {1.5 * 1.6e7 / (C1 + C2) / 1e9:,.2f} GB/s")
     figures.show(toy(batch_size=20), 1)
     assert figures.sources == sources  # the same objects, new data

@@ -399,7 +399,8 @@ def _predict_one(
         end = np.maximum(ready_at, end) + c
     hidden_limit = np.maximum(end - (t_fwd + t_bwd), 0.0)
     ov = grid["overlap"]
-    t_comm_exposed = ov * hidden_limit + (1.0 - ov) * t_comm
+    # Never more than all of it: the blend can round one ulp above time_comm.
+    t_comm_exposed = np.minimum(ov * hidden_limit + (1.0 - ov) * t_comm, t_comm)
 
     # input
     t_io = io_time(tier, wl.input_bytes_per_sample, B, P, G, grid["io_threads"])

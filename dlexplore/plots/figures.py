@@ -268,6 +268,6 @@ class ExplorerFigures:
             # busbw of all buckets together: the nccl-tests factor times bytes over time
             busbw = float(np.nansum(buckets["busbw"] * buckets["time"]) / total_ms) if total_ms else 0.0
             self.comm.title.text = (
-                f"One step on {gpus} GPUs: {len(buckets['bucket'])} bucket allreduces, "
-                f"{mib:,.0f} MiB in {total_ms:,.1f} ms, busbw {busbw:,.2f} GB/s"
+                f"{gpus} GPUs: {len(buckets['bucket'])} allreduces, {mib:,.0f} MiB in "
+                f"{total_ms:,.1f} ms, busbw {busbw:,.2f} GB/s"
             )

@@ -140,7 +140,7 @@ class Explorer:
             precision=normalize_precision(precision), gpus=gpus, batch_size=batch_size,
             gpus_per_node=gpus_per_node, bandwidth=net.bandwidth_gbs, latency=net.latency_s,
         )
-        self.figures = ExplorerFigures(GPU_COUNTS, width=470, height=340)
+        self.figures = ExplorerFigures(GPU_COUNTS, width=440, height=330)
         self.sources = self.figures.sources
         self.headline = w.HTML(layout=w.Layout(width="100%"))
         self.headline.add_class("dlx-headline")
@@ -354,8 +354,10 @@ class Explorer:
             heading("Measurements"), c["measured"], self.status,
         ], layout=w.Layout(width="350px", flex="0 0 350px"))
         plots = w.VBox([self.headline, BokehModel(self.figures.layout)],
-                       layout=w.Layout(flex="1 1 auto"))
-        box = w.HBox([panel, plots])
+                       layout=w.Layout(flex="1 1 900px", min_width="900px"))
+        # Wrap: on a narrow page (JupyterLab with its side bar open) the plots go under the
+        # controls instead of being cut off at the right.
+        box = w.HBox([panel, plots], layout=w.Layout(flex_flow="row wrap", align_items="flex-start"))
         box.add_class("dlx-explorer")
         return box
 
