@@ -1,0 +1,82 @@
+"""Measured traces in: one reader per format, one event table, analyses on top.
+
+    trace = dlexplore.load_trace("runs/step-traces/")     # a file, a folder, a glob, or a list
+    trace.events                                          # pandas DataFrame, schema in .schema
+    trace.breakdown()                                     # xarray Dataset on (rank, step)
+    trace.collectives()                                   # one row per collective and size
+
+Formats, detected from the files' contents: PyTorch profiler Chrome traces (``.json``,
+``.json.gz``), Horovod timelines, Nsight Systems SQLite exports, Score-P OTF2 archives (optional
+extra ``otf2``). nccl-tests output is a measured communication dataset rather than a trace: read it
+with :func:`read_nccl_tests` (or ``dlexplore.measured.load``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..errors import DlexploreError
+from .detect import FORMATS, detect_format
+from .schema import CATEGORIES, COLLECTIVES, COLUMNS, Trace, as_paths, make_events
+
+__all__ = [
+    "load_trace",
+    "read_nccl_tests",
+    "detect_format",
+    "Trace",
+    "FORMATS",
+    "COLUMNS",
+    "CATEGORIES",
+    "COLLECTIVES",
+    "make_events",
+]
+
+# format -> module with ``read(paths, **options) -> Trace``
+_READERS = {
+    "pytorch": ".pytorch",
+    "horovod": ".horovod",
+    "nsys": ".nsys",
+    "otf2": ".otf2",
+}
+
+
+def load_trace(
+    paths: str | os.PathLike | Iterable[str | os.PathLike],
+    *,
+    format: str | None = None,  # noqa: A002 - the natural name for users
+    **options: Any,
+) -> Trace:
+    """Read a trace: one file, a folder of per-rank files, a glob pattern, or a list of these.
+
+    ``format`` (``pytorch``, ``horovod``, ``nsys``, ``otf2``) skips detection; otherwise every file's
+    format is detected from its contents and all must agree. Every problem with the input is a
+    :class:`~dlexplore.errors.DlexploreError` naming the file and the position or event.
+    """
+    files = as_paths(paths)
+    if format is None:
+        found = {path: detect_format(path) for path in files}
+        kinds = sorted(set(found.values()))
+        if len(kinds) > 1:
+            listing = "; ".join(f"{p.name}: {k}" for p, k in list(found.items())[:6])
+            raise DlexploreError(f"these files hold different formats ({', '.join(kinds)}): {listing}")
+        format = kinds[0]
+    if format == "nccl-tests":
+        raise DlexploreError(
+            f"{files[0]}: this is nccl-tests output, a measured communication dataset rather than a "
+            "trace; read it with dlexplore.traces.read_nccl_tests(path) or dlexplore.measured.load(path)"
+        )
+    if format not in _READERS:
+        raise DlexploreError(f"unknown trace format {format!r}; expected one of {sorted(_READERS)}")
+    reader = importlib.import_module(_READERS[format], __name__)
+    return reader.read(files, **options)
+
+
+def read_nccl_tests(path: str | os.PathLike) -> Any:
+    """nccl-tests output (``all_reduce_perf`` ...) as a measured communication dataset (xarray)."""
+    from .nccl_tests import read
+
+    return read(Path(path))

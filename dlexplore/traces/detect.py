@@ -1,0 +1,88 @@
+"""Which format a file holds, from its first bytes (never from its name alone)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+from ..errors import DlexploreError, InputFileError
+
+__all__ = ["FORMATS", "detect_format", "head_text"]
+
+FORMATS = ("pytorch", "horovod", "nsys", "otf2", "nccl-tests")
+
+_HEAD = 1 << 16
+_SQLITE = b"SQLite format 3\x00"
+_GZIP = b"\x1f\x8b"
+
+
+def head_text(path: Path, size: int = _HEAD) -> str:
+    """The first ``size`` bytes of ``path`` (decompressed if gzip) as text, undecodable bytes replaced."""
+    try:
+        with open(path, "rb") as raw:
+            start = raw.read(2)
+            raw.seek(0)
+            if start == _GZIP:
+                with gzip.open(raw) as unzipped:
+                    data = unzipped.read(size)
+            else:
+                data = raw.read(size)
+    except FileNotFoundError:
+        raise InputFileError(path, "no such file; expected a trace file") from None
+    except IsADirectoryError:
+        raise InputFileError(path, "is a folder; expected a trace file") from None
+    except (OSError, EOFError) as err:
+        raise InputFileError(path, f"cannot be read ({err}); expected a trace file") from None
+    return data.decode("utf-8", errors="replace")
+
+
+def detect_format(path: str | Path) -> str:
+    """One of :data:`FORMATS` for the file at ``path``, or a :class:`DlexploreError` saying what it
+    looks like instead."""
+    path = Path(path)
+    if path.is_dir():
+        if any(path.glob("*.otf2")):
+            return "otf2"
+        raise InputFileError(path, "is a folder without an OTF2 anchor file (*.otf2)")
+    try:
+        with open(path, "rb") as raw:
+            magic = raw.read(16)
+    except FileNotFoundError:
+        raise InputFileError(path, "no such file; expected a trace file") from None
+    except OSError as err:
+        raise InputFileError(path, f"cannot be read ({err})") from None
+    if magic.startswith(_SQLITE):
+        return "nsys"
+    if path.suffix == ".otf2" or magic.startswith(b"OTF2"):
+        return "otf2"
+    text = head_text(path)
+    stripped = text.lstrip("\ufeff \t\r\n")
+    if stripped.startswith("{"):
+        if '"traceEvents"' in text:
+            return "pytorch"
+        raise InputFileError(path, "is a JSON object without \"traceEvents\"; expected a PyTorch "
+                             "profiler trace, a Horovod timeline, an Nsight Systems SQLite export, "
+                             "an OTF2 archive or nccl-tests output")
+    if stripped.startswith("["):
+        if re.search(r'"(NEGOTIATE_|ALLREDUCE|ALLGATHER|BROADCAST|MEMCPY_IN_FUSION_BUFFER|QUEUE)', text) \
+                or re.search(r'"ph"\s*:\s*"M"', text):
+            return "horovod"
+        if '"ph"' in text:
+            return "pytorch"  # a bare Chrome trace array
+        raise InputFileError(path, "is a JSON array but not of trace events (no \"ph\" fields)")
+    if re.search(r"^#\s+(out-of-place|size\s+count)", text, flags=re.M) or "nccl-tests" in text \
+            or re.search(r"^# nThread \d+ nGpus", text, flags=re.M):
+        return "nccl-tests"
+    if not stripped:
+        raise InputFileError(path, "is empty; expected a trace file")
+    try:
+        json.loads(stripped[:100])
+    except ValueError:
+        pass
+    raise DlexploreError(
+        f"{path}: unknown trace format (starts with {stripped[:40]!r}); expected a PyTorch profiler "
+        "trace (.json/.json.gz), a Horovod timeline, an Nsight Systems SQLite export, an OTF2 archive "
+        "or nccl-tests output"
+    )

@@ -1,0 +1,280 @@
+"""The one event table every trace reader produces, and the :class:`Trace` that carries it.
+
+One row per event (an interval on one rank's stream). Columns, in this order:
+
+========== ========== ======= ==============================================================
+column     dtype      units   meaning
+========== ========== ======= ==============================================================
+rank       int32      1       process rank in the job, 0-based
+stream     category           where it ran: ``cpu:<pid>:<tid>``, ``cuda:<device>:<stream>``,
+                              or a tool's own row (a Horovod tensor, an MPI location)
+name       category           the event's name as the tool wrote it
+category   category           one of :data:`CATEGORIES`
+start      float64    s       start on the rank's own clock (the tool's timestamps in seconds)
+duration   float64    s       length, >= 0
+bytes      float64    bytes   message size for communication (the per-rank buffer, as
+                              nccl-tests counts it), bytes copied for memcpy; NaN if unknown
+collective category           :data:`COLLECTIVES` name for communication events, else ""
+step       Int64      1       training step (iteration) the event belongs to; <NA> outside
+========== ========== ======= ==============================================================
+
+Readers may add columns after these (``group_size``, ``dtype``, ``correlation``, ``op`` ...).
+``events.attrs`` hold ``source`` ("measured: <tool> trace <files>"), ``format`` and ``files``.
+
+Categories decide the breakdown (:mod:`dlexplore.traces.breakdown`): ``compute`` (GPU kernels that
+are not communication; CPU operators in CPU-only runs), ``communication`` (NCCL kernels, gloo and
+MPI collectives, Horovod's allreduce), ``memcpy``, ``memset``, ``data`` (data loading),
+``runtime`` (CUDA runtime and driver calls), ``cpu`` (host operators in GPU runs, which launch
+rather than compute), ``annotation`` (user ranges, NVTX), ``step`` (one event per training step,
+e.g. ``ProfilerStep#N``), ``other``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import DlexploreError
+
+__all__ = [
+    "COLUMNS",
+    "CATEGORIES",
+    "COLLECTIVES",
+    "Trace",
+    "empty_events",
+    "make_events",
+    "normalize_collective_name",
+]
+
+#: Column name -> (dtype, units, long name).
+COLUMNS: dict[str, tuple[str, str, str]] = {
+    "rank": ("int32", "1", "process rank"),
+    "stream": ("category", "", "thread, stream or row the event ran on"),
+    "name": ("category", "", "event name"),
+    "category": ("category", "", "event category"),
+    "start": ("float64", "s", "start time on the rank's clock"),
+    "duration": ("float64", "s", "duration"),
+    "bytes": ("float64", "bytes", "message size or bytes copied"),
+    "collective": ("category", "", "collective operation"),
+    "step": ("Int64", "1", "training step"),
+}
+
+CATEGORIES = (
+    "compute",
+    "communication",
+    "memcpy",
+    "memset",
+    "data",
+    "runtime",
+    "cpu",
+    "annotation",
+    "step",
+    "other",
+)
+
+COLLECTIVES = (
+    "allreduce",
+    "broadcast",
+    "reduce",
+    "allgather",
+    "reduce_scatter",
+    "alltoall",
+    "barrier",
+    "send",
+    "recv",
+    "gather",
+    "scatter",
+)
+
+# Longest first, on names lowered with separators removed: "reducescatter" before "reduce".
+_COLLECTIVE_PATTERNS = (
+    ("reducescatter", "reduce_scatter"),
+    ("allreduce", "allreduce"),
+    ("allgather", "allgather"),
+    ("alltoall", "alltoall"),
+    ("broadcast", "broadcast"),
+    ("bcast", "broadcast"),
+    ("barrier", "barrier"),
+    ("sendrecv", "send"),
+    ("send", "send"),
+    ("recv", "recv"),
+    ("gather", "gather"),
+    ("scatter", "scatter"),
+    ("reduce", "reduce"),
+)
+_SEPARATORS = re.compile(r"[\s_\-:.]+")
+
+
+def normalize_collective_name(name: str) -> str:
+    """The :data:`COLLECTIVES` name in a tool's event name, or "" if there is none.
+
+    ``ncclDevKernel_AllReduce_Sum_f32_RING_LL``, ``gloo:all_reduce``, ``c10d::allreduce_``,
+    ``MPI_Allreduce``, ``NCCL_ALLREDUCE`` -> ``allreduce``; ``ReduceScatter`` ->
+    ``reduce_scatter``; ``MPI_Isend`` -> ``send``. Apply it only to events already known to be
+    communication: ``aten::gather`` is an indexing operator, not a collective.
+    """
+    key = _SEPARATORS.sub("", str(name).lower())
+    for pattern, collective in _COLLECTIVE_PATTERNS:
+        if pattern in key:
+            return collective
+    return ""
+
+
+def empty_events() -> pd.DataFrame:
+    """An event table with the schema's columns and no rows."""
+    return make_events({name: [] for name in COLUMNS})
+
+
+def make_events(columns: dict[str, Any], attrs: dict[str, Any] | None = None) -> pd.DataFrame:
+    """An event table from column arrays, with the schema's dtypes and column order.
+
+    Missing optional columns get their empty value (``bytes`` NaN, ``collective`` "", ``step``
+    <NA>). Extra columns are kept after the schema's. Raises :class:`DlexploreError` when a
+    required column (``rank``, ``stream``, ``name``, ``category``, ``start``, ``duration``) is
+    missing or a category is not one of :data:`CATEGORIES`.
+    """
+    required = ("rank", "stream", "name", "category", "start", "duration")
+    missing = [name for name in required if name not in columns]
+    if missing:
+        raise DlexploreError(f"event table lacks the column(s) {missing}")
+    n = len(columns["start"])
+    data: dict[str, Any] = {}
+    for name, (dtype, _, _) in COLUMNS.items():
+        if name in columns:
+            values = columns[name]
+        elif name == "bytes":
+            values = np.full(n, np.nan)
+        elif name == "collective":
+            values = [""] * n
+        else:  # step
+            values = pd.array([pd.NA] * n, dtype="Int64")
+        if dtype == "category":
+            data[name] = pd.Categorical(values)
+        else:
+            data[name] = pd.array(values, dtype=dtype) if dtype == "Int64" else np.asarray(values, dtype)
+    for name, values in columns.items():
+        if name not in COLUMNS:
+            data[name] = values
+    frame = pd.DataFrame(data)
+    unknown = set(frame["category"].cat.categories) - set(CATEGORIES)
+    if unknown:
+        raise DlexploreError(f"unknown event categories {sorted(unknown)}; expected {CATEGORIES}")
+    frame.attrs.update(attrs or {})
+    return frame
+
+
+@dataclass
+class Trace:
+    """Events of one run, from one or many files, in the schema of this module.
+
+    Attributes
+    ----------
+    events:
+        The event table (see the module docstring), one row per event, all ranks.
+    format:
+        The reader that made it: ``pytorch``, ``horovod``, ``nsys``, ``otf2``.
+    files:
+        The files read, in rank order where that is known.
+    world_size:
+        Ranks in the job, when the trace says (else the number of ranks seen).
+    meta:
+        What else the files say (per-rank metadata, device properties, clock notes).
+    """
+
+    events: pd.DataFrame
+    format: str
+    files: tuple[str, ...] = ()
+    world_size: int | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.world_size is None and len(self.events):
+            self.world_size = int(self.events["rank"].max()) + 1
+        self.events.attrs.setdefault("format", self.format)
+        self.events.attrs.setdefault("files", list(self.files))
+        self.events.attrs.setdefault("source", self.source)
+
+    @property
+    def source(self) -> str:
+        """Where the numbers come from, for ``attrs["source"]`` of everything derived."""
+        shown = ", ".join(os.path.basename(f) for f in self.files[:3])
+        more = f" and {len(self.files) - 3} more" if len(self.files) > 3 else ""
+        return f"measured: {self.format} trace {shown}{more}"
+
+    @property
+    def ranks(self) -> np.ndarray:
+        """The ranks present, sorted."""
+        return np.unique(self.events["rank"].to_numpy())
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def __repr__(self) -> str:
+        return (f"<dlexplore.Trace format={self.format!r} ranks={len(self.ranks)} "
+                f"world_size={self.world_size} events={len(self.events):,} files={len(self.files)}>")
+
+    # Analyses live in their own modules; these are the doors to them.
+
+    def breakdown(self, **kwargs: Any):
+        """Per-rank, per-step time breakdown (:func:`dlexplore.traces.breakdown.breakdown`)."""
+        from .breakdown import breakdown
+
+        return breakdown(self, **kwargs)
+
+    def collectives(self, **kwargs: Any) -> pd.DataFrame:
+        """One row per collective kind and message size
+        (:func:`dlexplore.traces.collectives.collective_table`)."""
+        from .collectives import collective_table
+
+        return collective_table(self, **kwargs)
+
+    def stragglers(self, **kwargs: Any) -> pd.DataFrame:
+        """Ranks slower than the rest (:func:`dlexplore.traces.breakdown.stragglers`)."""
+        from .breakdown import stragglers
+
+        return stragglers(self, **kwargs)
+
+    def select(self, *, ranks: Iterable[int] | None = None, steps: Iterable[int] | None = None,
+               categories: Sequence[str] | None = None) -> Trace:
+        """A new trace with only some ranks, steps or categories (the original is unchanged)."""
+        keep = np.ones(len(self.events), dtype=bool)
+        if ranks is not None:
+            keep &= self.events["rank"].isin(list(ranks)).to_numpy()
+        if steps is not None:
+            keep &= self.events["step"].isin(list(steps)).fillna(False).to_numpy(dtype=bool)
+        if categories is not None:
+            keep &= self.events["category"].isin(list(categories)).to_numpy()
+        events = self.events[keep].reset_index(drop=True)
+        events.attrs = dict(self.events.attrs)
+        return Trace(events, self.format, self.files, self.world_size, dict(self.meta))
+
+
+def as_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
+    """Paths from one path, a folder (its files, sorted), a glob pattern, or a list of these."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    found: list[Path] = []
+    for item in paths:
+        text = os.fspath(item)
+        path = Path(text)
+        if path.is_dir():
+            found.extend(sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")))
+        elif any(ch in text for ch in "*?[") and not path.exists():
+            import glob
+
+            matches = sorted(Path(p) for p in glob.glob(text))
+            if not matches:
+                raise DlexploreError(f"{text}: no file matches this pattern")
+            found.extend(matches)
+        else:
+            found.append(path)
+    if not found:
+        raise DlexploreError("no trace files given")
+    return found
