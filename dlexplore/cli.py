@@ -171,7 +171,8 @@ def _json_value(value: object) -> object:
     return value
 
 
-def _render(ds: xr.Dataset, frame: pd.DataFrame, fmt: str, title: str) -> str:
+def _render(ds: xr.Dataset, frame: pd.DataFrame, fmt: str, title: str,
+            table_columns: Sequence[str] = _TABLE_COLUMNS) -> str:
     units = _units(ds, frame.columns)
     if fmt == "csv":
         return frame.to_csv(index=False, float_format="%.12g", lineterminator="\n")
@@ -189,7 +190,7 @@ def _render(ds: xr.Dataset, frame: pd.DataFrame, fmt: str, title: str) -> str:
         }
         return json.dumps(payload, indent=2) + "\n"
     # table: for people; times in ms and memory in GiB, the full set stays in csv/json/netcdf
-    shown = frame[[c for c in frame.columns if c in ds.dims or c in _TABLE_COLUMNS]].copy()
+    shown = frame[[c for c in frame.columns if c in ds.dims or c in table_columns]].copy()
     names = {}
     for column in shown.columns:
         unit = units.get(column, "")
@@ -223,14 +224,15 @@ def _write(text: str, output: str | None) -> None:
         sys.stdout.write(text)
 
 
-def _emit(ds: xr.Dataset, frame: pd.DataFrame, args: argparse.Namespace, title: str) -> None:
+def _emit(ds: xr.Dataset, frame: pd.DataFrame, args: argparse.Namespace, title: str,
+          table_columns: Sequence[str] = _TABLE_COLUMNS) -> None:
     if args.format == "netcdf":
         if not args.output:
             raise _UsageError("--format netcdf writes a binary file: give -o FILE.nc")
         with atomic_path(args.output) as tmp:
             ds.to_netcdf(tmp, engine="h5netcdf")
         return
-    text = _render(ds, frame, args.format, title)
+    text = _render(ds, frame, args.format, title, table_columns)
     _write(text, args.output)
 
 
@@ -330,6 +332,56 @@ def _cmd_measured(args: argparse.Namespace) -> None:
         _write(text, args.output)
         return
     _emit(ds, frame, args, title)
+
+
+#: Breakdown variables in the order ``trace summary`` prints them.
+TRACE_SUMMARY_COLUMNS = (
+    "step_time", "time_compute", "time_comm", "time_comm_exposed", "overlap", "time_memcpy",
+    "time_data", "time_idle", "events",
+)
+
+
+def _load_trace(args: argparse.Namespace):
+    from .traces import load_trace
+
+    return load_trace(args.paths, format=args.trace_format)
+
+
+def _cmd_trace_summary(args: argparse.Namespace) -> None:
+    trace = _load_trace(args)
+    ds = trace.breakdown()
+    frame = dataset_to_frame(ds, TRACE_SUMMARY_COLUMNS)
+    _emit(ds, frame, args, f"measured breakdown per rank and step: {trace!r}", TRACE_SUMMARY_COLUMNS)
+
+
+def _cmd_trace_collectives(args: argparse.Namespace) -> None:
+    trace = _load_trace(args)
+    table = trace.collectives()
+    if args.format == "table":
+        units = table.attrs.get("units", {})
+        shown = table.rename(columns={c: f"{c} [{u}]" for c, u in units.items()
+                                      if u and u not in ("1", "count") and c in table})
+        with pd.option_context("display.max_columns", None, "display.width", 250):
+            body = shown.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+        _write(f"# collectives: {trace!r}\n# source: {trace.source}\n{body}\n", args.output)
+        return
+    _emit_frame(table, args, f"collectives: {trace.source}")
+
+
+def _cmd_trace_convert(args: argparse.Namespace) -> None:
+    from .traces import write_netcdf
+
+    trace = _load_trace(args)
+    write_netcdf(trace, args.output)
+    print(f"dlexplore: wrote {args.output} ({len(trace):,} events, {len(trace.ranks)} ranks)",
+          file=sys.stderr)
+
+
+def _cmd_collect(args: argparse.Namespace) -> None:
+    from .traces.collect import collect
+
+    manifest = collect(args.out, nproc=args.nproc, steps=args.steps, model=args.model)
+    print(f"dlexplore: wrote {manifest}", file=sys.stderr)
 
 
 def _explorer_args(args: argparse.Namespace) -> dict[str, object]:
@@ -522,6 +574,37 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", required=True, metavar="FILE.html",
                    help="the page to write (atomically)")
     r.set_defaults(func=_cmd_report)
+
+    t = sub.add_parser("trace", help="read traces: per-rank breakdown, collectives, convert",
+                       description="Read PyTorch profiler, Horovod, Nsight Systems (SQLite) or "
+                       "OTF2 traces: files, folders of per-rank files, or glob patterns.")
+    tsub = t.add_subparsers(dest="trace_command", metavar="ACTION", parser_class=_Parser,
+                            required=True)
+    for action, helptext, func in (
+        ("summary", "per-rank, per-step time breakdown", _cmd_trace_summary),
+        ("collectives", "one row per collective and message size, with algbw and busbw",
+         _cmd_trace_collectives),
+    ):
+        a = tsub.add_parser(action, help=helptext, description=helptext)
+        a.add_argument("paths", nargs="+", metavar="PATH", help="trace file, folder or glob")
+        a.add_argument("--trace-format", help="skip format detection: pytorch, horovod, nsys, otf2")
+        _add_output(a, ("table", "csv", "json") if action == "collectives" else FORMATS)
+        a.set_defaults(func=func)
+    v = tsub.add_parser("convert", help="write the event table to netCDF (reload with load_trace)")
+    v.add_argument("paths", nargs="+", metavar="PATH", help="trace file, folder or glob")
+    v.add_argument("--trace-format", help="skip format detection")
+    v.add_argument("-o", "--output", required=True, metavar="FILE.nc", help="netCDF file to write")
+    v.set_defaults(func=_cmd_trace_convert)
+
+    g = sub.add_parser("collect", help="run real data-parallel training on CPU and trace every rank",
+                       description="Run data-parallel training with torch.distributed (gloo, "
+                       "127.0.0.1) on CPU, profile every rank, write per-rank traces and a manifest. "
+                       "Needs the 'torch' extra.")
+    g.add_argument("--nproc", type=int, default=2, help="processes (ranks), default 2")
+    g.add_argument("--steps", type=int, default=4, help="profiled training steps, default 4")
+    g.add_argument("--model", default="mlp", choices=("mlp", "cnn"), help="model, default mlp")
+    g.add_argument("--out", required=True, metavar="DIR", help="folder to create")
+    g.set_defaults(func=_cmd_collect)
     return parser
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import DlexploreError
 from .detect import FORMATS, detect_format
+from .netcdf import write_netcdf
 from .schema import CATEGORIES, COLLECTIVES, COLUMNS, Trace, as_paths, make_events
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "CATEGORIES",
     "COLLECTIVES",
     "make_events",
+    "write_netcdf",
 ]
 
 # format -> module with ``read(paths, **options) -> Trace``
@@ -41,6 +43,7 @@ _READERS = {
     "horovod": ".horovod",
     "nsys": ".nsys",
     "otf2": ".otf2",
+    "netcdf": ".netcdf",
 }
 
 
@@ -52,7 +55,8 @@ def load_trace(
 ) -> Trace:
     """Read a trace: one file, a folder of per-rank files, a glob pattern, or a list of these.
 
-    ``format`` (``pytorch``, ``horovod``, ``nsys``, ``otf2``) skips detection; otherwise every file's
+    ``format`` (``pytorch``, ``horovod``, ``nsys``, ``otf2``, ``netcdf`` for a converted trace)
+    skips detection; otherwise every file's
     format is detected from its contents and all must agree. Every problem with the input is a
     :class:`~dlexplore.errors.DlexploreError` naming the file and the position or event.
     """

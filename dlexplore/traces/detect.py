@@ -11,11 +11,12 @@ from ..errors import DlexploreError, InputFileError
 
 __all__ = ["FORMATS", "detect_format", "head_text"]
 
-FORMATS = ("pytorch", "horovod", "nsys", "otf2", "nccl-tests")
+FORMATS = ("pytorch", "horovod", "nsys", "otf2", "netcdf", "nccl-tests")
 
 _HEAD = 1 << 16
 _SQLITE = b"SQLite format 3\x00"
 _GZIP = b"\x1f\x8b"
+_HDF5 = b"\x89HDF\r\n\x1a\n"
 
 
 def head_text(path: Path, size: int = _HEAD) -> str:
@@ -55,6 +56,8 @@ def detect_format(path: str | Path) -> str:
         raise InputFileError(path, f"cannot be read ({err})") from None
     if magic.startswith(_SQLITE):
         return "nsys"
+    if magic.startswith(_HDF5):
+        return "netcdf"  # written by `dlexplore trace convert`
     if path.suffix == ".otf2" or magic.startswith(b"OTF2"):
         return "otf2"
     text = head_text(path)
