@@ -380,7 +380,10 @@ def _cmd_trace_convert(args: argparse.Namespace) -> None:
 def _cmd_collect(args: argparse.Namespace) -> None:
     from .traces.collect import collect
 
-    manifest = collect(args.out, nproc=args.nproc, steps=args.steps, model=args.model)
+    manifest = collect(args.out, nproc=args.nproc, steps=args.steps, model=args.model,
+                       batch_size=args.batch_size, warmup=args.warmup, seed=args.seed, port=args.port,
+                       overwrite=args.overwrite, timeout=args.timeout,
+                       **({"progress": None} if args.quiet else {}))
     print(f"dlexplore: wrote {manifest}", file=sys.stderr)
 
 
@@ -604,6 +607,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--steps", type=int, default=4, help="profiled training steps, default 4")
     g.add_argument("--model", default="mlp", choices=("mlp", "cnn"), help="model, default mlp")
     g.add_argument("--out", required=True, metavar="DIR", help="folder to create")
+    g.add_argument("--batch-size", type=int, default=32, help="samples per rank per step, default 32")
+    g.add_argument("--warmup", type=int, default=1, help="profiler warm-up steps, default 1")
+    g.add_argument("--seed", type=int, default=0, help="random seed, default 0")
+    g.add_argument("--port", type=int, help="rendezvous port on 127.0.0.1 (default: a free one)")
+    g.add_argument("--overwrite", action="store_true", help="replace DIR once the new run succeeded")
+    g.add_argument("--timeout", type=float, default=300.0, help="seconds before giving up, default 300")
+    g.add_argument("--quiet", action="store_true", help="no progress lines")
     g.set_defaults(func=_cmd_collect)
     return parser
 

@@ -256,8 +256,23 @@ class Trace:
         return Trace(events, self.format, self.files, self.world_size, dict(self.meta))
 
 
+# Files that travel with traces in a folder (the collector's manifest, notes) but are not traces.
+_COMPANIONS = {"manifest.json"}
+_COMPANION_SUFFIXES = {".txt", ".md", ".log", ".csv", ".yaml", ".yml", ".sha256"}
+
+
+def _companion(path: Path) -> bool:
+    name = path.name.lower()
+    return (name.startswith(".") or name in _COMPANIONS or name.startswith("readme")
+            or path.suffix.lower() in _COMPANION_SUFFIXES)
+
+
 def as_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
-    """Paths from one path, a folder (its files, sorted), a glob pattern, or a list of these."""
+    """Paths from one path, a folder (its files, sorted), a glob pattern, or a list of these.
+
+    A folder's hidden files and the files that accompany traces (``manifest.json``, ``README*``,
+    ``*.txt``, ``*.md``, ``*.log``) are skipped; files named directly are always kept.
+    """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     found: list[Path] = []
@@ -265,7 +280,7 @@ def as_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Pat
         text = os.fspath(item)
         path = Path(text)
         if path.is_dir():
-            found.extend(sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")))
+            found.extend(sorted(p for p in path.iterdir() if p.is_file() and not _companion(p)))
         elif any(ch in text for ch in "*?[") and not path.exists():
             import glob
 
