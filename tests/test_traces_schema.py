@@ -110,3 +110,13 @@ def test_detection_refuses_what_is_not_a_trace(tmp_path):
     bad_gzip.write_bytes(b"\x1f\x8b\x08garbage")
     with pytest.raises(DlexploreError, match="bad.json.gz"):
         detect_format(bad_gzip)
+
+
+def test_nccl_tests_under_mpirun_is_not_taken_for_json(tmp_path):
+    out = tmp_path / "allreduce.out"
+    out.write_text("[1,0]<stdout>:# nThread 1 nGpus 1 minBytes 8 maxBytes 128 step: 2(factor)\n"
+                   "[1,0]<stdout>:#\n")
+    assert detect_format(out) == "nccl-tests"
+    only_bracket = tmp_path / "timeline.json"
+    only_bracket.write_text("[\n")  # what Horovod leaves when no operation ran
+    assert detect_format(only_bracket) == "horovod"

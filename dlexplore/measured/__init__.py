@@ -118,6 +118,9 @@ def read_csv(path: str | Path) -> xr.Dataset:
 def load(name: str | Path) -> xr.Dataset:
     """Load a bundled measured dataset by name (see :func:`available`), or a CSV file by path.
 
+    A path to nccl-tests output returns :func:`dlexplore.traces.nccl_tests.read`'s dataset (dims
+    ``bytes``, ``placement``).
+
     An unknown name raises :class:`~dlexplore.errors.UnknownNameError` with the nearest names.
     """
     text = str(name)
@@ -128,6 +131,19 @@ def load(name: str | Path) -> xr.Dataset:
     if text.lower() in lowered:
         return read_table(_folder() / f"{lowered[text.lower()]}.csv")
     path = Path(text)
+    if path.is_file() and path.suffix.lower() != ".csv":
+        # nccl-tests output (all_reduce_perf ...) is a measured communication dataset too.
+        from ..errors import DlexploreError
+        from ..traces.detect import detect_format
+
+        try:
+            kind = detect_format(path)
+        except DlexploreError:
+            kind = None  # not a trace either: the CSV reader below says what is wrong
+        if kind == "nccl-tests":
+            from ..traces.nccl_tests import read as read_nccl_tests
+
+            return read_nccl_tests(path)
     # Anything that looks like a path is read as one, so that a typo in a path says "no such
     # file" rather than suggesting bundled dataset names.
     if path.is_file() or path.suffix.lower() == ".csv" or len(path.parts) > 1:

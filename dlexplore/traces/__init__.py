@@ -79,8 +79,9 @@ def load_trace(
     return reader.read(files, **options)
 
 
-def read_nccl_tests(path: str | os.PathLike) -> Any:
-    """nccl-tests output (``all_reduce_perf`` ...) as a measured communication dataset (xarray)."""
+def read_nccl_tests(path: str | os.PathLike, **options: Any) -> Any:
+    """nccl-tests output (``all_reduce_perf`` ...) as a measured communication dataset (xarray);
+    ``options`` (``collective=``, ``gpus=``, ``by=``) go to :func:`dlexplore.traces.nccl_tests.read`."""
     from .nccl_tests import read
 
-    return read(Path(path))
+    return read(Path(path), **options)

@@ -62,6 +62,11 @@ def detect_format(path: str | Path) -> str:
         return "otf2"
     text = head_text(path)
     stripped = text.lstrip("\ufeff \t\r\n")
+    # nccl-tests first: under mpirun its lines start with "[1,0]<stdout>:", which looks like JSON
+    prefix = r"^(?:\[\d+,\d+\]<std(?:out|err)>:)?"
+    if re.search(prefix + r"#\s+(out-of-place|size\s+count)", text, flags=re.M) \
+            or re.search(prefix + r"# nThread \d+ nGpus", text, flags=re.M):
+        return "nccl-tests"
     if stripped.startswith("{"):
         if '"traceEvents"' in text:
             return "pytorch"
@@ -69,14 +74,14 @@ def detect_format(path: str | Path) -> str:
                              "profiler trace, a Horovod timeline, an Nsight Systems SQLite export, "
                              "an OTF2 archive or nccl-tests output")
     if stripped.startswith("["):
-        if re.search(r'"(NEGOTIATE_|ALLREDUCE|ALLGATHER|BROADCAST|MEMCPY_IN_FUSION_BUFFER|QUEUE)', text) \
-                or re.search(r'"ph"\s*:\s*"M"', text):
-            return "horovod"
+        if re.search(r'"(NEGOTIATE_|ALLREDUCE|ALLGATHER|BROADCAST|MEMCPY_IN_FUSION_BUFFER|QUEUE|'
+                     r'CYCLE_START|start_time_since_epoch_in_micros)', text) \
+                or stripped.rstrip(", \t\r\n") == "[":
+            return "horovod"  # "[" alone is what Horovod leaves when no operation ran
         if '"ph"' in text:
             return "pytorch"  # a bare Chrome trace array
         raise InputFileError(path, "is a JSON array but not of trace events (no \"ph\" fields)")
-    if re.search(r"^#\s+(out-of-place|size\s+count)", text, flags=re.M) or "nccl-tests" in text \
-            or re.search(r"^# nThread \d+ nGpus", text, flags=re.M):
+    if "nccl-tests" in text:
         return "nccl-tests"
     if not stripped:
         raise InputFileError(path, "is empty; expected a trace file")

@@ -280,6 +280,10 @@ def as_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Pat
         text = os.fspath(item)
         path = Path(text)
         if path.is_dir():
+            anchors = sorted(path.glob("*.otf2"))
+            if anchors:  # an OTF2 archive: its anchor file stands for the whole folder
+                found.extend(anchors)
+                continue
             found.extend(sorted(p for p in path.iterdir() if p.is_file() and not _companion(p)))
         elif any(ch in text for ch in "*?[") and not path.exists():
             import glob

@@ -1,0 +1,191 @@
+"""nccl-tests output -> dlexplore.traces.nccl_tests (a measured communication dataset).
+
+The files in tests/data/traces/nccl-tests/ are real nccl-tests outputs copied verbatim from the
+public repositories named in that folder's README.txt (a current 8-GPU all-reduce, a two-test
+alltoall + sendrecv log of 4 ranks on 2 nodes, and a 2019 DGX-2 log in the old format). The
+expected values are read off the files by hand; the bad inputs are those files damaged.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dlexplore
+from dlexplore import measured
+from dlexplore.errors import DlexploreError, InputFileError
+from dlexplore.model.comm import busbw_factor
+from dlexplore.traces import detect_format, load_trace, nccl_tests, read_nccl_tests
+
+DATA = Path(__file__).parent / "data" / "traces" / "nccl-tests"
+TOGETHER = DATA / "together-h100-all_reduce_ring.out"
+XXRJUN = DATA / "xxrjun-h100-2node-alltoall-sendrecv.log"
+WOHLBIER = DATA / "wohlbier-dgx2-all_gather-all_reduce.txt"
+
+
+@pytest.mark.parametrize("path", [TOGETHER, XXRJUN, WOHLBIER])
+def test_detect_format(path):
+    assert detect_format(path) == "nccl-tests"
+
+
+def test_current_format_values():
+    ds = read_nccl_tests(TOGETHER)
+    assert ds.sizes == {"bytes": 31, "placement": 2}
+    assert list(ds.placement.values) == ["out-of-place", "in-place"]
+    assert ds.bytes.values[0] == 8 and ds.bytes.values[-1] == 8589934592
+    assert ds.collective.item() == "allreduce" and ds.gpus.item() == 8
+    assert ds.dtype.item() == "float" and ds.redop.item() == "sum" and ds.root.item() == -1
+    last = ds.sel(bytes=8589934592)
+    # 40838.9 µs out of place, 40780.5 µs in place
+    assert last.time.values.tolist() == pytest.approx([40838.9e-6, 40780.5e-6])
+    assert last.algbw.values.tolist() == [210.34, 210.64]
+    assert last.busbw.values.tolist() == [368.09, 368.62]
+    assert last["count"].item() == 2147483648
+    assert ds.wrong.values.max() == 0
+    # the printed bandwidths are nccl-tests' own: algbw = bytes / time, busbw = algbw x 2(n-1)/n
+    algbw = 8589934592 / 40838.9e-6 / 1e9
+    assert algbw == pytest.approx(210.34, abs=0.005)
+    assert algbw * busbw_factor("allreduce", 8) == pytest.approx(368.09, abs=0.01)
+    assert ds.time.attrs["units"] == "s" and ds.busbw.attrs["units"] == "GB/s"
+    assert ds.bytes.attrs["units"] == "bytes"
+
+
+def test_current_format_attrs():
+    ds = read_nccl_tests(TOGETHER)
+    assert ds.attrs["kind"] == "measured"
+    assert ds.attrs["source"] == f"measured: nccl-tests output {TOGETHER}"
+    assert ds.attrs["nccl_tests_version"].startswith("2.17.9")
+    assert ds.attrs["avg_busbw"] == 122.955 and ds.attrs["out_of_bounds"] == "0 OK"
+    assert ds.attrs["command"].startswith("# nThread 1 nGpus 8 minBytes 8 maxBytes 8589934592")
+    devices = ds.attrs["devices"].splitlines()
+    assert len(devices) == 8 and all(d.endswith("NVIDIA H100 80GB HBM3") for d in devices)
+    assert ds.attrs["first_line"] == 3 and ds.attrs["skipped_lines"] == ""
+
+
+def test_lays_over_the_prediction():
+    meas = read_nccl_tests(TOGETHER)
+    pred = dlexplore.predict_comm(
+        "allreduce", nbytes=meas.bytes.values, gpus=int(meas.gpus), bandwidth=200.0, latency=5e-6
+    )
+    ratio = meas.busbw.sel(placement="out-of-place") / pred.busbw
+    assert ratio.dims == ("bytes",) and ratio.sizes["bytes"] == 31
+    # 8 GiB: measured 368.09 GB/s busbw against the ring's 2(p-1)/p n / (time) at 200 GB/s links
+    assert float(ratio.sel(bytes=8589934592)) == pytest.approx(
+        368.09 / float(pred.busbw.sel(bytes=8589934592))
+    )
+
+
+def test_measured_load_reads_nccl_tests():
+    ds = measured.load(TOGETHER)
+    assert ds.collective.item() == "allreduce" and ds.attrs["kind"] == "measured"
+
+
+def test_two_tests_in_one_file():
+    with pytest.raises(
+        InputFileError,
+        match=r"holds 2 nccl-tests results: alltoall \(line 2\), sendrecv "
+        r"\(line 29\); pass collective=",
+    ):
+        read_nccl_tests(XXRJUN)
+    alltoall, sendrecv = nccl_tests.read_all(XXRJUN)
+    assert alltoall.collective.item() == "alltoall" and sendrecv.collective.item() == "sendrecv"
+    assert alltoall.gpus.item() == 4 and alltoall.redop.item() == "none" and alltoall.dtype.item() == "double"
+    # in-place "#wrong" is N/A for both
+    assert np.isnan(alltoall.wrong.sel(placement="in-place")).all()
+    assert (alltoall.wrong.sel(placement="out-of-place") == 0).all()
+    picked = nccl_tests.read(XXRJUN, collective="sendrecv")
+    last = picked.sel(bytes=17179869184)
+    assert last.time.values.tolist() == pytest.approx([599168e-6, 600103e-6])
+    assert last.busbw.values.tolist() == [28.67, 28.63]
+    assert picked.attrs["avg_busbw"] == 28.3875
+    with pytest.raises(InputFileError, match="holds no allreduce test"):
+        nccl_tests.read(XXRJUN, collective="all_reduce")
+
+
+def test_old_format_without_root_and_with_error_column():
+    ds = nccl_tests.read(WOHLBIER, collective="allreduce")
+    assert "root" not in ds.coords and "wrong" not in ds and "error" in ds
+    assert ds.gpus.item() == 12 and ds.redop.item() == "sum"
+    row = ds.sel(bytes=8)
+    assert row.time.values.tolist() == pytest.approx([61.03e-6, 61.04e-6])
+    assert row.error.values.tolist() == [2e-07, 1e-07]
+    assert ds.sel(bytes=8589934592).busbw.values.tolist() == [123.56, 123.57]
+    assert ds.attrs["title"] == "nccl-tests all_reduce_perf on 12 GPUs"
+
+
+def test_repeated_sizes_need_points():
+    with pytest.raises(InputFileError, match=r"line 22: size 0 bytes appears on lines 21 and 22.*by='point'"):
+        nccl_tests.read(WOHLBIER, collective="allgather")
+    ds = nccl_tests.read(WOHLBIER, collective="allgather", by="point")
+    assert ds.sizes == {"point": 31, "placement": 2}
+    assert ds.bytes.values[:4].tolist() == [0, 0, 0, 48]
+    assert "redop" not in ds.coords and ds.dtype.item() == "float"
+    assert ds.attrs["out_of_bounds"] == "4 FAILED" and ds.attrs["avg_busbw"] == 30.2993
+    assert ds.error.values[-1].tolist() == [1.0, 1.0]
+
+
+def test_mpirun_prefixes_and_nccl_log_lines(tmp_path):
+    lines = TOGETHER.read_text().split("\n")
+    lines.insert(20, "gpu-dp-2jvzl-pqq7p:1583223:1583301 [0] NCCL INFO Channel 00/32 : 0 1 2 3 4 5 6 7")
+    lines.insert(22, "Launch params (512, 1, 1) are larger than launch bounds (256) for kernel")
+    prefixed = tmp_path / "mpirun.log"
+    prefixed.write_text("\n".join(f"[1,0]<stdout>:{line}" for line in lines))
+    ds = nccl_tests.read(prefixed)
+    original = read_nccl_tests(TOGETHER)
+    assert (ds.busbw == original.busbw).all() and ds.gpus.item() == 8
+    assert ds.attrs["skipped_lines"] == "23"
+
+
+def test_truncated_row_names_the_line(tmp_path):
+    text = TOGETHER.read_text()
+    cut = text[: text.index("210.34") + len("210.34")]
+    path = tmp_path / "cut.out"
+    path.write_text(cut)
+    with pytest.raises(InputFileError, match=r"cut\.out, line 48: a result row needs 13 columns .* found 7"):
+        read_nccl_tests(path)
+
+
+def test_bad_number_names_line_and_column(tmp_path):
+    path = tmp_path / "bad.out"
+    path.write_text(TOGETHER.read_text().replace("35.08", "35.O8"))
+    with pytest.raises(InputFileError, match=r"bad\.out, line 19: column 'time': '35\.O8' is not a number"):
+        read_nccl_tests(path)
+
+
+def test_header_without_rows_and_no_table(tmp_path):
+    text = TOGETHER.read_text()
+    path = tmp_path / "header.out"
+    path.write_text(text[: text.index("           8             2")])
+    with pytest.raises(
+        InputFileError, match=r"header\.out, line 16: the result table has a header but no rows"
+    ):
+        read_nccl_tests(path)
+    other = tmp_path / "notes.txt"
+    other.write_text("# nThread 1 nGpus 8 minBytes 8\nnothing measured\n")
+    with pytest.raises(InputFileError, match="holds no nccl-tests result table"):
+        read_nccl_tests(other)
+
+
+def test_unknown_collective_and_missing_binary(tmp_path):
+    with pytest.raises(DlexploreError, match="unknown nccl-tests collective 'allscatter'"):
+        nccl_tests.read(TOGETHER, collective="allscatter")
+    lines = [line for line in TOGETHER.read_text().split("\n") if "all_reduce_perf" not in line]
+    path = tmp_path / "anonymous.out"
+    path.write_text("\n".join(lines))
+    with pytest.warns(UserWarning, match="collective is 'unknown'"):
+        ds = read_nccl_tests(path)
+    assert ds.collective.item() == "unknown"
+    assert nccl_tests.read(path, collective="allreduce").collective.item() == "allreduce"
+
+
+def test_load_trace_points_elsewhere():
+    with pytest.raises(DlexploreError, match="read_nccl_tests"):
+        load_trace(TOGETHER)
+
+
+def test_all_values_finite_where_printed():
+    ds = read_nccl_tests(TOGETHER)
+    assert all(math.isfinite(v) for v in ds.time.values.ravel())
