@@ -258,7 +258,7 @@ class Trace:
 
 # Files that travel with traces in a folder (the collector's manifest, notes) but are not traces.
 _COMPANIONS = {"manifest.json"}
-_COMPANION_SUFFIXES = {".txt", ".md", ".log", ".csv", ".yaml", ".yml", ".sha256"}
+_COMPANION_SUFFIXES = {".txt", ".md", ".log", ".csv", ".yaml", ".yml", ".sha256", ".py", ".sh"}
 
 
 def _companion(path: Path) -> bool:
