@@ -50,6 +50,8 @@ def test_wheel_carries_the_data_and_finds_it(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "dlexplore/data/catalog/gpus.csv" in names
     assert any(n.startswith("dlexplore/data/measured/") and n.endswith(".csv") for n in names)
+    # the sample traces made by `dlexplore collect`
+    assert "dlexplore/data/traces/gloo-mlp-2rank/rank0.json.gz" in names
     # the dashboard `dlexplore explore` serves, and its offline Voila template
     assert "dlexplore/dashboard/explorer.ipynb" in names
     template = "dlexplore/dashboard/jupyter/voila/templates/dlexplore/"

@@ -1,0 +1,78 @@
+"""`dlexplore trace ...` on the bundled real traces (made by `dlexplore collect`)."""
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dlexplore._data import data_dir
+
+EXE = shutil.which("dlexplore") or str(Path(sys.executable).parent / "dlexplore")
+SAMPLE = data_dir() / "traces" / "gloo-mlp-2rank"
+
+
+def cli(*args):
+    return subprocess.run([EXE, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_summary_csv_has_rank_step_and_the_breakdown():
+    done = cli("trace", "summary", str(SAMPLE), "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    frame = pd.read_csv(io.StringIO(done.stdout))
+    assert list(frame.columns[:2]) == ["rank", "step"]
+    for column in ("step_time", "time_compute", "time_comm", "time_comm_exposed", "time_idle"):
+        assert column in frame
+    manifest = json.loads((SAMPLE / "manifest.json").read_text())
+    assert sorted(frame["rank"].unique()) == list(range(manifest["distributed"]["world_size"]))
+    # the parts never exceed the step they belong to
+    assert (frame["time_comm_exposed"] <= frame["time_comm"] + 1e-12).all()
+    assert (frame["time_compute"] <= frame["step_time"] + 1e-12).all()
+
+
+def test_summary_json_names_its_source_and_units():
+    done = cli("trace", "summary", str(SAMPLE / "rank*.json.gz"), "--format", "json")
+    payload = json.loads(done.stdout)
+    assert payload["source"].startswith("measured: pytorch trace")
+    assert payload["units"]["step_time"] == "s"
+
+
+def test_collectives_csv_columns():
+    done = cli("trace", "collectives", str(SAMPLE), "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    frame = pd.read_csv(io.StringIO(done.stdout))
+    for column in ("collective", "bytes", "count", "time", "algbw", "busbw", "skew"):
+        assert column in frame
+    assert set(frame["collective"]) == {"allreduce"}
+    # nccl-tests: busbw = algbw x 2(p-1)/p, which is 1 for two ranks
+    assert (frame["busbw"] - frame["algbw"]).abs().max() < 1e-12
+
+
+def test_convert_round_trip(tmp_path):
+    target = tmp_path / "run.nc"
+    done = cli("trace", "convert", str(SAMPLE), "-o", str(target))
+    assert done.returncode == 0, done.stderr
+    direct = cli("trace", "summary", str(SAMPLE), "--format", "csv").stdout
+    again = cli("trace", "summary", str(target), "--format", "csv").stdout
+    assert direct == again
+
+
+@pytest.mark.parametrize("args, message", [
+    (["trace", "summary", "missing-folder/"], "no such file"),
+    (["trace", "convert", str(SAMPLE)], "required"),
+    (["trace", "summary", str(SAMPLE), "--trace-format", "nope"], "unknown trace format"),
+])
+def test_trace_errors_are_one_line(args, message):
+    done = cli(*args)
+    assert done.returncode == 2
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_collect_refuses_bad_arguments_before_starting():
+    done = cli("collect", "--nproc", "0", "--out", "never-made")
+    assert done.returncode == 2 and "nproc" in done.stderr
+    assert not Path("never-made").exists()
