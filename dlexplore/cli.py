@@ -357,6 +357,16 @@ def _cmd_trace_summary(args: argparse.Namespace) -> None:
 def _cmd_trace_collectives(args: argparse.Namespace) -> None:
     trace = _load_trace(args)
     table = trace.collectives()
+    given = [args.bandwidth is not None, args.latency is not None]
+    if any(given) and not all(given):
+        raise _UsageError("to compare with the model give both --bandwidth (GB/s) and --latency (s)")
+    if all(given):
+        from .traces.collectives import compare_collectives
+
+        attrs = dict(table.attrs)
+        table = compare_collectives(table, bandwidth=args.bandwidth, latency=args.latency,
+                                    algorithm=args.algorithm)
+        table.attrs = {**attrs, **table.attrs}
     if args.format == "table":
         units = table.attrs.get("units", {})
         shown = table.rename(columns={c: f"{c} [{u}]" for c, u in units.items()
@@ -592,6 +602,11 @@ def build_parser() -> argparse.ArgumentParser:
         a.add_argument("paths", nargs="+", metavar="PATH", help="trace file, folder or glob")
         a.add_argument("--trace-format", help="skip format detection: pytorch, horovod, nsys, otf2")
         _add_output(a, ("table", "csv", "json") if action == "collectives" else FORMATS)
+        if action == "collectives":
+            a.add_argument("--bandwidth", type=float,
+                           help="GB/s: add the alpha-beta prediction (`predicted`, `error`) per row")
+            a.add_argument("--latency", type=float, help="s, with --bandwidth")
+            a.add_argument("--algorithm", default="ring", help="algorithm of the prediction (ring)")
         a.set_defaults(func=func)
     v = tsub.add_parser("convert", help="write the event table to netCDF (reload with load_trace)")
     v.add_argument("paths", nargs="+", metavar="PATH", help="trace file, folder or glob")

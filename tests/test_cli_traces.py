@@ -52,6 +52,19 @@ def test_collectives_csv_columns():
     assert (frame["busbw"] - frame["algbw"]).abs().max() < 1e-12
 
 
+def test_collectives_beside_the_alpha_beta_prediction():
+    done = cli("trace", "collectives", str(SAMPLE), "--format", "csv", "--bandwidth", "1",
+               "--latency", "1e-5")
+    assert done.returncode == 0, done.stderr
+    frame = pd.read_csv(io.StringIO(done.stdout))
+    # ring allreduce on 2 ranks: 2(p-1) alpha + 2(p-1)/p n / B = 2e-5 s + n / 1e9 s
+    expected = 2e-5 + frame["bytes"] / 1e9
+    assert ((frame["predicted"] - expected).abs() < 1e-12).all()
+    assert ((frame["error"] - (frame["time"] - expected) / expected).abs() < 1e-9).all()
+    half = cli("trace", "collectives", str(SAMPLE), "--bandwidth", "1")
+    assert half.returncode == 2 and "--latency" in half.stderr
+
+
 def test_convert_round_trip(tmp_path):
     target = tmp_path / "run.nc"
     done = cli("trace", "convert", str(SAMPLE), "-o", str(target))
