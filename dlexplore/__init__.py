@@ -6,6 +6,8 @@ The public API::
     ds = dlx.predict("resnet50", "P100", "25GbE", gpus=[1, 2, 4, 8, 16], batch_size=64)
     comm = dlx.predict_comm("allreduce", "ring", nbytes=1e8, gpus=8, bandwidth=10, latency=5e-6)
     published = dlx.measured.load("horovod-2017-16gpu-25gbe")
+    trace = dlx.load_trace("run/")        # per-rank PyTorch/Horovod/Nsight/OTF2 traces
+    trace.breakdown(), trace.collectives()
     dlx.catalog.gpu("V100-16GB"), dlx.catalog.workload("bert-large")
     dlx.Explorer("resnet101", "P100", "25GbE", measured="horovod-2017-16gpu-25gbe")  # in Jupyter
 
@@ -13,10 +15,11 @@ Predictions and measurements are ``xarray.Dataset`` objects with units on every 
 ``attrs["source"]`` saying where the numbers come from.
 """
 
-from . import catalog, lab, measured, model
+from . import catalog, lab, measured, model, traces
 from ._version import __version__
 from .errors import DlexploreError, InputFileError, UnknownNameError
 from .model import predict, predict_comm
+from .traces import Trace, load_trace
 
 __all__ = [
     "__version__",
@@ -26,10 +29,14 @@ __all__ = [
     "model",
     "predict",
     "predict_comm",
+    "traces",
+    "load_trace",
+    "Trace",
     "DlexploreError",
     "InputFileError",
     "UnknownNameError",
     "Explorer",
+    "TraceView",
     "plots",
     "widgets",
     "report",
@@ -37,7 +44,8 @@ __all__ = [
 
 # The interactive parts import bokeh and ipywidgets (about half a second): load them on first use,
 # so that `import dlexplore` and the command line stay quick.
-_LAZY = {"plots": "plots", "widgets": "widgets", "report": "report", "Explorer": "widgets"}
+_LAZY = {"plots": "plots", "widgets": "widgets", "report": "report", "Explorer": "widgets",
+         "TraceView": "widgets"}
 
 
 def __getattr__(name: str):
@@ -45,7 +53,7 @@ def __getattr__(name: str):
         import importlib
 
         module = importlib.import_module(f".{_LAZY[name]}", __name__)
-        return getattr(module, name) if name == "Explorer" else module
+        return getattr(module, name) if name in ("Explorer", "TraceView") else module
     raise AttributeError(f"module 'dlexplore' has no attribute {name!r}")
 
 

@@ -336,7 +336,7 @@ def _cmd_measured(args: argparse.Namespace) -> None:
 
 #: Breakdown variables in the order ``trace summary`` prints them.
 TRACE_SUMMARY_COLUMNS = (
-    "step_time", "time_compute", "time_comm", "time_comm_exposed", "overlap", "time_memcpy",
+    "step_time", "time_compute", "time_comm", "time_comm_exposed", "overlap_fraction", "time_memcpy",
     "time_data", "time_idle", "events",
 )
 
@@ -385,6 +385,14 @@ def _cmd_trace_convert(args: argparse.Namespace) -> None:
     write_netcdf(trace, args.output)
     print(f"dlexplore: wrote {args.output} ({len(trace):,} events, {len(trace.ranks)} ranks)",
           file=sys.stderr)
+
+
+def _cmd_trace_report(args: argparse.Namespace) -> None:
+    from .report import write_trace_report
+
+    trace = _load_trace(args)
+    write_trace_report(args.output, trace, title=args.title)
+    print(f"dlexplore: wrote {args.output}", file=sys.stderr)
 
 
 def _cmd_collect(args: argparse.Namespace) -> None:
@@ -608,6 +616,12 @@ def build_parser() -> argparse.ArgumentParser:
             a.add_argument("--latency", type=float, help="s, with --bandwidth")
             a.add_argument("--algorithm", default="ring", help="algorithm of the prediction (ring)")
         a.set_defaults(func=func)
+    h = tsub.add_parser("report", help="write the timeline, breakdown and collectives as one HTML page")
+    h.add_argument("paths", nargs="+", metavar="PATH", help="trace file, folder or glob")
+    h.add_argument("--trace-format", help="skip format detection")
+    h.add_argument("--title", help="page title")
+    h.add_argument("-o", "--output", required=True, metavar="FILE.html", help="the page to write")
+    h.set_defaults(func=_cmd_trace_report)
     v = tsub.add_parser("convert", help="write the event table to netCDF (reload with load_trace)")
     v.add_argument("paths", nargs="+", metavar="PATH", help="trace file, folder or glob")
     v.add_argument("--trace-format", help="skip format detection")

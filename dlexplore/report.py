@@ -24,7 +24,7 @@ from .errors import DlexploreError
 from .model import predict
 from .plots import GPU_COUNTS, ExplorerFigures, headline, measured_columns
 
-__all__ = ["explorer_report", "write_report"]
+__all__ = ["explorer_report", "write_report", "trace_report", "write_trace_report"]
 
 # The per-GPU-count parts of the figures: what the GPU selector swaps in the browser.
 _PER_GPU_SOURCES = ("throughput_selected", "step_breakdown", "memory", "comm_phases", "comm_buckets")
@@ -142,3 +142,160 @@ def _header_html(prediction: xr.Dataset, gpus: int, ds: xr.Dataset | None, title
         "the dependence of compute efficiency on batch size. Hover over the plots for values with "
         "units.</p>"
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# measured traces
+
+
+def trace_report(
+    trace: Any,
+    *,
+    title: str | None = None,
+    breakdown: xr.Dataset | None = None,
+    collectives: Any = None,
+    max_events: int = 10_000,
+    embed_events: int = 50_000,
+    width: int = 1100,
+    offsets: Any = None,
+) -> str:
+    """The trace report page as an HTML string (see :func:`write_trace_report` for the arguments)."""
+    from bokeh.layouts import row
+    from bokeh.models import CheckboxGroup
+
+    from .plots.timeline import (
+        TIMELINE_JS,
+        TimelineIndex,
+        TraceFigures,
+        collective_columns,
+        default_bins,
+        rank_breakdown_columns,
+        timeline_columns,
+        timeline_payload,
+        trace_summary,
+    )
+    from .traces import Trace, load_trace
+
+    if not isinstance(trace, Trace):
+        trace = load_trace(trace)
+    notes: list[str] = []
+
+    def attempt(what: str, compute):
+        try:
+            return compute()
+        except DlexploreError as err:
+            notes.append(f"No {what}: {err}")
+            return None
+
+    index = TimelineIndex(trace, offsets=offsets)
+    ds = breakdown if breakdown is not None else attempt("breakdown", trace.breakdown)
+    table = collectives if collectives is not None else attempt("collective table", trace.collectives)
+    figures = TraceFigures(index, width=width)
+    x_range = figures.timeline.x_range
+    bins = default_bins(width)
+    data, view = timeline_columns(index, x_range.start, x_range.end, max_events=max_events, bins=bins)
+    figures.show_timeline(data, view)
+
+    # Every step's bars and table, computed here and embedded: the step selector swaps them in.
+    steps = [int(s) for s in (ds["step"].values if ds is not None else index.steps)]
+    per_step_tables = collectives is None and table is not None and len(steps) <= 50
+    states: dict[str, dict] = {}
+    for step in [None, *steps]:
+        key = "all" if step is None else str(step)
+        if ds is not None:
+            figures.show_breakdown(rank_breakdown_columns(ds, step=step), step=step, steps=len(steps))
+        step_table = table
+        if step is not None and per_step_tables:
+            step_table = attempt(f"collective table for step {step}",
+                                 lambda step=step: trace.select(steps=[step]).collectives())
+        figures.show_collectives(collective_columns(step_table),
+                                 note="all steps" if step_table is table else f"step {step}")
+        if step is None or step not in set(index.steps.tolist()):
+            window = [x_range.start, x_range.end]
+        else:
+            lo, hi = index.step_window(step)
+            pad = 0.02 * (hi - lo) if hi > lo else 1.0
+            window = [lo - pad, hi + pad]
+        states[key] = {
+            "breakdown": dict(figures.sources["trace_breakdown"].data),
+            "breakdown_title": figures.breakdown.title.text,
+            "collectives": dict(figures.sources["trace_collectives"].data),
+            "collectives_title": figures.collectives_title.text,
+            "window": window,
+        }
+    # back to all steps, as the page opens
+    if ds is not None:
+        figures.show_breakdown(rank_breakdown_columns(ds), steps=len(steps))
+    figures.show_collectives(collective_columns(table), note="all steps")
+
+    present = list(index.categories)
+    boxes = CheckboxGroup(labels=present, active=list(range(len(present))), inline=True,
+                          name="trace_categories")
+    redraw = CustomJS(
+        args=dict(src=figures.sources["trace_timeline"], fig=figures.timeline,
+                  payload=timeline_payload(index, max_events=max_events, bins=bins,
+                                           embed_events=embed_events),
+                  boxes=boxes, present=present),
+        code=TIMELINE_JS,
+    )
+    x_range.js_on_change("start", redraw)
+    x_range.js_on_change("end", redraw)
+    boxes.js_on_change("active", redraw)
+    selector = Select(title="Step", value="all", name="trace_step", width=160,
+                      options=[("all", "all steps (mean)"), *((str(s), f"step {s}") for s in steps)])
+    selector.js_on_change("value", CustomJS(
+        args=dict(states=states, breakdown=figures.sources["trace_breakdown"],
+                  table=figures.sources["trace_collectives"], bars=figures.breakdown,
+                  heading=figures.collectives_title, x_range=x_range),
+        code="""
+        const get = (o, k) => (o instanceof Map ? o.get(k) : o[k]);
+        // a DataTable reads its columns as properties: give it a plain object, not a Map
+        const plain = (o) => (o instanceof Map ? Object.fromEntries(o) : o);
+        const s = get(states, cb_obj.value);
+        breakdown.data = plain(get(s, "breakdown"));
+        table.data = plain(get(s, "collectives"));
+        bars.title.text = get(s, "breakdown_title");
+        heading.text = get(s, "collectives_title");
+        const w = get(s, "window");
+        x_range.setv({start: w[0], end: w[1]});
+        """,
+    ))
+
+    facts = trace_summary(trace, index, ds)
+    how = (
+        "The timeline shows each rank's threads and streams (rows) against time from the first event "
+        f"(ms, each rank's own clock). Scroll to zoom, drag to pan. A window with at most {max_events:,} "
+        "events shows each; a wider one shows each category's busy time per bin (bar height = the "
+        "busy share of the bin), exact in total. "
+        + ("Every event is in this page." if index.n_events <= embed_events else
+           f"This page holds binned busy time only (the trace has {index.n_events:,} events, more than "
+           f"{embed_events:,}): open it in TraceView to see each event.")
+        + " Bars: the mean per step of each rank; pick a step to see it alone. Hover for values with units."
+    )
+    notes_html = "".join(f"<br><small>{html.escape(n)}</small>" for n in notes)
+    heading = html.escape(title or "dlexplore: measured trace")
+    head = Div(text=f"<h2>{heading}</h2><p style='font-size:13px'>{'; '.join(facts)}</p>"
+                    f"<p style='font-size:12px;color:#555'>{html.escape(how)}{notes_html}</p>",
+               width=width, name="trace_report_header")
+    page = column(head, row(selector, boxes), figures.layout, name="trace_report")
+    name = title or f"dlexplore trace report: {trace.source}"
+    return file_html(page, resources=INLINE, title=name)
+
+
+def write_trace_report(path: str | os.PathLike, trace: Any, **kwargs: Any) -> Path:
+    """Write a measured trace's timeline, breakdown per rank and collective table to ``path`` as one
+    standalone HTML page (BokehJS inlined: it opens offline).
+
+    ``trace`` is a :class:`dlexplore.traces.Trace` or what :func:`dlexplore.load_trace` reads.
+    Keywords: ``title``; ``breakdown`` and ``collectives`` to show instead of the trace's own;
+    ``max_events`` (events drawn one by one at most, else binned busy time); ``embed_events``
+    (the page carries every event up to this many, else the binned view only); ``width``
+    (pixels); ``offsets`` (clock offset per rank, s). Zooming, the category boxes and the step
+    selector work in the page without Python. The file is written to a temporary file and renamed,
+    so a failure never leaves half a page.
+    """
+    text = trace_report(trace, **kwargs)
+    target = Path(path)
+    with atomic_open(target, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return target

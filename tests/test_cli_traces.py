@@ -2,6 +2,7 @@
 
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -63,6 +64,16 @@ def test_collectives_beside_the_alpha_beta_prediction():
     assert ((frame["error"] - (frame["time"] - expected) / expected).abs() < 1e-9).all()
     half = cli("trace", "collectives", str(SAMPLE), "--bandwidth", "1")
     assert half.returncode == 2 and "--latency" in half.stderr
+
+
+def test_trace_report_is_a_standalone_page(tmp_path):
+    target = tmp_path / "trace.html"
+    done = cli("trace", "report", str(SAMPLE), "-o", str(target), "--title", "two ranks")
+    assert done.returncode == 0, done.stderr
+    page = target.read_text(encoding="utf-8")
+    assert "two ranks" in page and "trace_timeline" in page
+    # nothing is fetched: no script or stylesheet tag points off the machine (BokehJS is inlined)
+    assert not re.search(r'<(script|link)[^>]+(src|href)="https?://', page)
 
 
 def test_convert_round_trip(tmp_path):

@@ -71,7 +71,7 @@ def test_cpu_two_ranks_by_hand():
     assert float(r0.time_comm) == pytest.approx(5.0, **EXACT)
     # exposed: [3, 8] minus [3, 4] and [5, 6] -> [4, 5] U [6, 8] = 3 s; overlap 1 - 3/5 = 0.4
     assert float(r0.time_comm_exposed) == pytest.approx(3.0, **EXACT)
-    assert float(r0.overlap) == pytest.approx(0.4, **EXACT)
+    assert float(r0.overlap_fraction) == pytest.approx(0.4, **EXACT)
     assert float(r0.time_data) == pytest.approx(0.5, **EXACT)
     assert float(r0.time_memcpy) == pytest.approx(0.25, **EXACT)
     assert float(r0.time_memset) == 0.0
@@ -82,7 +82,7 @@ def test_cpu_two_ranks_by_hand():
     r0s2 = ds.sel(rank=0, step=2)
     assert float(r0s2.step_time) == pytest.approx(3.0, **EXACT)
     assert float(r0s2.time_comm) == 0.0 and float(r0s2.time_comm_exposed) == 0.0
-    assert np.isnan(float(r0s2.overlap))              # no communication: no overlap fraction
+    assert np.isnan(float(r0s2.overlap_fraction))              # no communication: no overlap fraction
     assert float(r0s2.time_idle) == pytest.approx(1.0, **EXACT)
 
     r1 = ds.sel(rank=1, step=1)
@@ -90,7 +90,7 @@ def test_cpu_two_ranks_by_hand():
     assert float(r1.step_time) == pytest.approx(9.0, **EXACT)
     assert float(r1.time_compute) == pytest.approx(6.0, **EXACT)
     assert float(r1.time_comm_exposed) == pytest.approx(2.5, **EXACT)
-    assert float(r1.overlap) == pytest.approx(0.0, **EXACT)
+    assert float(r1.overlap_fraction) == pytest.approx(0.0, **EXACT)
     assert float(r1.time_idle) == pytest.approx(0.5, **EXACT)
 
     # rank 1 has no step 2: NaN times, 0 events
@@ -135,7 +135,7 @@ def test_gpu_rank_counts_device_streams_only():
     assert float(r.time_comm) == pytest.approx(4.0, **EXACT)           # [2, 6]; the annotation is out
     # exposed: [2, 6] minus [1, 3] = [3, 6] = 3 s; overlap 1 - 3/4 = 0.25
     assert float(r.time_comm_exposed) == pytest.approx(3.0, **EXACT)
-    assert float(r.overlap) == pytest.approx(0.25, **EXACT)
+    assert float(r.overlap_fraction) == pytest.approx(0.25, **EXACT)
     assert float(r.time_memcpy) == pytest.approx(0.5, **EXACT)
     assert float(r.time_memset) == pytest.approx(0.25, **EXACT)
     assert float(r.time_data) == pytest.approx(0.25, **EXACT)
@@ -218,7 +218,7 @@ def test_steps_selection_and_no_step_trace():
     assert list(ds.step.values) == [0]
     assert float(ds.step_time.sel(rank=0, step=0)) == pytest.approx(2.0)
     # exposed: [1.5, 3] minus [1, 2] = 1 s of 1.5 -> overlap 1/3
-    assert float(ds.overlap.sel(rank=0, step=0)) == pytest.approx(1 / 3)
+    assert float(ds.overlap_fraction.sel(rank=0, step=0)) == pytest.approx(1 / 3)
     assert "no steps" in ds.attrs["steps_note"]
 
 
@@ -232,7 +232,7 @@ def test_empty_and_no_communication():
     rows = [(0, "cpu:1:1", "ProfilerStep#0", "step", 0.0, 1.0, 0),
             (0, "cpu:1:1", "aten::mm", "compute", 0.25, 0.75, 0)]
     ds = breakdown(events(rows))
-    assert float(ds.time_comm[0, 0]) == 0.0 and np.isnan(float(ds.overlap[0, 0]))
+    assert float(ds.time_comm[0, 0]) == 0.0 and np.isnan(float(ds.overlap_fraction[0, 0]))
     assert float(ds.time_idle[0, 0]) == pytest.approx(0.5)
     with pytest.raises(DlexploreError, match="expected a dlexplore Trace"):
         breakdown([1, 2, 3])
@@ -310,7 +310,8 @@ def test_real_gloo_traces(folder):
     for name in ("time_compute", "time_comm", "time_data", "time_memcpy"):
         assert bool((ds[name] <= busy + 1e-9).all()), name
     assert bool((ds.time_comm_exposed <= ds.time_comm + 1e-12).all())
-    assert bool(((ds.overlap >= 0) & (ds.overlap <= 1) | ds.overlap.isnull()).all())
+    hidden = ds.overlap_fraction
+    assert bool(((hidden >= 0) & (hidden <= 1) | hidden.isnull()).all())
     assert bool((ds.step_time > 0).all()) and bool((ds.time_compute > 0).all())
     # data parallel: every rank communicates in every step
     assert bool((ds.time_comm > 0).all())

@@ -7,7 +7,9 @@ only receives new columns. The same object renders the static HTML report.
 
 Source names (stable: browser tests and user code can find them with
 ``document.get_model_by_name``): ``throughput_predicted``, ``throughput_measured``,
-``throughput_selected``, ``step_breakdown``, ``memory``, ``comm_buckets``, ``comm_phases``.
+``throughput_selected``, ``step_breakdown``, ``memory``, ``comm_buckets``, ``comm_phases``, and
+``step_breakdown_measured`` (measured breakdowns from traces beside the predicted bars, see
+:meth:`ExplorerFigures.show_measured_steps`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from bokeh.models import (
     FixedTicker,
     HoverTool,
     Legend,
+    LegendItem,
     NumeralTickFormatter,
     Range1d,
     Span,
@@ -41,6 +44,17 @@ SOURCE_NAMES = (
     "memory",
     "comm_buckets",
     "comm_phases",
+    "step_breakdown_measured",
+)
+
+#: The measured step stack beside the predicted one: (column, legend label, colour). Hatched bars.
+MEASURED_STEP_PARTS = (
+    ("compute_only", "compute", cols.BLUE),
+    ("comm_overlapped", "compute + communication (overlapped)", cols.SKY),
+    ("comm_exposed", "communication (exposed)", cols.VERMILION),
+    ("data", "data loading", cols.ORANGE),
+    ("memcpy", "measured: memcpy and memset", cols.GREEN),
+    ("idle", "measured: idle", "#DDDDDD"),
 )
 
 _WIDTH, _HEIGHT = 560, 380
@@ -156,16 +170,69 @@ class ExplorerFigures:
             stack, x="label", source=source, width=0.8, color=[c for _, _, c in cols.STEP_PARTS],
             fill_alpha="alpha", line_color="outline", line_width=1.5,
         )
-        _legend_below(fig, Legend(items=[(label, [bar]) for (_, label, _), bar in
-                                         zip(cols.STEP_PARTS, bars, strict=True)]), ncols=2)
+        self._step_legend = Legend(items=[(label, [bar]) for (_, label, _), bar in
+                                          zip(cols.STEP_PARTS, bars, strict=True)])
+        _legend_below(fig, self._step_legend, ncols=2)
         for bar, (column, label, _) in zip(bars, cols.STEP_PARTS, strict=True):
             fig.add_tools(HoverTool(renderers=[bar], tooltips=[
                 ("GPUs", "@label"), (label, f"@{column}{{0,0.00}} ms"),
                 ("step time", "@step_time{0,0.00} ms"), ("all communication", "@comm_total{0,0.00} ms"),
             ]))
+        self._add_measured_steps(fig)
         fig.y_range.start = 0
         fig.xgrid.grid_line_color = None
         return fig
+
+    def _add_measured_steps(self, fig) -> None:
+        """Hatched bars for measured breakdowns, on factors of their own next to their GPU count;
+        empty (and without legend entries) until :meth:`show_measured_steps`."""
+        source = self.sources["step_breakdown_measured"]
+        source.data = _empty(["label", "trace", "gpus", *(c for c, _, _ in MEASURED_STEP_PARTS),
+                              "step_time", "comm_total", "ranks", "steps", "source"])
+        bars = fig.vbar_stack(
+            [c for c, _, _ in MEASURED_STEP_PARTS], x="label", source=source, width=0.8,
+            color=[c for _, _, c in MEASURED_STEP_PARTS], line_color="black", line_width=1,
+            hatch_pattern="/", hatch_color="white", hatch_alpha=0.6,
+        )
+        self._measured_bars = bars
+        for bar, (column, label, _) in zip(bars, MEASURED_STEP_PARTS, strict=True):
+            fig.add_tools(HoverTool(renderers=[bar], tooltips=[
+                ("measured", "@trace (@ranks{0} ranks, @steps{0} rank-steps)"),
+                (label.removeprefix("measured: "), f"@{column}{{0,0.00}} ms"),
+                ("step time (mean)", "@step_time{0,0.00} ms"),
+                ("all communication", "@comm_total{0,0.00} ms"),
+                ("source", "@source"),
+            ]))
+
+    def show_measured_steps(self, data: dict | None) -> None:
+        """Show measured breakdowns (columns of :func:`dlexplore.plots.timeline.measured_step_columns`,
+        concatenated; None or empty clears them): each bar goes on a factor of its own, right after
+        the predicted bar of the largest GPU count not above its own."""
+        source = self.sources["step_breakdown_measured"]
+        fig = self.step_breakdown
+        if not data or not len(data["label"]):
+            source.data = _empty(list(source.data))
+            fig.x_range.factors = [str(g) for g in self.gpu_counts]
+            fig.xaxis.major_label_orientation = "horizontal"
+            return
+        source.data = {k: np.asarray(v) for k, v in data.items()}
+        factors: list[str] = []
+        placed = set()
+        for g in self.gpu_counts:
+            factors.append(str(g))
+            for label, n in zip(data["label"], data["gpus"], strict=True):
+                if label not in placed and n >= g and not any(g < h <= n for h in self.gpu_counts):
+                    factors.append(str(label))
+                    placed.add(label)
+        factors += [str(label) for label in data["label"] if label not in placed]
+        fig.x_range.factors = factors
+        fig.xaxis.major_label_orientation = 0.9
+        legend = self._step_legend
+        if not any(item.renderers[0] in self._measured_bars for item in legend.items):
+            legend.items = [*legend.items, *(
+                LegendItem(label=label, renderers=[bar]) for (_, label, _), bar in
+                zip(MEASURED_STEP_PARTS, self._measured_bars, strict=True) if label.startswith("measured")
+            )]
 
     def _memory_figure(self, width: int, height: int):
         source = self.sources["memory"]

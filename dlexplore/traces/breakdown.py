@@ -15,7 +15,7 @@ Definitions, per rank ``r`` and step ``s`` (all times in seconds, on the rank's 
 ``time_comm_exposed``
     Communication not overlapped by compute on that rank: the length of ``comm \\ compute``,
     computed as ``|comm U compute| - |compute|``.
-``overlap``
+``overlap_fraction``
     The fraction of communication hidden behind compute, ``1 - time_comm_exposed / time_comm``;
     NaN when the step has no communication.
 ``time_idle``
@@ -65,7 +65,7 @@ BREAKDOWN_VARIABLES: dict[str, tuple[str, str]] = {
     "time_compute": ("s", "compute time per step (union of compute intervals)"),
     "time_comm": ("s", "communication time per step (union of communication intervals)"),
     "time_comm_exposed": ("s", "communication time not overlapped by compute on the rank"),
-    "overlap": ("1", "fraction of communication time hidden behind compute"),
+    "overlap_fraction": ("1", "fraction of communication time hidden behind compute"),
     "time_memcpy": ("s", "memory copy time per step (union of memcpy intervals)"),
     "time_memset": ("s", "memory set time per step (union of memset intervals)"),
     "time_data": ("s", "data loading time per step (union of data intervals)"),
@@ -184,8 +184,8 @@ def breakdown(trace: Trace | pd.DataFrame, *, steps: Any = None) -> xr.Dataset:
     -------
     xarray.Dataset
         Dims ``rank`` and ``step``; variables ``step_time``, ``time_compute``, ``time_comm``,
-        ``time_comm_exposed``, ``overlap``, ``time_memcpy``, ``time_memset``, ``time_data``,
-        ``time_idle`` (seconds; ``overlap`` a fraction) and ``events`` (count), each with ``units``
+        ``time_comm_exposed``, ``overlap_fraction``, ``time_memcpy``, ``time_memset``, ``time_data``,
+        ``time_idle`` (seconds; ``overlap_fraction`` a fraction) and ``events`` (count), each with ``units``
         and ``long_name``. A (rank, step) with no event is NaN (``events`` 0). ``attrs``:
         ``source``, ``kind`` ("measured"), ``format``, and notes on the definitions.
     """
@@ -250,7 +250,7 @@ def breakdown(trace: Trace | pd.DataFrame, *, steps: Any = None) -> xr.Dataset:
         # Never below zero: the two unions are sums of differences and may round differently.
         data["time_comm_exposed"] = np.clip(comm_or_compute - compute, 0.0, comm)
         with np.errstate(divide="ignore", invalid="ignore"):
-            data["overlap"] = np.where(comm > 0, 1.0 - data["time_comm_exposed"] / comm, np.nan)
+            data["overlap_fraction"] = np.where(comm > 0, 1.0 - data["time_comm_exposed"] / comm, np.nan)
         data["time_memcpy"] = unions.length(mask("memcpy"))
         data["time_memset"] = unions.length(mask("memset"))
         data["time_data"] = unions.length(mask("data"))

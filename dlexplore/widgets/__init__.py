@@ -2,8 +2,11 @@
 
 - :class:`Explorer`: sliders and drop-downs to predicted vs measured throughput, step-time,
   memory and communication breakdowns.
+- :class:`TraceView`: a measured trace: per-rank timeline (zoomable, decimated), breakdown bars per
+  rank and the collective table.
 """
 
 from .explorer import BATCH_SIZES, GPUS_PER_NODE, Explorer, load_bokehjs
+from .traceview import TraceView
 
-__all__ = ["Explorer", "BATCH_SIZES", "GPUS_PER_NODE", "load_bokehjs"]
+__all__ = ["Explorer", "TraceView", "BATCH_SIZES", "GPUS_PER_NODE", "load_bokehjs"]

@@ -130,6 +130,7 @@ class Explorer:
                 raise DlexploreError(f"Explorer: {name!r} is a control; pass it as gpus=, batch_size= ...")
         self._model_kwargs = dict(model_kwargs)
         self._datasets: dict[str, xr.Dataset] = {}
+        self._traces: dict[str, dict[str, np.ndarray]] = {}
         first_measured = self._load_measured(measured)
         net = catalog.network(network)
         wl = catalog.workload(workload)
@@ -196,6 +197,39 @@ class Explorer:
         if show:
             self.controls["measured"].value = label
         return label
+
+    def add_trace(self, trace_or_breakdown: Any, label: str | None = None) -> str:
+        """Lay a measured step-time breakdown beside the predicted bars; returns its label.
+
+        ``trace_or_breakdown`` is a :class:`dlexplore.traces.Trace` (its
+        :meth:`~dlexplore.traces.Trace.breakdown` is taken), a breakdown dataset on (rank, step),
+        or what :func:`dlexplore.load_trace` reads. The bar is the mean over ranks and steps, in
+        the explorer's stack (compute, communication overlapped by compute, exposed
+        communication, data loading) plus memcpy and idle time, hatched, on an axis factor
+        ``"<ranks>: <label>"`` right after the predicted bar for that many GPUs. The measured
+        setup is not adopted: compare it with a prediction of the same workload and hardware.
+        Adding a label again replaces its bar.
+        """
+        from ..plots.timeline import measured_step_columns
+        from ..traces import Trace, load_trace
+
+        data = trace_or_breakdown
+        if not isinstance(data, (Trace, xr.Dataset)):
+            data = load_trace(data)
+        if isinstance(data, Trace):
+            default = Path(data.files[0]).parent.name if data.files else data.format
+            gpus = data.world_size
+            ds = data.breakdown()
+        else:
+            default = str(data.attrs.get("name") or "measured")
+            gpus = None
+            ds = data
+        name = str(label or default or "trace")
+        self._traces[name] = measured_step_columns(ds, label=name, gpus=gpus)
+        merged = {key: np.concatenate([columns[key] for columns in self._traces.values()])
+                  for key in next(iter(self._traces.values()))}
+        self.figures.show_measured_steps(merged)
+        return name
 
     def _repr_mimebundle_(self, **kwargs: Any):
         load_bokehjs()
