@@ -869,6 +869,8 @@ def _match_kernels(
     rows = np.flatnonzero(unmatched)
     if not len(rows) or not rpc_info:
         return
+    # what _apply fills in, in its argument order
+    columns = (collective, coll_index, nbytes, group_size, dtype_code, group_code, dtypes, groups)
     by_ext = {(int(rank[r]), int(ext[r])): r for r in rpc_info if ext[r] >= 0}
     used: set[int] = set()
     left = []
@@ -877,18 +879,7 @@ def _match_kernels(
         if source is None:
             left.append(row)
             continue
-        _apply(
-            row,
-            rpc_info[source],
-            collective,
-            coll_index,
-            nbytes,
-            group_size,
-            dtype_code,
-            group_code,
-            dtypes,
-            groups,
-        )
+        _apply(row, rpc_info[source], *columns)
         used.add(source)
     for r in np.unique(rank[left]).tolist() if left else []:
         kernels = sorted((row for row in left if rank[row] == r), key=lambda row: start[row])
@@ -906,18 +897,7 @@ def _match_kernels(
             name = normalize_collective_name(str(rpc_info[source].collective))
             if collective[row] and collective[row] != coll_index.get(name):
                 continue
-            _apply(
-                row,
-                rpc_info[source],
-                collective,
-                coll_index,
-                nbytes,
-                group_size,
-                dtype_code,
-                group_code,
-                dtypes,
-                groups,
-            )
+            _apply(row, rpc_info[source], *columns)
 
 
 def _apply(row, info, collective, coll_index, nbytes, group_size, dtype_code, group_code, dtypes, groups):
