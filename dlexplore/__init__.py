@@ -8,6 +8,8 @@ The public API::
     published = dlx.measured.load("horovod-2017-16gpu-25gbe")
     trace = dlx.load_trace("run/")        # per-rank PyTorch/Horovod/Nsight/OTF2 traces
     trace.breakdown(), trace.collectives()
+    cal = dlx.calibrate("tf-benchmarks-2017-dgx1", fit_on="gpus == 1", per=("workload",))
+    cal.params, cal.points, cal.mape_holdout
     dlx.catalog.gpu("V100-16GB"), dlx.catalog.workload("bert-large")
     dlx.Explorer("resnet101", "P100", "25GbE", measured="horovod-2017-16gpu-25gbe")  # in Jupyter
 
@@ -15,9 +17,10 @@ Predictions and measurements are ``xarray.Dataset`` objects with units on every 
 ``attrs["source"]`` saying where the numbers come from.
 """
 
-from . import catalog, lab, measured, model, traces
+from . import catalog, fit, lab, measured, model, traces
 from ._version import __version__
 from .errors import DlexploreError, InputFileError, UnknownNameError
+from .fit import Calibration, calibrate, calibrate_from_trace, compare, predict_points
 from .model import predict, predict_comm
 from .traces import Trace, load_trace
 
@@ -30,6 +33,12 @@ __all__ = [
     "predict",
     "predict_comm",
     "traces",
+    "fit",
+    "compare",
+    "predict_points",
+    "calibrate",
+    "calibrate_from_trace",
+    "Calibration",
     "load_trace",
     "Trace",
     "DlexploreError",

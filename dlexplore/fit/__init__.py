@@ -1,0 +1,30 @@
+"""Predicted against measured: comparison, calibration and empirical scaling baselines.
+
+- :func:`compare`: lay a prediction over a measured dataset; per-point error, MAPE, maximum error;
+- :func:`predict_points`: the model at every measured point, with that point's own setup;
+- :func:`calibrate`: fit model parameters to chosen measured points (``fit_on="gpus<=8"``), with
+  standard errors, and predict the others; :func:`calibrate_from_trace`: latency, bandwidth and
+  compute time per sample from a measured trace; both return a :class:`Calibration`;
+- :func:`fit_scaling` (:mod:`~dlexplore.fit.extrap`): Extra-P-style empirical scaling models, the
+  baseline an analytical model must beat.
+
+Errors are fractions, ``(predicted - measured) / measured`` (:data:`ERROR_DEFINITION`).
+"""
+
+from .calibrate import PARAMETERS, Calibration, CalibrationWarning, calibrate, calibrate_from_trace
+from .compare import ERROR_DEFINITION, as_points, compare, predict_points
+from .extrap import ScalingModel, fit_scaling
+
+__all__ = [
+    "compare",
+    "predict_points",
+    "as_points",
+    "calibrate",
+    "calibrate_from_trace",
+    "Calibration",
+    "CalibrationWarning",
+    "PARAMETERS",
+    "ERROR_DEFINITION",
+    "fit_scaling",
+    "ScalingModel",
+]
