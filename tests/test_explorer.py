@@ -151,3 +151,28 @@ def test_measured_dataset_without_gpus_is_refused():
     ds = xr.Dataset({"throughput": ("point", [1.0])}, attrs={"name": "bad"})
     with pytest.raises(DlexploreError, match="no 'gpus' coordinate"):
         Explorer(measured=ds)
+
+
+def test_calibrate_control_fits_the_points_shown_and_resets():
+    explorer = Explorer(measured="tf-benchmarks-2017-dgx1", workload="resnet50")
+    uncalibrated = data(explorer, "throughput_predicted", "throughput")
+    explorer.calibrate_button.click()
+    cal = explorer.calibration
+    assert cal is not None and list(cal.params["name"]) == ["compute_efficiency"]
+    # fitted on the 1-GPU point: the curve now passes through the measured 219 images/s
+    assert data(explorer, "throughput_predicted", "throughput")[0] == pytest.approx(219.0, rel=1e-6)
+    # the same fit as the public API on the same points
+    ds = dlx.measured.load("tf-benchmarks-2017-dgx1")
+    same = dlx.calibrate(ds.isel(point=np.flatnonzero(ds.workload.values == "resnet50")),
+                         fit_on="gpus == 1", params=["compute_efficiency"])
+    assert cal.fitted()["compute_efficiency"] == pytest.approx(same.fitted()["compute_efficiency"])
+    assert f"held-out MAPE {same.mape_holdout:.1%}" in explorer.fit_report.value
+    explorer.reset_button.click()
+    assert explorer.calibration is None and explorer.fit_report.value == ""
+    assert data(explorer, "throughput_predicted", "throughput") == pytest.approx(uncalibrated)
+
+
+def test_calibrate_without_measurements_says_so():
+    explorer = Explorer()
+    assert explorer.calibrate() is None
+    assert "measured dataset first" in explorer.fit_report.value

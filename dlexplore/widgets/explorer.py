@@ -50,6 +50,8 @@ _ALGORITHM_LABELS = {
     "parameter_server": "parameter server",
 }
 _PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+#: The calibrate control's choices: which measured points to fit (the others are held out).
+_FIT_ON = {"1 GPU": "gpus == 1", "up to 8 GPUs": "gpus <= 8", "all points": None}
 _CONTROL_WIDTH = "330px"
 
 
@@ -71,6 +73,14 @@ def load_bokehjs(force: bool = False) -> None:
 
     output_notebook(resources=INLINE, hide_banner=True)
     _bokehjs_loaded = True
+
+
+def _fmt_value(value: float, units: str) -> str:
+    if not np.isfinite(value):
+        return "n/a" if np.isnan(value) else "not identifiable"
+    if units == "s":
+        return f"{value * 1e6:.3g} µs"
+    return f"{value:.3g} {units}" if units not in ("1", "") else f"{value:.3g}"
 
 
 def _nearest(options: Iterable[int], value: float) -> int:
@@ -148,6 +158,18 @@ class Explorer:
         self.status = w.HTML(layout=w.Layout(width="100%"))
         self.status.add_class("dlx-status")
         self.prediction: xr.Dataset | None = None
+        #: The last fit of the model to the measured points (:meth:`calibrate`), or None.
+        self.calibration = None
+        self.fit_on = w.Dropdown(options=list(_FIT_ON), value="1 GPU", description="Fit on",
+                                 style={"description_width": "115px"}, layout=w.Layout(width=_CONTROL_WIDTH))
+        self.calibrate_button = w.Button(description="Calibrate to measured", button_style="info",
+                                         tooltip="fit compute efficiency (and, with multi-GPU points, "
+                                                 "bandwidth and latency) to the measured points shown")
+        self.reset_button = w.Button(description="Reset", tooltip="back to the uncalibrated model")
+        self.calibrate_button.on_click(lambda _: self.calibrate())
+        self.reset_button.on_click(lambda _: self.reset_calibration())
+        self.fit_report = w.HTML(layout=w.Layout(width="100%"))
+        self.fit_report.add_class("dlx-calibration")
         self._holding = 0
         self._dirty: set[str] = set()
         self._wire()
@@ -230,6 +252,94 @@ class Explorer:
                   for key in next(iter(self._traces.values()))}
         self.figures.show_measured_steps(merged)
         return name
+
+    def calibrate(self, fit_on: str | None = None):
+        """Fit the model to the measured points shown (this workload and precision; this algorithm,
+        or one GPU) and use the fitted parameters from now on.
+
+        ``fit_on`` is a selection as in :func:`dlexplore.calibrate` (default: the "Fit on" control).
+        Compute efficiency is always fitted; bandwidth and latency too when the fitted points span
+        several GPU counts and can determine them. Returns the :class:`dlexplore.fit.Calibration`
+        (also in :attr:`calibration`); the fitted parameters and the error on the held-out points
+        are shown under the control.
+        """
+        import warnings
+
+        from ..fit import CalibrationWarning
+        from ..fit import calibrate as fit
+
+        ds = self.measured_dataset
+        if ds is None:
+            self.fit_report.value = "<i>Choose a measured dataset first.</i>"
+            return None
+        points = self._comparable_points(ds)
+        if points is None:
+            self.fit_report.value = "<i>No measured point of this workload to fit.</i>"
+            return None
+        selection = _FIT_ON[self.fit_on.value] if fit_on is None else fit_on
+        gpus = points["gpus"].values
+        chosen = gpus == 1 if selection == "gpus == 1" else gpus <= 8 if selection == "gpus <= 8" \
+            else np.ones_like(gpus, dtype=bool)
+        params = ["compute_efficiency"]
+        if len(np.unique(gpus[chosen])) > 1 and np.any(gpus[chosen] > self.controls["gpus_per_node"].value):
+            params += ["bandwidth", "latency"]
+        c = self.controls
+        settings = {**self._model_kwargs}
+        settings.pop("compute_efficiency", None)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", CalibrationWarning)
+            try:
+                cal = fit(points, fit_on=selection, params=params, intra_link=c["intra_link"].value,
+                          **settings)
+            except DlexploreError as err:
+                self.fit_report.value = f"<span style='color:#D55E00'>{html.escape(str(err))}</span>"
+                return None
+        values = cal.fitted()
+        self.calibration = cal
+        with self._hold():
+            self._dirty.add("calibration")
+            if "compute_efficiency" in values:
+                self._model_kwargs["compute_efficiency"] = values["compute_efficiency"]
+            if "bandwidth" in values:
+                c["bandwidth"].value = values["bandwidth"]
+            if "latency" in values:
+                c["latency"].value = values["latency"] * 1e6
+        notes = "".join(f"<br><small>{html.escape(str(w_.message))}</small>" for w_ in caught
+                        if issubclass(w_.category, CalibrationWarning))
+        held = (f"held-out MAPE {cal.mape_holdout:.1%} (largest {cal.max_error_holdout:.1%})"
+                if np.isfinite(cal.mape_holdout) else "no point held out")
+        rows = "".join(
+            f"<tr><td>{html.escape(str(r.name))}</td><td>{_fmt_value(r.value, r.units)}</td>"
+            f"<td>± {_fmt_value(r.stderr, r.units)}</td></tr>" for r in cal.params.itertuples())
+        self.fit_report.value = (
+            f"<b>Calibrated</b> on {html.escape(str(selection or 'all points'))}: fit MAPE "
+            f"{cal.mape_fit:.1%}, {held}.<table style='font-size:12px'>{rows}</table>{notes}"
+        )
+        return cal
+
+    def reset_calibration(self) -> None:
+        """Forget the calibration: back to the model's defaults and the network preset."""
+        self.calibration = None
+        self._model_kwargs.pop("compute_efficiency", None)
+        self.fit_report.value = ""
+        with self._hold():
+            self._dirty.add("calibration")
+            self._apply_network()
+
+    def _comparable_points(self, ds: xr.Dataset) -> xr.Dataset | None:
+        """The measured points the curve shown stands for: this workload and precision, and this
+        algorithm or one GPU (the same rule as the error column of the overlay)."""
+        keep = np.ones(ds.sizes["point"], dtype=bool)
+        c = self.controls
+        if "workload" in ds.coords:
+            keep &= np.char.lower(ds["workload"].values.astype(str)) == c["workload"].value.lower()
+        if "precision" in ds.coords and len(np.unique(ds["precision"].values)) > 1:
+            keep &= ds["precision"].values.astype(str) == c["precision"].value
+        if "algorithm" in ds.coords:
+            ran = ds["algorithm"].values.astype(str)
+            keep &= (ran == c["algorithm"].value) | np.isin(ran, ("none", "unknown")) | (
+                ds["gpus"].values == 1)
+        return ds.isel(point=np.flatnonzero(keep)) if keep.any() else None
 
     def _repr_mimebundle_(self, **kwargs: Any):
         load_bokehjs()
@@ -386,6 +496,7 @@ class Explorer:
             heading("Network"), c["network"], c["bandwidth"], c["latency"], c["intra_link"],
             c["algorithm"],
             heading("Measurements"), c["measured"], self.status,
+            self.fit_on, w.HBox([self.calibrate_button, self.reset_button]), self.fit_report,
         ], layout=w.Layout(width="350px", flex="0 0 350px"))
         plots = w.VBox([self.headline, BokehModel(self.figures.layout)],
                        layout=w.Layout(flex="1 1 900px", min_width="900px"))
