@@ -17,7 +17,7 @@ Predictions and measurements are ``xarray.Dataset`` objects with units on every 
 ``attrs["source"]`` saying where the numbers come from.
 """
 
-from . import catalog, fit, lab, measured, model, traces
+from . import catalog, fit, lab, measured, model, sim, traces
 from ._version import __version__
 from .errors import DlexploreError, InputFileError, UnknownNameError
 from .fit import Calibration, calibrate, calibrate_from_trace, compare, predict_points
@@ -33,6 +33,7 @@ __all__ = [
     "predict",
     "predict_comm",
     "traces",
+    "sim",
     "fit",
     "compare",
     "predict_points",

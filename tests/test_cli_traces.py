@@ -100,3 +100,16 @@ def test_collect_refuses_bad_arguments_before_starting():
     done = cli("collect", "--nproc", "0", "--out", "never-made")
     assert done.returncode == 2 and "nproc" in done.stderr
     assert not Path("never-made").exists()
+
+
+def test_whatif_replays_the_measured_step_and_sweeps():
+    done = cli("whatif", str(SAMPLE), "--bandwidth", "x1,x2", "--compute", "x1.5", "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    frame = pd.read_csv(io.StringIO(done.stdout), comment="#")
+    first = frame.iloc[0]
+    assert first["step_time"] == pytest.approx(first["step_time_measured"], rel=0.05)
+    assert set(frame["bandwidth_factor"]) == {1, 2} and set(frame["compute_factor"]) == {1, 1.5}
+    faster = frame[(frame["bandwidth_factor"] == 2) & (frame["compute_factor"] == 1.5)]
+    assert (faster["step_time"] <= first["step_time"] * (1 + 1e-9)).all()
+    bad = cli("whatif", str(SAMPLE), "--bandwidth", "fast")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

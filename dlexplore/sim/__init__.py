@@ -1,0 +1,57 @@
+"""What-if replay of a measured iteration (``dlexplore.sim``).
+
+    from dlexplore.sim import whatif, summarize
+    ds = whatif(dlexplore.load_trace("run/"), bandwidth=2, gpus=[2, 8, 64])
+    summarize(ds)                       # one row per scenario: measured vs replayed step time
+
+- :func:`build_graph`: the dependency graph of a trace (lanes cut into segments, collectives matched
+  across ranks, what waits for what), :mod:`dlexplore.sim.graph`;
+- :func:`replay`, :func:`replay_events`: the discrete-event replay under :class:`Scenario` s, and the
+  replayed event table (lays over the measured one, e.g. in ``TraceView``);
+- :func:`whatif`: the replay measured as the trace is (``step_time``, ``time_comm``,
+  ``time_comm_exposed`` on (scenario, rank, step)), with the identity replay's error in its attrs;
+- :func:`fit_network`, :func:`fit_alpha_beta`: latency and bandwidth of the trace's own
+  collectives, which scale the transfers, :mod:`dlexplore.sim.network`;
+- :func:`whatif_report`: the same as text (table, csv, json) for ``dlexplore whatif``.
+"""
+
+from .graph import ReplayGraph, build_graph, causal_offsets
+from .network import AlphaBeta, fit_alpha_beta, fit_network, transfer_ratio
+from .replay import (
+    REPLAY_VARIABLES,
+    SUMMARY_VARIABLES,
+    ReplayResult,
+    Scenario,
+    identity_error,
+    parse_factor,
+    replay,
+    replay_events,
+    summarize,
+    whatif,
+)
+from .report import REPORT_COLUMNS, parse_factors, parse_gpus, whatif_frame, whatif_report
+
+__all__ = [
+    "AlphaBeta",
+    "REPLAY_VARIABLES",
+    "REPORT_COLUMNS",
+    "ReplayGraph",
+    "ReplayResult",
+    "SUMMARY_VARIABLES",
+    "Scenario",
+    "build_graph",
+    "causal_offsets",
+    "fit_alpha_beta",
+    "fit_network",
+    "identity_error",
+    "parse_factor",
+    "parse_factors",
+    "parse_gpus",
+    "replay",
+    "replay_events",
+    "summarize",
+    "transfer_ratio",
+    "whatif",
+    "whatif_frame",
+    "whatif_report",
+]
