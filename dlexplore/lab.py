@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 
 from . import catalog
 
-__all__ = ["Exercise", "CheckResult", "Solution", "EXERCISES", "check", "solution", "register"]
+__all__ = ["Exercise", "CheckResult", "Solution", "EXERCISES", "check", "solution", "register",
+           "classroom"]
 
 Answer = float | int | str | tuple[float, ...]
 
@@ -337,7 +338,7 @@ _CHOICE_ALIASES = {"binomial": "tree", "binomial tree": "tree", "binomial-tree":
                    "ring allreduce": "ring", "tree allreduce": "tree"}
 
 
-def register(exercise: Exercise, solver: Callable[[], Solution]) -> Exercise:
+def register(exercise: Exercise, solver: Callable[[], Solution], hint: str = "") -> Exercise:
     """Add an exercise (and the function that works out its solution) to :data:`EXERCISES`.
 
     The topic labs in :mod:`dlexplore.exercises` (parallelism, energy, I/O, stragglers) register
@@ -347,18 +348,16 @@ def register(exercise: Exercise, solver: Callable[[], Solution]) -> Exercise:
         raise ValueError(f"exercise {exercise.number} ({exercise.id}) is already registered")
     EXERCISES[exercise.id] = exercise
     _SOLVERS[exercise.id] = solver
+    _HINTS.setdefault(exercise.id, hint or "compare your working with the formula in the question")
     return exercise
 
 
-def _load_topics() -> None:
-    # The topic labs register on import; importing them here lets check(101, ...) work at once.
-    import importlib
-
-    importlib.import_module("dlexplore.exercises")
+def classroom() -> list[Exercise]:
+    """The classroom lab's own exercises (numbers below 100), in order."""
+    return [e for e in EXERCISES.values() if e.number < 100]
 
 
 def _exercise(exercise_id: int | str) -> Exercise:
-    _load_topics()
     if isinstance(exercise_id, numbers.Integral) and not isinstance(exercise_id, bool):
         for e in EXERCISES.values():
             if e.number == int(exercise_id):
@@ -502,3 +501,8 @@ def _show_answer(answer: object) -> str:
         return repr(answer)[:60]
     except Exception:  # a student's odd object must not break the check cell
         return "this answer"
+
+
+# The topic labs (parallelism, energy, I/O, stragglers) register their exercises when imported:
+# import them once here, after register() exists, so EXERCISES is complete from the start.
+from . import exercises as _topics  # noqa: E402, F401
