@@ -51,6 +51,9 @@ PREDICT_COLUMNS = (
     "fits",
 )
 
+#: Energy variables ``predict --energy`` adds (see dlexplore.model.energy).
+ENERGY_COLUMNS = ("energy_step", "energy_sample", "power_average", "energy_epoch_kwh", "time_epoch")
+
 #: What the table format shows besides the swept coordinates.
 _TABLE_COLUMNS = (
     "throughput", "step_time", "efficiency", "time_compute", "time_comm_exposed",
@@ -261,8 +264,17 @@ def _cmd_predict(args: argparse.Namespace) -> None:
     if args.workspace is not None:
         kwargs["workspace"] = args.workspace
     ds = predict(**kwargs)
-    frame = dataset_to_frame(ds, PREDICT_COLUMNS)
-    _emit(ds, frame, args, "predicted data-parallel training step")
+    columns = PREDICT_COLUMNS
+    if args.energy:
+        from .model.energy import energy
+
+        extra = energy(ds, pue=args.pue, node_power_w=args.node_power,
+                       samples_per_epoch=args.samples_per_epoch)
+        ds = ds.merge(extra)
+        columns = (*PREDICT_COLUMNS, *ENERGY_COLUMNS)
+    frame = dataset_to_frame(ds, columns)
+    _emit(ds, frame, args, "predicted data-parallel training step",
+          (*_TABLE_COLUMNS, *ENERGY_COLUMNS) if args.energy else _TABLE_COLUMNS)
 
 
 def _cmd_comm(args: argparse.Namespace) -> None:
@@ -585,6 +597,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="reads in flight per GPU (default 4)")
     p.add_argument("--no-prefetch", action="store_true", help="do not overlap input with compute")
     p.add_argument("--workspace", type=parse_bytes, help="workspace allowance, e.g. 1GiB")
+    p.add_argument("--energy", action="store_true",
+                   help="add energy per step and sample (J) and average power (W)")
+    p.add_argument("--pue", type=float, default=1.0, help="power usage effectiveness (with --energy)")
+    p.add_argument("--node-power", type=float, default=0.0,
+                   help="W per node besides the GPUs: CPUs, NICs, fans (with --energy)")
+    p.add_argument("--samples-per-epoch", type=int,
+                   help="add energy (kWh) and time (s) per epoch (with --energy)")
     _add_output(p)
     p.set_defaults(func=_cmd_predict)
 

@@ -164,3 +164,14 @@ def test_transformer_spec_keeps_its_commas():
     assert out.returncode == 0, out.stderr
     frame = pd.read_csv(io.StringIO(out.stdout))
     assert frame.workload.tolist() == ["transformer:2,64,4,32,1000", "resnet50"]
+
+
+def test_predict_energy_columns_by_hand():
+    done = cli(*PREDICT[:-4], "--gpus", "1", "--batch-size", "64", "--energy", "--pue", "1.2",
+               "--node-power", "300", "--samples-per-epoch", "1000", "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    row = pd.read_csv(io.StringIO(done.stdout)).iloc[0]
+    # one P100 computing the whole step at TDP (300 W) in a node drawing 300 W more, PUE 1.2
+    assert row["energy_step"] == pytest.approx((300 + 300) * row["step_time"] * 1.2, rel=1e-6)
+    assert row["energy_sample"] == pytest.approx(row["energy_step"] / 64, rel=1e-6)
+    assert row["energy_epoch_kwh"] == pytest.approx(row["energy_sample"] * 1000 / 3.6e6, rel=1e-6)
