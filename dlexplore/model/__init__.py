@@ -17,6 +17,7 @@ from .comm import (
     predict_comm,
 )
 from .compute import DEFAULT_COMPUTE_EFFICIENCY
+from .energy import energy, pareto_front, time_energy_tradeoff
 from .step import DEFAULT_BUCKET_SIZE, gradient_buckets, predict
 
 __all__ = [
@@ -31,4 +32,7 @@ __all__ = [
     "COLLECTIVES",
     "DEFAULT_BUCKET_SIZE",
     "DEFAULT_COMPUTE_EFFICIENCY",
+    "energy",
+    "pareto_front",
+    "time_energy_tradeoff",
 ]
