@@ -17,8 +17,11 @@ from .comm import (
     predict_comm,
 )
 from .compute import DEFAULT_COMPUTE_EFFICIENCY
+from .dataio import LAYOUTS, DLIOWorkload, io_bound_gpus, io_model
 from .energy import energy, pareto_front, time_energy_tradeoff
 from .step import DEFAULT_BUCKET_SIZE, gradient_buckets, predict
+from .stragglers import compare_with_measured, expected_max, straggler_slowdown
+from .workflow import coupled, read_task_events, steady_state
 
 __all__ = [
     "predict",
@@ -32,7 +35,17 @@ __all__ = [
     "COLLECTIVES",
     "DEFAULT_BUCKET_SIZE",
     "DEFAULT_COMPUTE_EFFICIENCY",
+    "io_model",
+    "io_bound_gpus",
+    "DLIOWorkload",
+    "LAYOUTS",
     "energy",
     "pareto_front",
     "time_energy_tradeoff",
+    "expected_max",
+    "straggler_slowdown",
+    "compare_with_measured",
+    "coupled",
+    "steady_state",
+    "read_task_events",
 ]

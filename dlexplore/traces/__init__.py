@@ -27,6 +27,8 @@ from .schema import CATEGORIES, COLLECTIVES, COLUMNS, Trace, as_paths, make_even
 __all__ = [
     "load_trace",
     "read_nccl_tests",
+    "read_darshan",
+    "read_dlio_summary",
     "detect_format",
     "Trace",
     "FORMATS",
@@ -77,6 +79,21 @@ def load_trace(
         raise DlexploreError(f"unknown trace format {format!r}; expected one of {sorted(_READERS)}")
     reader = importlib.import_module(_READERS[format], __name__)
     return reader.read(files, **options)
+
+
+def read_darshan(path: str | os.PathLike) -> Any:
+    """A Darshan log (needs the optional ``darshan`` package): per-file, per-rank I/O counters and a
+    summary (:func:`dlexplore.traces.darshan.read_darshan`)."""
+    from .darshan import read_darshan as read
+
+    return read(path)
+
+
+def read_dlio_summary(path: str | os.PathLike) -> Any:
+    """A DLIO benchmark summary.json as an xarray Dataset (:mod:`dlexplore.traces.dlio`)."""
+    from .dlio import read_dlio_summary as read
+
+    return read(path)
 
 
 def read_nccl_tests(path: str | os.PathLike, **options: Any) -> Any:

@@ -1,0 +1,96 @@
+"""DLIO benchmark results: ``summary.json`` written by rank 0 at the end of a run.
+
+Keys follow DLIO's ``dlio_benchmark/utils/statscounter.py`` (argonne-lcf/dlio_benchmark):
+``metric.train_au_percentage`` and ``metric.train_throughput_samples_per_second`` are lists with
+one value per epoch; ``train_io_mean_MB_per_second`` is ``mean(throughput) x record_length / 1024
+/ 1024``, so its "MB" are MiB (2**20 bytes); ``num_accelerators``, ``num_hosts``,
+``num_files_train``, ``num_samples_per_file``, ``epochs``, ``start``, ``end`` at the top level.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from ..errors import InputFileError
+
+__all__ = ["read_dlio_summary"]
+
+_PER_EPOCH = {
+    "train_au_percentage": ("%", "accelerator utilisation (compute time / step time)"),
+    "train_throughput_samples_per_second": ("samples/s", "training throughput"),
+    "eval_au_percentage": ("%", "evaluation accelerator utilisation"),
+    "eval_throughput_samples_per_second": ("samples/s", "evaluation throughput"),
+}
+_SCALAR = {
+    "train_au_mean_percentage": ("%", "mean accelerator utilisation over epochs"),
+    "train_au_stdev_percentage": ("%", "standard deviation of accelerator utilisation"),
+    "train_throughput_mean_samples_per_second": ("samples/s", "mean training throughput"),
+    "train_throughput_stdev_samples_per_second": ("samples/s", "std of training throughput"),
+    "train_io_mean_MB_per_second": ("MiB/s", "mean training I/O throughput (DLIO's MB = MiB)"),
+    "train_io_stdev_MB_per_second": ("MiB/s", "std of training I/O throughput"),
+}
+
+
+def read_dlio_summary(path: str | os.PathLike) -> xr.Dataset:
+    """Read DLIO's ``summary.json`` (or the output folder holding it) into an ``xr.Dataset``:
+    per-epoch variables along ``epoch``, the means as scalars, ``train_io_mean_GB_per_second``
+    (GB/s) and the record length DLIO used (bytes, from I/O / sample throughput), all with units."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "summary.json"
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputFileError(p, f"cannot read DLIO summary.json: {err}") from err
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputFileError(p, f"not valid JSON: {err.msg} (column {err.colno})", line=err.lineno) from err
+    if not isinstance(doc, dict) or not isinstance(doc.get("metric"), dict):
+        raise InputFileError(p, "expected a DLIO summary: an object with a 'metric' object")
+    metric = doc["metric"]
+    missing = [k for k in ("train_au_percentage", "train_throughput_samples_per_second") if k not in metric]
+    if missing:
+        raise InputFileError(p, f"metric lacks {', '.join(missing)}")
+    data = {}
+    n_epochs = None
+    for key, (units, long) in _PER_EPOCH.items():
+        if key not in metric:
+            continue
+        values = metric[key]
+        if not isinstance(values, list) or not all(isinstance(v, (int, float)) for v in values):
+            raise InputFileError(p, f"metric.{key} must be a list of numbers (one per epoch)")
+        if key.startswith("train"):
+            if n_epochs is not None and len(values) != n_epochs:
+                raise InputFileError(p, f"metric.{key} has {len(values)} epochs, expected {n_epochs}")
+            n_epochs = len(values)
+            data[key] = xr.DataArray(np.asarray(values, float), dims="epoch",
+                                     attrs={"units": units, "long_name": long})
+        else:
+            data[key] = xr.DataArray(np.asarray(values, float), dims="eval_epoch",
+                                     attrs={"units": units, "long_name": long})
+    for key, (units, long) in _SCALAR.items():
+        if key in metric:
+            if not isinstance(metric[key], (int, float)):
+                raise InputFileError(p, f"metric.{key} must be a number, got {metric[key]!r}")
+            data[key] = xr.DataArray(float(metric[key]), attrs={"units": units, "long_name": long})
+    ds = xr.Dataset(data, coords={"epoch": np.arange(1, n_epochs + 1)})
+    ds["epoch"].attrs.update(units="1", long_name="epoch")
+    if "train_io_mean_MB_per_second" in ds:
+        ds["train_io_mean_GB_per_second"] = ds["train_io_mean_MB_per_second"] * 2**20 / 1e9
+        ds["train_io_mean_GB_per_second"].attrs.update(units="GB/s", long_name="mean training I/O throughput")
+        thr = ds.get("train_throughput_mean_samples_per_second")
+        if thr is not None and float(thr) > 0:
+            ds["record_length"] = ds["train_io_mean_MB_per_second"] * 2**20 / thr
+            ds["record_length"].attrs.update(units="bytes",
+                                             long_name="bytes per sample (from DLIO's I/O rate)")
+    keys = ("num_accelerators", "num_hosts", "num_files_train", "num_samples_per_file",
+            "epochs", "hostname", "start", "end")
+    attrs = {k: doc[k] for k in keys if isinstance(doc.get(k), (int, float, str))}
+    ds.attrs.update(attrs, source=f"measured: DLIO benchmark summary {p}", kind="measured")
+    return ds

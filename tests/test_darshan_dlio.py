@@ -1,0 +1,94 @@
+"""Darshan and DLIO readers on files written by the real tools or to their sources' letter.
+
+- darshan/pq_app_readAB_writeC.darshan: a real Darshan 3.2.1 log (4 MPI ranks, ranks 0,2 read B and
+  1,3 read A, 10 reads of 5000 bytes each), copied from PyDarshan 3.5.0's
+  ``darshan/examples/darshan-graph/pq_app_readAB_writeC_id71326_7-31-5658-2037904274838284930_55623.darshan``.
+- darshan/pq_app_readAB.darshan-parser.txt: the POSIX read records of that log written in the text
+  format that darshan-util's ``darshan-parser`` prints (darshan-hpc/darshan,
+  darshan-util/darshan-parser.c: header ``# key: value`` lines, then tab-separated
+  ``<module> <rank> <record id> <counter> <value> <file name> <mount pt> <fs type>``), values from
+  the binary log rounded to 6 decimals as darshan-parser's ``%f`` does.
+- dlio/summary.json: keys as written by argonne-lcf/dlio_benchmark
+  ``dlio_benchmark/utils/statscounter.py`` (StatsCounter.end_run/save_data); numbers chosen by hand:
+  per-epoch throughput 100 and 120 samples/s, record_length 146600628 bytes (unet3d), so
+  train_io_mean_MB_per_second = 110 x 146600628 / 2**20.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from dlexplore.errors import DlexploreError, InputFileError
+from dlexplore.traces.darshan import read_darshan, read_darshan_parser_text
+from dlexplore.traces.dlio import read_dlio_summary
+
+DATA = Path(__file__).parent / "data" / "traces"
+READ_TIMES = [1.701829969533719e-04, 1.4365985407494009e-05, 2.9745016945526004e-05, 2.91660035145469e-05]
+
+
+def test_read_darshan_binary():
+    pytest.importorskip("darshan")
+    log = read_darshan(DATA / "darshan" / "pq_app_readAB_writeC.darshan")
+    assert log.meta["nprocs"] == 4
+    readers = log.records[log.records.bytes_read > 0]
+    assert sorted(readers["rank"]) == [0, 1, 2, 3]
+    assert set(readers["bytes_read"]) == {5000} and set(readers["reads"]) == {10}
+    assert readers["file"].str.endswith(("/A", "/B")).all()
+    s = log.summary
+    assert float(s.bytes_read) == 20000 and s.bytes_read.attrs["units"] == "bytes"
+    assert float(s.read_time) == pytest.approx(sum(READ_TIMES))
+    assert float(s.read_bandwidth_reader) == pytest.approx(20000 / sum(READ_TIMES) / 1e9)
+    assert s.read_bandwidth_reader.attrs["units"] == "GB/s"
+    assert float(s.read_bandwidth_job) == pytest.approx(20000 / 1.0 / 1e9)  # run time 1 s
+
+
+def test_read_darshan_bad_file(tmp_path):
+    pytest.importorskip("darshan")
+    bad = tmp_path / "x.darshan"
+    bad.write_bytes(b"not a darshan log")
+    with pytest.raises(InputFileError, match="x.darshan"):
+        read_darshan(bad)
+
+
+def test_read_darshan_parser_text():
+    log = read_darshan_parser_text(DATA / "darshan" / "pq_app_readAB.darshan-parser.txt")
+    assert log.meta == {"jobid": 71326, "nprocs": 4, "run_time": 1.0}
+    assert len(log.records) == 4
+    assert float(log.summary.bytes_read) == 20000
+    assert float(log.summary.read_time) == pytest.approx(sum(round(t, 6) for t in READ_TIMES))
+    assert int(log.summary.files) == 2
+
+
+def test_read_darshan_parser_text_errors(tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_text("# nprocs: 4\nPOSIX\t0\t12\tPOSIX_READS\tten\t/a\t/\text4\n")
+    with pytest.raises(InputFileError, match=r"bad.txt, line 2"):
+        read_darshan_parser_text(bad)
+    short = tmp_path / "short.txt"
+    short.write_text("# nprocs: 4\nPOSIX 0 12\n")
+    with pytest.raises(InputFileError, match=r"line 2.*tab-separated"):
+        read_darshan_parser_text(short)
+    with pytest.raises(InputFileError, match="no POSIX"):
+        (tmp_path / "empty.txt").write_text("# nprocs: 1\n")
+        read_darshan_parser_text(tmp_path / "empty.txt")
+
+
+def test_read_dlio_summary():
+    ds = read_dlio_summary(DATA / "dlio")  # the folder holding summary.json
+    assert list(ds.train_throughput_samples_per_second.values) == [100.0, 120.0]
+    assert ds.train_au_percentage.attrs["units"] == "%"
+    assert float(ds.train_io_mean_GB_per_second) == pytest.approx(110 * 146600628 / 1e9)
+    assert float(ds.record_length) == pytest.approx(146600628)
+    assert ds.attrs["num_accelerators"] == 8 and ds.attrs["source"].startswith("measured: ")
+
+
+def test_read_dlio_summary_errors(tmp_path):
+    bad = tmp_path / "summary.json"
+    bad.write_text('{\n  "metric": {\n    "train_au_percentage": [1,\n}')
+    with pytest.raises(InputFileError, match=r"summary.json, line 4"):
+        read_dlio_summary(bad)
+    bad.write_text('{"metric": {"train_au_percentage": [90]}}')
+    with pytest.raises(DlexploreError, match="train_throughput_samples_per_second"):
+        read_dlio_summary(bad)
+    with pytest.raises(InputFileError, match="cannot read"):
+        read_dlio_summary(tmp_path / "missing.json")
