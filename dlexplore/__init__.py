@@ -21,7 +21,7 @@ from . import catalog, fit, lab, measured, model, sim, traces
 from ._version import __version__
 from .errors import DlexploreError, InputFileError, UnknownNameError
 from .fit import Calibration, calibrate, calibrate_from_trace, compare, predict_points
-from .model import predict, predict_comm
+from .model import predict, predict_comm, predict_parallel
 from .traces import Trace, load_trace
 
 __all__ = [
@@ -32,6 +32,8 @@ __all__ = [
     "model",
     "predict",
     "predict_comm",
+    "predict_parallel",
+    "advise",
     "traces",
     "sim",
     "fit",
@@ -55,7 +57,7 @@ __all__ = [
 # The interactive parts import bokeh and ipywidgets (about half a second): load them on first use,
 # so that `import dlexplore` and the command line stay quick.
 _LAZY = {"plots": "plots", "widgets": "widgets", "report": "report", "Explorer": "widgets",
-         "TraceView": "widgets"}
+         "TraceView": "widgets", "advise": "advisor", "advisor": "advisor"}
 
 
 def __getattr__(name: str):
@@ -63,7 +65,7 @@ def __getattr__(name: str):
         import importlib
 
         module = importlib.import_module(f".{_LAZY[name]}", __name__)
-        return getattr(module, name) if name in ("Explorer", "TraceView") else module
+        return getattr(module, name) if name in ("Explorer", "TraceView", "advise") else module
     raise AttributeError(f"module 'dlexplore' has no attribute {name!r}")
 
 

@@ -263,6 +263,12 @@ def _cmd_predict(args: argparse.Namespace) -> None:
         kwargs["prefetch"] = False
     if args.workspace is not None:
         kwargs["workspace"] = args.workspace
+    hybrid = {name: getattr(args, name) for name in _HYBRID_OPTIONS}
+    if any(value not in (None, False) for value in hybrid.values()):
+        ds = _predict_hybrid(kwargs, hybrid)
+        frame = dataset_to_frame(ds, [v for v in ds.data_vars])
+        _emit(ds, frame, args, "predicted hybrid-parallel training step", _HYBRID_TABLE)
+        return
     ds = predict(**kwargs)
     columns = PREDICT_COLUMNS
     if args.energy:
@@ -275,6 +281,40 @@ def _cmd_predict(args: argparse.Namespace) -> None:
     frame = dataset_to_frame(ds, columns)
     _emit(ds, frame, args, "predicted data-parallel training step",
           (*_TABLE_COLUMNS, *ENERGY_COLUMNS) if args.energy else _TABLE_COLUMNS)
+
+
+_HYBRID_OPTIONS = ("tp", "pp", "dp", "micro_batch", "seq", "recompute", "sequence_parallel", "zero",
+                   "offload", "schedule")
+_HYBRID_TABLE = ("throughput", "tokens_per_second", "step_time", "efficiency", "mfu", "time_bubble",
+                 "time_tp_comm", "time_pp_comm", "time_dp_comm_exposed", "mem_total", "mem_capacity",
+                 "fits")
+
+
+def _predict_hybrid(kwargs: dict[str, object], hybrid: dict[str, object]) -> xr.Dataset:
+    """``predict --tp/--pp/--zero ...``: dlexplore.predict_parallel, which takes one configuration."""
+    from .model import predict_parallel
+
+    call: dict[str, object] = {}
+    for name, value in kwargs.items():
+        if isinstance(value, list):
+            if len(value) != 1:
+                raise _UsageError(f"--{name.replace('_', '-')}: the hybrid-parallel model takes one "
+                                  "value per option (use dlexplore advise to compare configurations)")
+            value = value[0]
+        call[name] = value
+    unsupported = sorted(set(call) - {"workload", "gpu", "network", "gpus", "batch_size", "gpus_per_node",
+                                      "intra_link", "precision", "optimizer", "compute_efficiency",
+                                      "overlap", "workspace"})
+    if unsupported:
+        raise _UsageError(f"with --tp/--pp/--zero ... these options do not apply: {unsupported}")
+    call.update({k: v for k, v in hybrid.items() if v not in (None, False)})
+    return predict_parallel(**call)
+
+
+def _cmd_advise(args: argparse.Namespace) -> None:
+    from . import advisor
+
+    advisor.run_cli(args)
 
 
 def _cmd_comm(args: argparse.Namespace) -> None:
@@ -597,6 +637,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="reads in flight per GPU (default 4)")
     p.add_argument("--no-prefetch", action="store_true", help="do not overlap input with compute")
     p.add_argument("--workspace", type=parse_bytes, help="workspace allowance, e.g. 1GiB")
+    h = p.add_argument_group("hybrid parallelism (dlexplore.predict_parallel; --batch-size is then "
+                             "the global batch)")
+    h.add_argument("--tp", type=int, help="tensor-parallel degree")
+    h.add_argument("--pp", type=int, help="pipeline-parallel stages")
+    h.add_argument("--dp", type=int, help="data-parallel replicas (default gpus / (tp x pp))")
+    h.add_argument("--micro-batch", type=int, help="samples per micro-batch")
+    h.add_argument("--seq", type=int, help="sequence length (default the workload's)")
+    h.add_argument("--recompute", choices=("none", "selective", "full"), help="activation recomputation")
+    h.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallelism")
+    h.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage (3 = FSDP)")
+    h.add_argument("--offload", action="store_true", help="optimizer state and master weights on the CPU")
+    h.add_argument("--schedule", choices=("1f1b", "gpipe"), help="pipeline schedule (default 1f1b)")
     p.add_argument("--energy", action="store_true",
                    help="add energy per step and sample (J) and average power (W)")
     p.add_argument("--pue", type=float, default=1.0, help="power usage effectiveness (with --energy)")
@@ -637,6 +689,16 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("name", nargs="?", help="dataset name (for show) or a CSV file")
     _add_output(m)
     m.set_defaults(func=_cmd_measured)
+
+    a = sub.add_parser("advise", help="rank dp x tp x pp, micro-batch, recompute and ZeRO "
+                       "configurations that fit, by predicted throughput",
+                       description="Enumerate hybrid-parallel configurations of a workload on N GPUs, "
+                       "drop those that do not fit in memory, rank the rest by predicted throughput, "
+                       "with energy per step and the time-energy Pareto front.")
+    from . import advisor
+
+    advisor.add_arguments(a)
+    a.set_defaults(func=_cmd_advise)
 
     e = sub.add_parser("explore", help="serve the interactive explorer (Voila) on 127.0.0.1",
                        description="Serve the explorer as a Voila dashboard on 127.0.0.1 with the "

@@ -175,3 +175,29 @@ def test_predict_energy_columns_by_hand():
     assert row["energy_step"] == pytest.approx((300 + 300) * row["step_time"] * 1.2, rel=1e-6)
     assert row["energy_sample"] == pytest.approx(row["energy_step"] / 64, rel=1e-6)
     assert row["energy_epoch_kwh"] == pytest.approx(row["energy_sample"] * 1000 / 3.6e6, rel=1e-6)
+
+
+def test_predict_hybrid_parallel_options_match_the_python_api():
+    import dlexplore
+
+    done = cli("predict", "--workload", "gpt2-xl", "--gpu", "A100-80GB", "--network", "IB-HDR",
+               "--gpus", "16", "--gpus-per-node", "8", "--batch-size", "64", "--pp", "2", "--zero", "1",
+               "--precision", "bf16", "--optimizer", "adam", "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    row = pd.read_csv(io.StringIO(done.stdout)).iloc[0]
+    ds = dlexplore.predict_parallel("gpt2-xl", "A100-80GB", "IB-HDR", gpus=16, gpus_per_node=8,
+                                    batch_size=64, pp=2, zero=1, precision="bf16", optimizer="adam")
+    assert row["step_time"] == pytest.approx(float(ds.step_time))
+    assert row["mem_total"] == pytest.approx(float(ds.mem_total))
+    bad = cli("predict", "--workload", "gpt2-xl", "--gpu", "A100-80GB", "--gpus", "8,16", "--tp", "1")
+    assert bad.returncode == 2 and "one value per option" in bad.stderr
+
+
+def test_advise_ranks_configurations_that_fit():
+    done = cli("advise", "--workload", "gpt2-xl", "--gpus", "16", "--gpu", "A100-80GB", "--top", "5",
+               "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    frame = pd.read_csv(io.StringIO(done.stdout), comment="#")
+    assert len(frame) == 5
+    assert (frame["dp"] * frame["tp"] * frame["pp"] == 16).all()
+    assert frame["throughput"].is_monotonic_decreasing

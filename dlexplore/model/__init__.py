@@ -19,6 +19,7 @@ from .comm import (
 from .compute import DEFAULT_COMPUTE_EFFICIENCY
 from .dataio import LAYOUTS, DLIOWorkload, io_bound_gpus, io_model
 from .energy import energy, pareto_front, time_energy_tradeoff
+from .parallel import predict_parallel
 from .step import DEFAULT_BUCKET_SIZE, gradient_buckets, predict
 from .stragglers import compare_with_measured, expected_max, straggler_slowdown
 from .workflow import coupled, read_task_events, steady_state
@@ -35,6 +36,7 @@ __all__ = [
     "COLLECTIVES",
     "DEFAULT_BUCKET_SIZE",
     "DEFAULT_COMPUTE_EFFICIENCY",
+    "predict_parallel",
     "io_model",
     "io_bound_gpus",
     "DLIOWorkload",

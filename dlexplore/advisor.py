@@ -1,0 +1,343 @@
+"""Strategy advisor: which dp x tp x pp, micro-batch, recomputation and ZeRO stage to train with.
+
+:func:`advise` enumerates every valid configuration of a workload on ``gpus`` GPUs, predicts each
+with :func:`dlexplore.model.parallel.predict_parallel`'s model, drops those that do not fit in GPU
+memory, and ranks the rest by predicted throughput. :func:`pareto_front` keeps the configurations no
+other beats on both step time and energy.
+
+Energy per step comes from :func:`dlexplore.model.energy.energy` when that module provides it;
+otherwise it is a stand-in, ``gpus x TDP x step_time`` (every GPU drawing its board power limit for
+the whole step, an upper bound that ignores idle and communication phases), and the
+``energy_model`` column says which was used.
+
+Command line (see :func:`add_arguments` and :func:`run_cli`)::
+
+    dlexplore advise --workload gpt2-xl --gpus 64 --gpu A100-80GB --network IB-HDR \
+        --batch-size 512 --top 10 --format table
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Callable, Iterable
+
+import pandas as pd
+
+from . import catalog
+from .errors import DlexploreError
+from .model.memory import DEFAULT_WORKSPACE
+from .model.parallel import RECOMPUTE_MODES, _evaluate, _setup
+
+__all__ = [
+    "advise", "pareto_front", "add_arguments", "run_cli", "AdvisorWidget", "ADVISE_COLUMNS",
+    "COLUMN_UNITS",
+]
+
+#: Columns of :func:`advise`'s frame, in order, with their units.
+COLUMN_UNITS: dict[str, str] = {
+    "dp": "count", "tp": "count", "pp": "count", "micro_batch": "samples",
+    "micro_batches": "count", "recompute": "", "sequence_parallel": "", "zero": "",
+    "step_time": "s", "throughput": "samples/s", "tokens_per_s": "tokens/s", "mfu": "1",
+    "bubble_fraction": "1", "time_compute": "s", "time_tp_comm": "s", "time_pp_comm": "s",
+    "time_dp_comm_exposed": "s", "mem_total": "bytes", "mem_capacity": "bytes",
+    "energy_per_step": "J", "energy_model": "",
+}
+ADVISE_COLUMNS = tuple(COLUMN_UNITS)
+
+
+def _divisors(n: int, limit: int | None = None) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0 and (limit is None or d <= limit)]
+
+
+def _energy_function() -> Callable | None:
+    from .model.energy import energy
+
+    return energy
+
+
+def _phase_energy(rows: list[dict], gpus: int, batch_size: int, dev: catalog.GPU,
+                  gpus_per_node: int, function: Callable) -> list[float]:
+    """Energy per step (J) of every row from :func:`dlexplore.model.energy.energy`, called once on
+    all rows: computing is compute time, exposed communication is the tensor-, pipeline- and
+    data-parallel time, and the pipeline bubble counts as waiting (idle power)."""
+    import numpy as np
+    import xarray as xr
+
+    def column(name: str) -> xr.DataArray:
+        return xr.DataArray(np.array([r[name] for r in rows], dtype=float), dims="config")
+
+    comm = column("time_tp_comm") + column("time_pp_comm") + column("time_dp_comm_exposed")
+    prediction = xr.Dataset(
+        {"time_compute": column("time_compute") + column("_time_update"),
+         "time_comm_exposed": comm,
+         "time_io_exposed": column("_time_bubble"),
+         "step_time": column("step_time")},
+        coords={"gpus": gpus, "batch_size": batch_size / gpus, "gpu": dev.name,
+                "gpus_per_node": gpus_per_node},
+    )
+    return [float(e) for e in function(prediction, gpu=dev)["energy_step"].values]
+
+
+def advise(
+    workload: str | catalog.Workload,
+    gpus: int,
+    gpu: str | catalog.GPU,
+    network: str | catalog.Link | None = "IB-HDR",
+    *,
+    batch_size: int,
+    seq: int | None = None,
+    precision: str = "bf16",
+    optimizer: str = "adam",
+    gpus_per_node: int = 8,
+    intra_link: str | catalog.Link = "NVLink3",
+    compute_efficiency: float | None = None,
+    recompute: Iterable[str] = RECOMPUTE_MODES,
+    zero: Iterable[int] = (0, 1, 2, 3),
+    sequence_parallel: bool = True,
+    schedule: str = "1f1b",
+    max_micro_batch: int | None = None,
+    overlap: float = 0.0,
+    workspace: float = DEFAULT_WORKSPACE,
+    energy: Callable | str | None = None,
+) -> pd.DataFrame:
+    """Rank every valid parallel configuration of ``workload`` on ``gpus`` GPUs by throughput.
+
+    ``batch_size`` is the global batch per step (samples). Enumerated: ``tp`` among the divisors of
+    the heads up to ``gpus_per_node`` (tensor parallelism stays inside a node), ``pp`` among the
+    divisors of the layers, ``dp = gpus / (tp pp)`` whole, micro-batches the powers of two dividing
+    the per-replica batch ``batch_size / dp`` (up to ``max_micro_batch``), each ``recompute`` mode
+    and ZeRO stage (2 and 3 only without pipelining, as DeepSpeed requires; 1-3 only with
+    ``dp > 1``). ``overlap`` is the fraction of data-parallel communication allowed to hide behind
+    the last micro-batch's backward (see :mod:`dlexplore.model.parallel`). With
+    ``sequence_parallel`` it is on wherever ``tp > 1``. CNN workloads get ``tp = pp = 1`` and
+    recompute ``none`` only.
+
+    ``energy``: ``None`` uses :func:`dlexplore.model.energy.energy` when available (compute at its
+    power, tensor/pipeline/data-parallel communication at communication power, the pipeline bubble
+    at idle power), else the stand-in; ``"tdp"`` forces the stand-in ``gpus x TDP x step_time``; a
+    function is called like ``energy(prediction, gpu=...)`` on a dataset with a ``config``
+    dimension and must return a dataset with ``energy_step`` (J).
+
+    Returns a :class:`pandas.DataFrame` of the configurations that fit, best throughput first, with
+    :data:`ADVISE_COLUMNS` (units in :data:`COLUMN_UNITS` and ``frame.attrs["units"]``);
+    ``frame.attrs`` also holds ``evaluated``, ``dropped`` (configurations that did not fit in
+    memory) and ``source``. Raises :class:`DlexploreError` when nothing fits.
+    """
+    st = _setup(workload, gpu, network, intra_link, "PCIe4", precision, optimizer, seq)
+    gpus = int(gpus)
+    if gpus < 1 or batch_size < 1:
+        raise DlexploreError(f"gpus and batch_size must be >= 1, got {gpus} and {batch_size}")
+    wl = st.wl
+    modes = [str(r).lower() for r in recompute]
+    stages = [int(z) for z in zero]
+    if wl.kind == "transformer":
+        tps = _divisors(wl.config["heads"], min(gpus_per_node, gpus))
+        pps = _divisors(wl.config["layers"], gpus)
+    else:
+        tps, pps, modes = [1], [1], ["none"]
+    if energy is None:
+        energy = _energy_function()
+    elif energy == "tdp":
+        energy = None
+    elif not callable(energy):
+        raise DlexploreError(f"energy must be None, 'tdp' or a function, got {energy!r}")
+    rows, evaluated, dropped = [], 0, 0
+    for tp in tps:
+        for pp in pps:
+            if gpus % (tp * pp):
+                continue
+            dp = gpus // (tp * pp)
+            if batch_size % dp:
+                continue
+            per_replica = batch_size // dp
+            mbs = [b for b in (2**k for k in range(per_replica.bit_length()))
+                   if per_replica % b == 0 and (max_micro_batch is None or b <= max_micro_batch)]
+            for mb in mbs:
+                for mode in modes:
+                    for z in stages:
+                        if z >= 2 and pp > 1:
+                            continue
+                        if z > 0 and dp == 1:
+                            continue  # nothing to shard over
+                        v = _evaluate(
+                            st, gpus=gpus, dp=dp, tp=tp, pp=pp, micro_batch=mb, batch_size=batch_size,
+                            recompute=mode, sequence_parallel=sequence_parallel and tp > 1, zero=z,
+                            offload=False, schedule=schedule, gpus_per_node=gpus_per_node,
+                            compute_efficiency=compute_efficiency, overlap=overlap, workspace=workspace,
+                            cpu_bandwidth=100.0,
+                        )
+                        evaluated += 1
+                        if not v["fits"]:
+                            dropped += 1
+                            continue
+                        row = {k: v[k] for k in ADVISE_COLUMNS if k in v}
+                        row.update(dp=dp, tp=tp, pp=pp, micro_batch=mb, recompute=mode, zero=z,
+                                   sequence_parallel=sequence_parallel and tp > 1)
+                        row.update(_time_bubble=v["time_bubble"],
+                                   _time_update=v["time_optimizer"] + v["time_offload"])
+                        rows.append(row)
+    if not rows:
+        raise DlexploreError(
+            f"no configuration of {wl.name!r} fits on {gpus} x {st.dev.name} with a global batch of "
+            f"{batch_size} ({evaluated} evaluated, {dropped} do not fit in memory)"
+        )
+    if callable(energy):
+        values = _phase_energy(rows, gpus, batch_size, st.dev, gpus_per_node, energy)
+        label = f"{getattr(energy, '__module__', '?')}.{getattr(energy, '__name__', 'energy')}"
+    else:
+        values = [gpus * st.dev.tdp_w * r["step_time"] for r in rows]
+        label = "stand-in: gpus x TDP x step_time"
+    for row, value in zip(rows, values, strict=True):
+        row.update(energy_per_step=value, energy_model=label)
+    frame = pd.DataFrame(rows, columns=list(ADVISE_COLUMNS))
+    frame = frame.sort_values(["throughput", "mem_total"], ascending=[False, True], kind="stable")
+    frame = frame.reset_index(drop=True)
+    frame.attrs.update(
+        evaluated=evaluated, dropped=dropped, units=dict(COLUMN_UNITS), workload=wl.name,
+        gpu=st.dev.name, gpus=gpus, batch_size=batch_size,
+        source="predicted: dlexplore parallel model (dlexplore.model.parallel)",
+    )
+    return frame
+
+
+def pareto_front(frame: pd.DataFrame, x: str = "step_time", y: str = "energy_per_step") -> pd.DataFrame:
+    """The rows of ``frame`` no other row beats on both ``x`` and ``y`` (both minimised), sorted by
+    ``x``; ties on both keep the first row."""
+    for col in (x, y):
+        if col not in frame.columns:
+            raise DlexploreError(f"pareto_front: no column {col!r}; columns are {list(frame.columns)}")
+    ordered = frame.sort_values([x, y], kind="stable")
+    keep, best = [], math.inf
+    for index, value in zip(ordered.index, ordered[y], strict=True):
+        if value < best:
+            keep.append(index)
+            best = value
+    out = ordered.loc[keep]
+    out.attrs = dict(frame.attrs)
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``dlexplore advise`` options to ``parser``."""
+    parser.add_argument("--workload", required=True, help="workload id, e.g. gpt2-xl")
+    parser.add_argument("--gpus", type=int, required=True, help="total GPUs")
+    parser.add_argument("--gpu", required=True, help="GPU id, e.g. A100-80GB")
+    parser.add_argument("--network", default="IB-HDR", help="network between nodes (default IB-HDR)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="global batch per step, samples (default 8 per GPU)")
+    parser.add_argument("--seq", type=int, default=None, help="sequence length, tokens")
+    parser.add_argument("--precision", default="bf16", help="fp32, tf32, fp16 or bf16 (default)")
+    parser.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
+    parser.add_argument("--intra-link", default="NVLink3", help="link inside a node (default NVLink3)")
+    parser.add_argument("--top", type=int, default=10, help="rows to show (default 10; 0 = all)")
+    parser.add_argument("--pareto", action="store_true",
+                        help="show only the step-time / energy Pareto front")
+    parser.add_argument("--format", choices=("table", "csv", "json"), default="table")
+
+
+def run_cli(args: argparse.Namespace, out=None) -> None:
+    """Run ``dlexplore advise`` with parsed ``args`` (see :func:`add_arguments`), writing to
+    ``out`` (default stdout)."""
+    out = sys.stdout if out is None else out
+    batch = args.batch_size if args.batch_size is not None else 8 * args.gpus
+    frame = advise(args.workload, args.gpus, args.gpu, args.network, batch_size=batch, seq=args.seq,
+                   precision=args.precision, gpus_per_node=args.gpus_per_node,
+                   intra_link=args.intra_link)
+    shown = pareto_front(frame) if args.pareto else frame
+    if args.top:
+        shown = shown.head(args.top)
+    if args.format == "csv":
+        out.write(shown.to_csv(index=False))
+    elif args.format == "json":
+        json.dump({"attrs": {k: v for k, v in frame.attrs.items()},
+                   "rows": json.loads(shown.to_json(orient="records"))}, out, indent=1)
+        out.write("\n")
+    else:
+        a = frame.attrs
+        out.write(f"# {a['workload']} on {a['gpus']} x {a['gpu']}, global batch {a['batch_size']}: "
+                  f"{a['evaluated']} configurations evaluated, {a['dropped']} dropped (do not fit "
+                  f"in memory); {a['source']}\n")
+        table = shown.copy()
+        table["mem_total"] = table["mem_total"] / 2**30
+        table = table.rename(columns={"mem_total": "mem_total [GiB]", "step_time": "step_time [s]",
+                                      "throughput": "throughput [samples/s]",
+                                      "energy_per_step": "energy_per_step [J]"})
+        table = table.drop(columns=["mem_capacity", "tokens_per_s", "time_compute", "time_tp_comm",
+                                    "time_pp_comm", "time_dp_comm_exposed"])
+        out.write(table.to_string(index=False, float_format=lambda v: f"{v:.4g}") + "\n")
+
+
+def _table_html(frame: pd.DataFrame, top: int) -> str:
+    shown = frame.head(top).copy()
+    shown["mem_total"] = shown["mem_total"] / 2**30
+    shown = shown[["dp", "tp", "pp", "micro_batch", "recompute", "zero", "step_time", "throughput",
+                   "mem_total", "energy_per_step"]]
+    shown.columns = ["dp", "tp", "pp", "micro-batch", "recompute", "ZeRO", "step (s)",
+                     "samples/s", "memory (GiB)", "energy/step (J)"]
+    return shown.to_html(index=False, float_format=lambda v: f"{v:.4g}")
+
+
+class AdvisorWidget:
+    """ipywidgets controls (workload, GPUs, GPU, precision, network, global batch, rows) over
+    :func:`advise`: the ranked table and the size of the Pareto front. Display ``.box`` (or the
+    widget itself in Jupyter); :meth:`update` recomputes, as the "advise" button does."""
+
+    def __init__(self, workload: str = "gpt2-xl", gpus: int = 16, gpu: str = "A100-80GB",
+                 network: str = "IB-HDR", batch_size: int = 64, precision: str = "bf16",
+                 top: int = 10):
+        import ipywidgets as w
+
+        # CNNs are listed too: the advisor then varies micro-batch and ZeRO stage only.
+        names = list(catalog.workloads()["name"])
+        if workload not in names:
+            names.append(workload)
+        self.workload = w.Dropdown(options=names, value=workload, description="workload")
+        self.gpus = w.BoundedIntText(value=gpus, min=1, max=4096, description="GPUs")
+        self.gpu = w.Dropdown(options=list(catalog.gpus()["name"]), value=catalog.gpu(gpu).name,
+                              description="GPU")
+        nets = catalog.networks()
+        networks = list(nets.loc[nets["kind"] == "network", "name"])
+        self.network = w.Dropdown(options=networks, value=catalog.network(network).name,
+                                  description="network")
+        self.batch_size = w.BoundedIntText(value=batch_size, min=1, max=1 << 20,
+                                           description="global batch")
+        self.precision = w.Dropdown(options=["bf16", "fp16", "tf32", "fp32"], value=precision,
+                                    description="precision")
+        self.top = w.IntSlider(value=top, min=1, max=50, description="rows")
+        self.button = w.Button(description="advise", button_style="primary")
+        self.summary = w.HTML()
+        self.table = w.HTML()
+        self.button.on_click(lambda _: self.update())
+        controls = w.HBox([w.VBox([self.workload, self.gpus, self.gpu, self.precision]),
+                           w.VBox([self.network, self.batch_size, self.top, self.button])])
+        self.box = w.VBox([controls, self.summary, self.table])
+        self.frame: pd.DataFrame | None = None
+        self.update()
+
+    def update(self) -> None:
+        """Rerun :func:`advise` with the controls' values and refresh the summary and table."""
+        import html
+
+        try:
+            self.frame = advise(self.workload.value, self.gpus.value, self.gpu.value,
+                                self.network.value, batch_size=self.batch_size.value,
+                                precision=self.precision.value)
+        except DlexploreError as err:
+            self.frame = None
+            self.summary.value = f"<b>No configuration:</b> {html.escape(str(err))}"
+            self.table.value = ""
+            return
+        a = self.frame.attrs
+        front = pareto_front(self.frame)
+        self.summary.value = (
+            f"{a['evaluated']} configurations evaluated, {a['dropped']} dropped (do not fit in "
+            f"memory); {len(front)} on the time-energy Pareto front. Energy: "
+            f"{html.escape(str(self.frame['energy_model'].iloc[0]))}."
+        )
+        self.table.value = _table_html(self.frame, self.top.value)
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.box._repr_mimebundle_(**kwargs)

@@ -1,0 +1,210 @@
+"""Hybrid-parallel model (dlexplore.model.parallel) against numbers worked out by hand from the
+published formulas:
+
+- Rajbhandari et al. (2020), ZeRO, Figure 1: 7.5B parameters, N_d = 64, K = 12 -> 120 GB (baseline),
+  31.4 GB (P_os), 16.6 GB (P_os+g), 1.9 GB (P_os+g+p) per device;
+- Korthikanti et al. (2022), Reducing Activation Recomputation in Large Transformer Models, Table 2
+  (activation bytes per layer) with GPT-3 175B's s = 2048, h = 12288, a = 96, t = 8;
+- Narayanan et al. (2021): pipeline bubble (p - 1)/(m + p - 1);
+- Shoeybi et al. (2019), Megatron-LM: 2 allreduces forward + 2 backward per layer of s b h values;
+- the ring allreduce 2(p-1) alpha + 2(p-1)/p n beta (Thakur et al. 2005) with the catalog's NVLink3
+  (300 GB/s, 0.6 us).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dlexplore import catalog, lab
+from dlexplore.errors import DlexploreError
+from dlexplore.model.parallel import (
+    activation_bytes_per_layer,
+    bubble_fraction,
+    model_state_bytes,
+    predict_parallel,
+    tp_allreduce_bytes,
+)
+
+# GPT-2 small (catalog "gpt2"): L, h, a, s, V
+L, H, A, S, V = 12, 768, 12, 1024, 50257
+
+
+@pytest.mark.parametrize(
+    ("zero", "expected_gb"), [(0, 120.0), (1, 31.40625), (2, 16.640625), (3, 1.875)]
+)
+def test_zero_figure_1(zero, expected_gb):
+    states = model_state_bytes(7.5e9, 64, zero, precision="bf16", optimizer="adam")
+    total = states["params"] + states["grads"] + states["optimizer"]
+    assert total / 1e9 == pytest.approx(expected_gb, rel=1e-12)
+    # the paper's rounded figures
+    assert round(total / 1e9, 1) == {0: 120.0, 1: 31.4, 2: 16.6, 3: 1.9}[zero]
+
+
+def test_offload_moves_optimizer_state_to_cpu():
+    states = model_state_bytes(7.5e9, 64, 1, offload=True)
+    assert states["optimizer"] == 0
+    assert states["cpu"] == pytest.approx(12 * 7.5e9 / 64)
+
+
+# GPT-3 175B layer, t = 8: sbh = 25,165,824; 5as/h = 80
+_SBH = 2048 * 12288
+
+
+@pytest.mark.parametrize(
+    ("tp", "recompute", "sp", "expected"),
+    [
+        (1, "none", False, _SBH * 114),  # sbh(34 + 5as/h) = 2,868,903,936
+        (8, "none", False, _SBH * 23),  # sbh(10 + 24/8 + 80/8) = 578,813,952
+        (8, "none", True, _SBH * 114 / 8),  # sbh/t (34 + 5as/h) = 358,612,992
+        (8, "selective", False, _SBH * 13),  # sbh(10 + 24/8)
+        (8, "selective", True, _SBH * 34 / 8),  # 34 sbh / t = 106,954,752
+        (8, "full", False, _SBH * 2),  # 2 sbh
+        (8, "full", True, _SBH * 2 / 8),
+    ],
+)
+def test_korthikanti_table_2(tp, recompute, sp, expected):
+    got = activation_bytes_per_layer(2048, 1, 12288, 96, tp=tp, recompute=recompute,
+                                     sequence_parallel=sp)
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_activations_without_parallelism_match_the_catalog():
+    # The catalog's gpt2 activations are Korthikanti's L sh(34 + 5as/h) + 5sh + 4sV at 16 bits, x 2.
+    ds = predict_parallel("gpt2", "A100-80GB", gpus=1, micro_batch=1, batch_size=1)
+    hand = L * S * H * (34 + 5 * A * S / H) + 5 * S * H + 4 * S * V
+    assert float(ds["mem_activations"]) == pytest.approx(hand, rel=1e-12)
+    assert hand == pytest.approx(catalog.workload("gpt2").activation_bytes_per_sample / 2, rel=1e-12)
+
+
+@pytest.mark.parametrize(("schedule", "in_flight"), [("1f1b", 2), ("gpipe", 4)])
+def test_activations_per_stage_and_in_flight(schedule, in_flight):
+    # 8 GPUs = dp 2 x tp 2 x pp 2, micro-batch 2, global batch 16 -> m = 4 micro-batches.
+    ds = predict_parallel("gpt2", "A100-80GB", gpus=8, tp=2, pp=2, micro_batch=2, batch_size=16,
+                          schedule=schedule)
+    assert int(ds["micro_batches"]) == 4
+    sbh = S * 2 * H  # 1,572,864
+    per_layer = sbh * (10 + 24 / 2 + 5 * A * S / (H * 2))  # x 62 = 97,517,568
+    outside = (5 * S * H + 4 * S * V) * 2 / 2  # embedding + logits, over tp = 2
+    expected = per_layer * (L // 2) * in_flight + outside
+    assert float(ds["mem_activations"]) == pytest.approx(expected, rel=1e-12)
+    assert expected == {2: 1_379_995_648, 4: 2_550_206_464}[in_flight]
+
+
+def test_seq_override_rebuilds_the_workload():
+    ds = predict_parallel("gpt2", "A100-80GB", gpus=1, batch_size=1, seq=512)
+    s = 512
+    hand = L * s * H * (34 + 5 * A * s / H) + 5 * s * H + 4 * s * V
+    assert float(ds["mem_activations"]) == pytest.approx(hand, rel=1e-12)
+    assert int(ds["seq"]) == 512
+
+
+def test_bubble_fraction():
+    assert bubble_fraction(4, 8) == pytest.approx(3 / 11)
+    # 4 stages in one node, 8 micro-batches: idle share of the pipelined part of the step
+    ds = predict_parallel("gpt2", "A100-80GB", gpus=4, pp=4, micro_batch=1, batch_size=8)
+    assert float(ds["bubble_fraction"]) == pytest.approx(3 / 11)
+    busy = float(ds["time_compute"] + ds["time_pp_comm"])
+    assert float(ds["time_bubble"]) / (busy + float(ds["time_bubble"])) == pytest.approx(3 / 11)
+
+
+def test_step_time_one_gpu_by_hand():
+    # 1 A100-80GB, bf16 (312 TFLOP/s), efficiency 0.5, 4 sequences of gpt2 in 4 micro-batches.
+    flops = 24 * S * L * H**2 * (1 + S / (6 * H) + V / (12 * L * H))  # Narayanan et al. (2021)
+    params = catalog.workload("gpt2").params
+    compute = 3 * flops * 4 / (312e12 * 0.5)
+    update = 28 * params / 2039e9  # Adam streams 28 bytes per parameter through HBM
+    ds = predict_parallel("gpt2", "A100-80GB", gpus=1, micro_batch=1, batch_size=4,
+                          compute_efficiency=0.5)
+    assert float(ds["time_compute"]) == pytest.approx(compute, rel=1e-9)
+    assert float(ds["step_time"]) == pytest.approx(compute + update, rel=1e-9)
+    assert float(ds["throughput"]) == pytest.approx(4 / (compute + update), rel=1e-9)
+    assert float(ds["tokens_per_s"]) == pytest.approx(4 * S / (compute + update), rel=1e-9)
+    full = predict_parallel("gpt2", "A100-80GB", gpus=1, batch_size=4, compute_efficiency=0.5,
+                            recompute="full")
+    assert float(full["time_recompute"]) == pytest.approx(compute / 3, rel=1e-9)  # +1 forward
+
+
+def test_tensor_parallel_allreduces_by_hand():
+    # tp 2 in a node (NVLink3), micro-batch 4, one micro-batch: 4 allreduces x 12 layers of 2sbh bytes.
+    msg = 2 * S * 4 * H
+    assert tp_allreduce_bytes(S, 4, H) == msg == 6_291_456
+    ds = predict_parallel("gpt2", "A100-80GB", gpus=8, tp=2, micro_batch=4, batch_size=16)
+    assert float(ds["tp_comm_bytes"]) == 4 * L * msg == 301_989_888
+    one = 2 * 1 * 0.6e-6 + 2 * (1 / 2) * msg / 300e9  # ring allreduce, p = 2
+    assert float(ds["time_tp_comm"]) == pytest.approx(4 * L * one, rel=1e-12)
+    full = predict_parallel("gpt2", "A100-80GB", gpus=8, tp=2, micro_batch=4, batch_size=16,
+                            recompute="full")
+    assert float(full["tp_comm_bytes"]) == 6 * L * msg  # the recomputed forward's 2 again
+
+
+def test_zero3_data_parallel_traffic_by_hand():
+    params = catalog.workload("gpt2").params
+    n = 2 * params  # bf16 gradients (and parameters)
+    ds = predict_parallel("gpt2", "A100-80GB", gpus=8, zero=3, batch_size=8)
+    one = 7 * 0.6e-6 + 7 / 8 * n / 300e9  # ring reduce-scatter or allgather, p = 8
+    assert float(ds["time_dp_comm"]) == pytest.approx(3 * one, rel=1e-12)  # RS + 2 AG
+    assert float(ds["mem_params"]) == pytest.approx(2 * params / 8)
+    assert float(ds["mem_grads"]) == pytest.approx(2 * params / 8)
+    assert float(ds["mem_optimizer"]) == pytest.approx(12 * params / 8)
+    plain = predict_parallel("gpt2", "A100-80GB", gpus=8, zero=0, batch_size=8)
+    assert float(plain["time_dp_comm"]) == pytest.approx(14 * 0.6e-6 + 2 * 7 / 8 * n / 300e9)
+
+
+def test_offload_pcie_traffic():
+    params = catalog.workload("gpt2").params
+    ds = predict_parallel("gpt2", "A100-80GB", gpus=8, zero=1, offload=True, batch_size=8)
+    assert float(ds["offload_bytes"]) == pytest.approx(params / 8 * 4)  # bf16 grads down, params up
+    assert float(ds["time_offload"]) == pytest.approx(params / 8 * 4 / 31.5e9)  # PCIe4
+    assert float(ds["mem_optimizer"]) == 0
+    assert float(ds["mem_cpu_offload"]) == pytest.approx(12 * params / 8)
+
+
+def test_every_variable_has_units_and_source():
+    ds = predict_parallel("gpt2", "A100-80GB", gpus=16, tp=2, pp=2, batch_size=32,
+                          recompute="selective", sequence_parallel=True)
+    for name in ds.data_vars:
+        assert ds[name].attrs.get("units") is not None, name
+        assert ds[name].attrs.get("long_name"), name
+    assert ds.attrs["source"].startswith("predicted: ")
+    assert int(ds["dp"]) == 4
+    assert bool(ds["fits"])
+    assert 0 < float(ds["efficiency"]) <= 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(gpus=5, tp=5), "must divide the 12 attention heads"),
+        (dict(gpus=5, pp=5), "must divide the 12 layers"),
+        (dict(gpus=8, dp=2, tp=2, pp=1), "!= gpus = 8"),
+        (dict(gpus=6, tp=4), "does not divide gpus"),
+        (dict(gpus=8, pp=2, zero=2), "ZeRO stages 0 and 1 only"),
+        (dict(gpus=8, batch_size=12, micro_batch=1), "multiple of dp x micro_batch"),
+        (dict(gpus=8, recompute="some"), "unknown recompute"),
+    ],
+)
+def test_invalid_configurations(kwargs, message):
+    with pytest.raises(DlexploreError, match=message):
+        predict_parallel("gpt2", "A100-80GB", **kwargs)
+
+
+def test_cnn_takes_data_parallelism_only():
+    with pytest.raises(DlexploreError, match="only data parallelism"):
+        predict_parallel("resnet50", "V100-16GB", gpus=8, tp=2)
+    ds = predict_parallel("resnet50", "V100-16GB", gpus=8, zero=2, micro_batch=32, batch_size=256,
+                          precision="fp16")
+    wl = catalog.workload("resnet50")
+    assert float(ds["mem_activations"]) == pytest.approx(wl.activation_bytes_per_sample * 0.5 * 32)
+    assert math.isnan(float(ds["tokens_per_s"]))
+
+
+def test_exercises():
+    assert lab.solution(101).value == pytest.approx(16 * 13e9 / 64 / 1e9)  # 3.25 GB
+    assert lab.solution(102).value == pytest.approx(7 / 39)
+    assert lab.solution(103).value == pytest.approx(_SBH * 23 / 1e9)
+    assert lab.check(101, 3.25).correct
+    assert not lab.check(101, 28.84375).correct  # stage 2's figure
+    assert lab.check(102, 0.1795).correct
+    assert lab.check(103, 0.5788).correct
