@@ -176,3 +176,18 @@ def test_calibrate_without_measurements_says_so():
     explorer = Explorer()
     assert explorer.calibrate() is None
     assert "measured dataset first" in explorer.fit_report.value
+
+
+def test_storage_pue_and_the_advisor():
+    explorer = Explorer(batch_size=256, storage="pfs", pue=1.25)
+    expected = dlx.predict("resnet50", "V100-16GB", "25GbE", gpus=1024, batch_size=256, storage="pfs")
+    assert data(explorer, "step_breakdown", "io_exposed")[-1] == pytest.approx(
+        float(expected.time_io_exposed) * 1e3)
+    energy = dlx.model.energy(dlx.predict("resnet50", "V100-16GB", "25GbE", gpus=8, batch_size=256,
+                                          storage="pfs"), pue=1.25)
+    assert f"{float(energy.energy_sample):.3g} J per sample" in explorer.headline_text
+    explorer.controls["pue"].value = 1.5
+    assert "(PUE 1.50)" in explorer.headline_text
+    advisor = explorer.open_advisor()
+    assert advisor.workload.value == "resnet50" and advisor.gpus.value == 8
+    assert explorer.advisor_box.children == (advisor.box,)

@@ -32,6 +32,7 @@ from ..errors import DlexploreError
 from ..model import predict
 from ..model.comm import ALGORITHMS, normalize_algorithm
 from ..model.compute import normalize_precision
+from ..model.energy import energy
 from ..plots import GPU_COUNTS, ExplorerFigures, headline, measured_columns
 
 __all__ = ["Explorer", "BATCH_SIZES", "GPUS_PER_NODE", "load_bokehjs"]
@@ -133,6 +134,8 @@ class Explorer:
         algorithm: str = "ring",
         precision: str = "fp32",
         measured: str | os.PathLike | xr.Dataset | Iterable[Any] | None = None,
+        storage: str | None = None,
+        pue: float = 1.0,
         **model_kwargs: Any,
     ):
         for name in ("gpus", "batch_size", "gpus_per_node", "bandwidth", "latency", "buckets"):
@@ -150,6 +153,7 @@ class Explorer:
             intra_link=catalog.network(intra_link).name, algorithm=normalize_algorithm(algorithm),
             precision=normalize_precision(precision), gpus=gpus, batch_size=batch_size,
             gpus_per_node=gpus_per_node, bandwidth=net.bandwidth_gbs, latency=net.latency_s,
+            storage=_NONE if storage is None else catalog.storage(storage).name, pue=float(pue),
         )
         self.figures = ExplorerFigures(GPU_COUNTS, width=440, height=330)
         self.sources = self.figures.sources
@@ -158,6 +162,7 @@ class Explorer:
         self.status = w.HTML(layout=w.Layout(width="100%"))
         self.status.add_class("dlx-status")
         self.prediction: xr.Dataset | None = None
+        self._energy: xr.Dataset | None = None
         #: The last fit of the model to the measured points (:meth:`calibrate`), or None.
         self.calibration = None
         self.fit_on = w.Dropdown(options=list(_FIT_ON), value="1 GPU", description="Fit on",
@@ -182,8 +187,14 @@ class Explorer:
 
     @property
     def headline_text(self) -> str:
-        """The headline (throughput, efficiency, bottleneck) as plain text."""
-        return headline(self.prediction, self.selected_gpus)
+        """The headline (throughput, efficiency, bottleneck, energy) as plain text."""
+        text = headline(self.prediction, self.selected_gpus)
+        if self._energy is not None:
+            point = self._energy.sel(gpus=self.selected_gpus)
+            text += (f" Energy: {float(point.energy_sample):.3g} J per sample, "
+                     f"{float(point.power_average) / 1e3:.3g} kW on average "
+                     f"(PUE {self.controls['pue'].value:.2f}).")
+        return text
 
     @property
     def selected_gpus(self) -> int:
@@ -471,6 +482,10 @@ class Explorer:
             "gpus_per_node": w.SelectionSlider(options=[(str(g), g) for g in GPUS_PER_NODE],
                                                value=_nearest(GPUS_PER_NODE, v["gpus_per_node"]),
                                                description="GPUs/node"),
+            "storage": w.Dropdown(options=[_NONE, *catalog.STORAGE.names()], value=v["storage"],
+                                  description="Input from"),
+            "pue": w.FloatSlider(value=v["pue"], min=1.0, max=2.0, step=0.05, readout_format=".2f",
+                                 description="PUE"),
         }
         for control in c.values():
             control.style = style
@@ -495,6 +510,7 @@ class Explorer:
             heading("Hardware and model"), c["workload"], c["gpu"], c["precision"],
             heading("Network"), c["network"], c["bandwidth"], c["latency"], c["intra_link"],
             c["algorithm"],
+            heading("Input and energy"), c["storage"], c["pue"],
             heading("Measurements"), c["measured"], self.status,
             self.fit_on, w.HBox([self.calibrate_button, self.reset_button]), self.fit_report,
         ], layout=w.Layout(width="350px", flex="0 0 350px"))
@@ -504,7 +520,25 @@ class Explorer:
         # controls instead of being cut off at the right.
         box = w.HBox([panel, plots], layout=w.Layout(flex_flow="row wrap", align_items="flex-start"))
         box.add_class("dlx-explorer")
-        return box
+        # Models larger than one GPU: the strategy advisor (tensor, pipeline, ZeRO), built on demand
+        # because it evaluates hundreds of configurations.
+        self.advisor_box = w.VBox([])
+        opener = w.Button(description="Open the strategy advisor (dp x tp x pp, ZeRO)")
+        opener.on_click(lambda _: self.open_advisor())
+        self.advisor_box.children = (opener,)
+        return w.VBox([box, self.advisor_box])
+
+    def open_advisor(self):
+        """Show the hybrid-parallelism strategy advisor under the explorer, for this workload, GPU
+        and GPU count (see :class:`dlexplore.advisor.AdvisorWidget`); returns it."""
+        from ..advisor import AdvisorWidget
+
+        c = self.controls
+        advisor = AdvisorWidget(workload=c["workload"].value, gpus=self.selected_gpus, gpu=c["gpu"].value,
+                                batch_size=self.selected_gpus * int(c["batch_size"].value))
+        self.advisor = advisor
+        self.advisor_box.children = (advisor.box,)
+        return advisor
 
     # -- reacting -------------------------------------------------------------------------------
 
@@ -559,12 +593,14 @@ class Explorer:
             bandwidth=float(c["bandwidth"].value), latency=float(c["latency"].value) * 1e-6,
             gpus_per_node=int(c["gpus_per_node"].value), intra_link=c["intra_link"].value,
             algorithm=c["algorithm"].value, precision=c["precision"].value, buckets=True,
+            storage=None if c["storage"].value == _NONE else c["storage"].value,
             **self._model_kwargs,
         )
 
     def _recompute(self, measured_changed: bool) -> None:
         try:
             self.prediction = self._predict()
+            self._energy = energy(self.prediction, pue=float(self.controls["pue"].value))
         except DlexploreError as err:
             message = html.escape(str(err))
             self.headline.value = f"<span style='color:#D55E00'>Cannot predict: {message}</span>"
