@@ -523,7 +523,8 @@ class Explorer:
         # Models larger than one GPU: the strategy advisor (tensor, pipeline, ZeRO), built on demand
         # because it evaluates hundreds of configurations.
         self.advisor_box = w.VBox([])
-        opener = w.Button(description="Open the strategy advisor (dp x tp x pp, ZeRO)")
+        opener = w.Button(description="Open the strategy advisor (dp x tp x pp, ZeRO)",
+                          layout=w.Layout(width="auto"))
         opener.on_click(lambda _: self.open_advisor())
         self.advisor_box.children = (opener,)
         return w.VBox([box, self.advisor_box])
