@@ -21,11 +21,17 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
-    if not folder.is_dir():
-        from .errors import DlexploreError
+    from .errors import DlexploreError
 
+    if not folder.is_dir():
         raise DlexploreError(f"{target}: the folder {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    if target.is_dir():
+        # os.replace would fail only after the whole output was written, naming the temporary file.
+        raise DlexploreError(f"{target}: is a folder; expected the name of a file to write")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise DlexploreError(f"{target}: cannot write in {folder}: {exc.strerror or exc}") from None
     os.close(fd)
     # mkstemp makes the file private (0600); give it the mode a plain open() would have.
     umask = os.umask(0)
