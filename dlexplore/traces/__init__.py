@@ -27,6 +27,7 @@ from .schema import CATEGORIES, COLLECTIVES, COLUMNS, Trace, as_paths, make_even
 __all__ = [
     "load_trace",
     "read_nccl_tests",
+    "summarize",
     "read_darshan",
     "read_dlio_summary",
     "detect_format",
@@ -79,6 +80,14 @@ def load_trace(
         raise DlexploreError(f"unknown trace format {format!r}; expected one of {sorted(_READERS)}")
     reader = importlib.import_module(_READERS[format], __name__)
     return reader.read(files, **options)
+
+
+def summarize(paths: str | os.PathLike | Iterable[str | os.PathLike], **options: Any) -> Any:
+    """The per-rank, per-step breakdown of many per-rank traces, one file at a time on Dask
+    (:func:`dlexplore.traces.scale.summarize`; needs the ``scale`` extra)."""
+    from .scale import summarize as run
+
+    return run(paths, **options)
 
 
 def read_darshan(path: str | os.PathLike) -> Any:
