@@ -1,0 +1,92 @@
+"""Lazy (Dask) sweeps: :func:`dlexplore.model.bigsweep.predict_lazy` must equal eager ``predict``
+exactly, block by block, and :func:`best_per_gpus` must pick the same winners as an argmax over the
+whole eager grid (numpy's first-in-C-order rule on ties). Needs Dask (the ``scale`` extra)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import dlexplore as dlx
+from dlexplore.errors import DlexploreError
+from dlexplore.model.bigsweep import best_per_gpus, predict_lazy
+
+dask = pytest.importorskip("dask")
+
+# Batch 256 does not fit in a V100-16GB with ResNet-50 (mem_total > 16 GiB): it must never win.
+SWEEP = dict(
+    workload="resnet50", gpu="V100-16GB", gpus_per_node=8,
+    gpus=[1, 2, 4, 8, 16, 64], batch_size=[16, 32, 64, 256], bandwidth=[1.0, 10.0, 100.0],
+    latency=[1e-6, 2e-6, 5e-6, 1e-5],
+)
+
+
+def _eager_best(ds: xr.Dataset, objective: str, maximize: bool) -> dict:
+    var = ds[objective].where(ds.fits, -np.inf if maximize else np.inf)
+    others = [d for d in var.dims if d != "gpus"]
+    flat = var.transpose("gpus", *others).values.reshape(var.sizes["gpus"], -1)
+    where = flat.argmax(axis=1) if maximize else flat.argmin(axis=1)
+    idx = np.unravel_index(where, [var.sizes[d] for d in others])
+    best = flat[np.arange(len(where)), where]
+    return {objective: np.where(np.isinf(best), np.nan, best),
+            **{d: ds[d].values[i] for d, i in zip(others, idx, strict=True)}}
+
+
+@pytest.mark.parametrize("chunks", [None, 2, {"gpus": 4, "batch_size": 1, "latency": 3}])
+def test_lazy_equals_eager_exactly(chunks):
+    eager = dlx.predict(**SWEEP)
+    lazy = predict_lazy(**SWEEP, chunks=chunks)
+    assert all(hasattr(lazy[v].data, "dask") for v in lazy.data_vars if lazy[v].ndim)
+    xr.testing.assert_identical(lazy.compute(), eager)  # values, dims, coords and attrs
+    assert lazy.step_time.attrs == {"units": "s", "long_name": "time per training step"}
+
+
+def test_lazy_keeps_size_one_sweeps_and_positional_arguments():
+    args = dict(gpus=[2], batch_size=[32, 64], latency=[1e-6])
+    lazy = predict_lazy("vgg16", "V100-16GB", **args, chunks=1)
+    xr.testing.assert_identical(lazy.compute(), dlx.predict("vgg16", "V100-16GB", **args))
+
+
+@pytest.mark.parametrize("objective", ["throughput", "step_time", "efficiency"])
+def test_best_per_gpus_matches_the_eager_argmax(objective):
+    eager = dlx.predict(**SWEEP)
+    best = best_per_gpus(predict_lazy(**SWEEP, chunks={"gpus": 4, "latency": 3}), objective)
+    maximize = objective != "step_time"
+    want = _eager_best(eager, objective, maximize)
+    for name, values in want.items():
+        np.testing.assert_array_equal(best[name].values, values)
+    assert best.attrs["direction"] == ("max" if maximize else "min")
+    assert best[objective].attrs["units"] == eager[objective].attrs["units"]
+    assert best["bandwidth"].attrs["units"] == "GB/s"
+    # The same from the arguments, from the eager dataset and with other blocks.
+    for other in (best_per_gpus(SWEEP, objective, chunks={"batch_size": 2}), best_per_gpus(eager, objective)):
+        xr.testing.assert_identical(other, best)
+
+
+def test_best_per_gpus_hand_worked_single_gpu():
+    # One GPU, no communication and no input: step = t_f + t_b + t_opt = 3 t_f + t_opt with t_f
+    # proportional to the batch, so throughput = B / (3 k B + t_opt) grows with B: the largest
+    # batch that fits wins (256 would not fit in 16 GB), and bandwidth/latency (no effect on one
+    # GPU) tie, so their first values win.
+    best = best_per_gpus(dict(gpus=[1, 2], batch_size=[8, 16, 128], bandwidth=[5.0, 50.0],
+                              latency=[1e-5, 1e-6]), chunks={"batch_size": 1})
+    assert best.batch_size.values[0] == 128
+    assert best.bandwidth.values[0] == 5.0 and best.latency.values[0] == 1e-5
+    one = dlx.predict(gpus=1, batch_size=128)
+    assert best.throughput.values[0] == one.throughput.item()
+
+
+def test_bad_arguments_are_dlexplore_errors():
+    with pytest.raises(DlexploreError, match="numeric parameters only"):
+        predict_lazy(workload=["resnet50", "vgg16"], gpus=[1, 2])
+    with pytest.raises(DlexploreError, match="gpus must be whole numbers"):
+        predict_lazy(gpus=[1, 0])
+    with pytest.raises(DlexploreError, match="chunk"):
+        predict_lazy(gpus=[1, 2], chunks={"nope": 1})
+    with pytest.raises(DlexploreError, match="objective"):
+        best_per_gpus(dict(gpus=[1, 2]), "speed")
+    nothing_fits = best_per_gpus(dict(gpus=[1, 2], batch_size=[4096]))
+    assert np.isnan(nothing_fits.throughput.values).all()
+    with pytest.raises(DlexploreError, match="gpus dimension"):
+        best_per_gpus(dict(batch_size=[1, 2]))
