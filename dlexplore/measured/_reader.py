@@ -343,7 +343,10 @@ def _dataset(path: Path, meta: _Meta, table: str, columns: dict[str, list]) -> x
         if column.kind == "str":
             values = np.array(columns[name], dtype=object)
         elif column.kind == "int":
-            values = np.array(columns[name], dtype=np.int64)
+            try:
+                values = np.array(columns[name], dtype=np.int64)
+            except OverflowError:
+                raise InputFileError(path, f"column {name!r} has an integer beyond 64 bits") from None
         else:
             values = np.array(columns[name], dtype=np.float64)
         attrs = {"long_name": column.long_name}

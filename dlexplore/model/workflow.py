@@ -238,7 +238,10 @@ def coupled_tasks(producers: int, producer_rate: float, consumer_rate: float, bu
 
 def _rows_from_csv(path: Path, text: str) -> list[tuple[int, dict]]:
     reader = csv.DictReader(io.StringIO(text))
-    header = [h.strip() for h in (reader.fieldnames or [])]
+    try:
+        header = [h.strip() for h in (reader.fieldnames or [])]
+    except csv.Error as err:  # e.g. a field over csv's size limit
+        raise InputFileError(path, f"not readable as CSV ({err})", line=reader.line_num) from None
     if not header:
         raise InputFileError(path, "empty file: expected a CSV header with columns "
                              + ", ".join(TASK_COLUMNS), line=1)
@@ -248,18 +251,23 @@ def _rows_from_csv(path: Path, text: str) -> list[tuple[int, dict]]:
         raise InputFileError(path, f"the CSV header lacks column(s) {', '.join(missing)}; found "
                              f"{', '.join(header)}; expected {', '.join(TASK_COLUMNS)}", line=1)
     rows = []
-    for record in reader:
-        line = reader.line_num
-        if None in record:
-            raise InputFileError(path, f"{len(header) + len(record[None])} fields, the header has "
-                                 f"{len(header)}", line=line)
-        rows.append((line, record))
+    try:
+        for record in reader:
+            line = reader.line_num
+            if None in record:
+                raise InputFileError(path, f"{len(header) + len(record[None])} fields, the header has "
+                                     f"{len(header)}", line=line)
+            rows.append((line, record))
+    except csv.Error as err:  # e.g. a field over csv's size limit
+        raise InputFileError(path, f"not readable as CSV ({err})", line=reader.line_num) from None
     return rows
 
 
 def _rows_from_json(path: Path, text: str) -> list[tuple[int, dict]]:
     try:
         data = json.loads(text)
+    except RecursionError:
+        raise InputFileError(path, "JSON nested too deeply; expected a list of task objects") from None
     except json.JSONDecodeError as err:
         raise InputFileError(path, f"not valid JSON ({err.msg}, column {err.colno})",
                              line=err.lineno) from None
@@ -315,7 +323,7 @@ def read_task_events(path: str | os.PathLike) -> pd.DataFrame:
                 if isinstance(raw_value, bool):
                     raise ValueError
                 values[col] = float(raw_value.strip() if isinstance(raw_value, str) else raw_value)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 raise InputFileError(path, f"{col} is {raw_value!r}, expected a number of seconds",
                                      **place) from None
             if not np.isfinite(values[col]):

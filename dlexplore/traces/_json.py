@@ -55,6 +55,7 @@ PARSER = "orjson" if orjson is not None else "json"
 
 _BLOCK_BYTES = 1 << 22  # bytes read from the (decompressed) stream at a time
 _CHUNK_CHARS = 1 << 23  # characters of event text parsed at a time
+_MAX_VALUE_CHARS = 1 << 27  # longest single JSON value (characters): a bound against gzip bombs
 _GZIP_MAGIC = b"\x1f\x8b"
 _WS = re.compile(r"[ \t\r\n]*")
 _DECODER = json.JSONDecoder()
@@ -192,12 +193,23 @@ class ChromeTraceStream:
         while True:
             try:
                 value, end = _DECODER.raw_decode(self._buf, self._pos)
+            except RecursionError:
+                raise self.error(
+                    f"JSON nested too deeply in {what}; expected a Chrome trace",
+                    offset=self._offset(self._pos), event=event,
+                ) from None
             except json.JSONDecodeError as err:
                 # Only an error at the end of the text (or an open string) may be cured by reading
                 # more; anything else is a real error and must not pull the rest of the file in.
                 truncated = err.pos >= len(self._buf) - 8 or err.msg.startswith("Unterminated string")
+                if truncated and len(self._buf) - self._pos > _MAX_VALUE_CHARS:
+                    raise self.error(
+                        f"a JSON value in {what} longer than {_MAX_VALUE_CHARS} characters (or not "
+                        "closed); expected a Chrome trace",
+                        offset=self._offset(self._pos), event=event,
+                    ) from None
                 if truncated and self._fill(want):
-                    want *= 2  # a long value: read more before retrying, so retries stay few
+                    want = min(2 * want, 1 << 25)  # fewer retries on a long value, in bounded steps
                     continue
                 raise self.error(
                     f"invalid or truncated JSON in {what}: {err.msg}; expected a complete "

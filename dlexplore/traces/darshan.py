@@ -151,9 +151,12 @@ def read_darshan_parser_text(path: str | os.PathLike) -> DarshanLog:
         raise InputFileError(path, "no POSIX records (is this darshan-parser output?)")
     rec = pd.DataFrame(list(rows.values())).reindex(columns=_COLUMNS).fillna(
         {c: 0.0 for c, _ in COUNTERS.values()})
-    rec["record_id"] = rec["record_id"].astype("uint64")
-    for counter, (col, _) in COUNTERS.items():
-        if not counter.startswith("POSIX_F_"):
-            rec[col] = rec[col].astype("int64")
-    meta = {k: (int(v) if k in ("nprocs", "jobid") else v) for k, v in meta.items()}
+    try:
+        rec["record_id"] = rec["record_id"].astype("uint64")
+        for counter, (col, _) in COUNTERS.items():
+            if not counter.startswith("POSIX_F_"):
+                rec[col] = rec[col].astype("int64")
+        meta = {k: (int(v) if k in ("nprocs", "jobid") else v) for k, v in meta.items()}
+    except (OverflowError, ValueError) as err:  # a counter or id beyond 64 bits, or nan/inf
+        raise InputFileError(path, f"a record id or counter does not fit 64-bit integers ({err})") from None
     return DarshanLog(rec, _summary(rec, meta, path), meta)

@@ -36,6 +36,11 @@ _SCALAR = {
 }
 
 
+def _is_float(value: object) -> bool:
+    """A JSON number that converts to a float (an integer beyond 1.8e308 does not)."""
+    return isinstance(value, (int, float)) and (isinstance(value, float) or abs(value) < 2**1023)
+
+
 def read_dlio_summary(path: str | os.PathLike) -> xr.Dataset:
     """Read DLIO's ``summary.json`` (or the output folder holding it) into an ``xr.Dataset``:
     per-epoch variables along ``epoch``, the means as scalars, ``train_io_mean_GB_per_second``
@@ -49,6 +54,8 @@ def read_dlio_summary(path: str | os.PathLike) -> xr.Dataset:
         raise InputFileError(p, f"cannot read DLIO summary.json: {err}") from err
     try:
         doc = json.loads(text)
+    except RecursionError:
+        raise InputFileError(p, "JSON nested too deeply; expected a DLIO summary") from None
     except json.JSONDecodeError as err:
         raise InputFileError(p, f"not valid JSON: {err.msg} (column {err.colno})", line=err.lineno) from err
     if not isinstance(doc, dict) or not isinstance(doc.get("metric"), dict):
@@ -63,7 +70,7 @@ def read_dlio_summary(path: str | os.PathLike) -> xr.Dataset:
         if key not in metric:
             continue
         values = metric[key]
-        if not isinstance(values, list) or not all(isinstance(v, (int, float)) for v in values):
+        if not isinstance(values, list) or not all(map(_is_float, values)):
             raise InputFileError(p, f"metric.{key} must be a list of numbers (one per epoch)")
         if key.startswith("train"):
             if n_epochs is not None and len(values) != n_epochs:
@@ -76,7 +83,7 @@ def read_dlio_summary(path: str | os.PathLike) -> xr.Dataset:
                                      attrs={"units": units, "long_name": long})
     for key, (units, long) in _SCALAR.items():
         if key in metric:
-            if not isinstance(metric[key], (int, float)):
+            if not _is_float(metric[key]):
                 raise InputFileError(p, f"metric.{key} must be a number, got {metric[key]!r}")
             data[key] = xr.DataArray(float(metric[key]), attrs={"units": units, "long_name": long})
     ds = xr.Dataset(data, coords={"epoch": np.arange(1, n_epochs + 1)})

@@ -91,9 +91,11 @@ from __future__ import annotations
 
 import gc
 import gzip
+import io
 import json
 import re
 import warnings
+import zlib
 from array import array
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -108,6 +110,8 @@ from .schema import Trace, make_events, normalize_collective_name
 __all__ = ["read", "fused_operations"]
 
 FORMAT = "horovod"
+#: The most bytes a .json.gz timeline may inflate to; a larger one is refused, not held (B).
+MAX_INFLATED_BYTES = 1 << 34
 
 #: Response types (horovod/common/message.cc ``Response::ResponseType_Name``): the outer range
 #: of an operation.
@@ -261,7 +265,7 @@ def _read_data(path: Path) -> bytes:
         with open(path, "rb") as raw:
             data = raw.read()
         if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
+            data = _gunzip(data, path)
     except FileNotFoundError:
         raise InputFileError(path, "no such file; expected a Horovod timeline") from None
     except (OSError, EOFError) as err:
@@ -279,6 +283,23 @@ def _read_data(path: Path) -> bytes:
                              "Horovod timeline is a JSON array of trace events)",
                              line=data.count(b"\n", 0, start) + 1)
     return data
+
+
+def _gunzip(data: bytes, path: Path) -> bytes:
+    """Inflate a .json.gz timeline, refusing more than :data:`MAX_INFLATED_BYTES` (a gzip bomb)."""
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb") as stream:
+            out = stream.read(MAX_INFLATED_BYTES + 1)
+    except MemoryError:
+        raise InputFileError(path, "the gzip data inflates to more than fits in memory; expected a "
+                             "Horovod timeline (decompress it and read the .json)") from None
+    except (OSError, EOFError, zlib.error) as err:
+        raise InputFileError(path, f"corrupt or truncated gzip data ({err}); expected a Horovod "
+                             "timeline") from None
+    if len(out) > MAX_INFLATED_BYTES:
+        raise InputFileError(path, f"the gzip data inflates to more than {MAX_INFLATED_BYTES} bytes; "
+                             "expected a Horovod timeline (decompress it and read the .json)")
+    return out
 
 
 def _decode(data: bytes, path: Path) -> str:
@@ -309,7 +330,7 @@ def _event_chunks(data: bytes, path: Path, info: dict[str, Any]) -> Iterator[lis
             piece = piece.rstrip().rstrip(b",")
         try:
             events = json.loads(b"[" + piece + b"]")
-        except ValueError:  # UnicodeDecodeError included
+        except (ValueError, RecursionError):  # UnicodeDecodeError included
             events = None
         if not isinstance(events, list):
             text = _decode(data, path)
@@ -343,6 +364,10 @@ def _scan(text: str, pos: int, path: Path, seen: int, info: dict[str, Any]) -> I
             break
         try:
             event, end = decoder.raw_decode(text, pos)
+        except RecursionError:
+            raise InputFileError(path, f"byte offset {_byte_offset(text, pos)}: event "
+                                 f"#{seen + len(events)} is nested too deeply; expected a trace event",
+                                 line=_line(text, pos)) from None
         except ValueError as err:
             index = seen + len(events)
             offset = _byte_offset(text, pos)
@@ -380,6 +405,8 @@ def _later_event(text: str, pos: int, decoder: json.JSONDecoder) -> bool:
             return False
         try:
             value, _ = decoder.raw_decode(text, pos)
+        except RecursionError:  # garbage nested too deep to be an event: corrupt, not cut off
+            return True
         except ValueError:
             value = None
         if isinstance(value, dict) and "ph" in value:
@@ -442,6 +469,8 @@ def _tensor_bytes(args: Any) -> tuple[float, str]:
     for dim in dims:
         elements *= int(dim)
     itemsize = _ITEMSIZE.get(dtype)
+    if itemsize and elements * itemsize >= 2**1023:  # the caller reports the ValueError with the event
+        raise ValueError(f"shape {shape!r} is too large to be a tensor's")
     return (float(elements * itemsize) if itemsize else np.nan), dtype
 
 
@@ -526,6 +555,8 @@ class _Builder:
             ts = event.get("ts")
             if type(ts) is not int and type(ts) is not float:
                 raise self.fail(index, f"'ts' is {ts!r}; expected the time in µs (a number)")
+            if type(ts) is int and not -(2**63) <= ts < 2**63:
+                raise self.fail(index, f"'ts' is {ts}; expected the time in µs (within 64 bits)")
             if ph == "E":
                 self.group_name = None
                 pid = self.pid_of(event, index)
@@ -560,7 +591,7 @@ class _Builder:
             if ph == "X":
                 self.group_name = None
                 dur = event.get("dur", 0)
-                if (type(dur) is not int and type(dur) is not float) or dur < 0:
+                if (type(dur) is not int and type(dur) is not float) or not 0 <= dur < 2**63:
                     raise self.fail(index, f"'dur' is {dur!r}; expected a duration in µs >= 0")
                 self.row(pid, label, _TICK, ts, ts + dur, count.get(pid, 0), current_op.get(pid, 0), -1)
                 continue
@@ -604,8 +635,8 @@ class _Builder:
 
     def pid_of(self, event: dict, index: int) -> int:
         pid = event.get("pid")
-        if type(pid) is not int:
-            raise self.fail(index, f"'pid' is {pid!r}; expected the tensor's index (an integer)")
+        if type(pid) is not int or not -(2**63) <= pid < 2**63:
+            raise self.fail(index, f"'pid' is {pid!r}; expected the tensor's index (a 64-bit integer)")
         return pid
 
     def first_start(self, pid: int, k: int, ts: float) -> None:
@@ -668,7 +699,8 @@ class _Builder:
         cycle = np.full(n, -1)
         if self.markers:
             cycle = np.searchsorted(np.sort(np.array(self.markers) * _US), start, side="right") - 1
-        ready = np.array([int(lab) if lab.isdigit() else -1 for lab in self.labels], dtype=np.int64)
+        ready = np.array([int(lab) if lab.isascii() and lab.isdigit() and len(lab) < 19 else -1
+                          for lab in self.labels], dtype=np.int64)
         ready_rank = np.where(kind == _TICK, ready[label], -1)
 
         pids = np.unique(pid)
@@ -741,6 +773,9 @@ class _Builder:
 
 def _categorical(codes: np.ndarray, categories: list[str]) -> pd.Categorical:
     """A categorical from codes; categories that repeat (two pids, one name) are merged."""
+    # A lone surrogate (a "\\ud800" escape in the JSON) cannot be hashed as UTF-8: keep it visible.
+    categories = [c.encode("utf-8", "backslashreplace").decode("utf-8") if isinstance(c, str) else c
+                  for c in categories]
     if len(set(categories)) == len(categories):
         return pd.Categorical.from_codes(codes, categories=categories)
     return pd.Categorical(np.asarray(categories, dtype=object)[codes])

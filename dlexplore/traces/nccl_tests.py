@@ -348,7 +348,10 @@ def _number(path: Path, text: str, line: int, column: str, kind: type) -> float:
     if text.upper() == "N/A":
         return math.nan
     try:
-        return kind(text)
+        value = kind(text)
+        if kind is int and not -(2**63) <= value < 2**63:
+            raise ValueError("beyond 64 bits")
+        return value
     except ValueError:
         expected = "a whole number" if kind is int else "a number"
         raise InputFileError(path, f"column {column!r}: {text!r} is not {expected}", line=line) from None

@@ -96,6 +96,11 @@ def read(paths: Sequence[Path], **options: Any) -> Trace:
     try:
         with xr.open_dataset(path, engine="h5netcdf") as ds:
             ds.load()
-    except (OSError, ValueError) as err:
-        raise InputFileError(path, f"cannot be read as netCDF ({err})") from None
-    return from_dataset(ds, str(path))
+    except Exception as err:  # noqa: BLE001 - h5py reports corrupt files as KeyError, RuntimeError ...
+        raise InputFileError(path, f"cannot be read as netCDF ({type(err).__name__}: {err})") from None
+    try:
+        return from_dataset(ds, str(path))
+    except InputFileError:
+        raise
+    except (ValueError, TypeError, KeyError) as err:  # DlexploreError included: name the file
+        raise InputFileError(path, f"not a trace written by write_netcdf ({err})") from None

@@ -232,7 +232,7 @@ def _connect(path: Path) -> sqlite3.Connection:
 def _query(path: Path, db: sqlite3.Connection, sql: str, table: str) -> list[tuple]:
     try:
         return db.execute(sql).fetchall()
-    except sqlite3.DatabaseError as err:
+    except (sqlite3.DatabaseError, ValueError, OverflowError) as err:  # ValueError: text not UTF-8
         raise InputFileError(path, f"table {table}: {err} (a damaged or truncated export?)") from None
 
 
@@ -450,7 +450,8 @@ def _gpu_part(
 
 
 def _string_table(path: Path, db: sqlite3.Connection) -> dict[int, str]:
-    return {int(i): str(v) for i, v in _query(path, db, "SELECT id, value FROM StringIds", "StringIds")}
+    rows = _query(path, db, "SELECT id, value FROM StringIds", "StringIds")
+    return {int(i): str(v) for i, v in rows if isinstance(i, int)}  # a damaged row has no id
 
 
 def _kernels(
@@ -511,7 +512,7 @@ def _memcpy(path: Path, db: sqlite3.Connection, columns: dict[str, list[str]]) -
                 for i, label in _query(
                     path, db, "SELECT id, label FROM ENUM_CUDA_MEMCPY_OPER", "ENUM_CUDA_MEMCPY_OPER"
                 )
-                if label
+                if label and isinstance(i, int)  # a damaged row has no id
             }
         )
     kinds, inverse = np.unique(data["copyKind"], return_inverse=True)
@@ -719,6 +720,8 @@ def _payloads(
             continue
         select = ", ".join(f'"{c}"' for c in picks)
         for row in _query(path, db, f'SELECT "eventId", {select} FROM "{table}"', table):
+            if not isinstance(row[0], int):  # a damaged row cannot be joined to its event
+                continue
             fields = found.setdefault(int(row[0]), {})
             for key, value in zip(picks.values(), row[1:], strict=True):
                 if value is not None:

@@ -297,7 +297,7 @@ class _RankFile:
         except KeyError:
             ts, dur, cat, name, pid, tid = (tuple(map(_get, events, repeat(k))) for k in _REQUIRED_KEYS)
         if "Trace" in cat:  # Kineto's whole-window spans are not events of the run
-            keep = [c not in _SKIPPED_CATS for c in cat]
+            keep = [not (isinstance(c, str) and c in _SKIPPED_CATS) for c in cat]
             events = list(compress(events, keep))
             ts, dur, cat, name, pid, tid = (tuple(compress(v, keep)) for v in (ts, dur, cat, name, pid, tid))
             flags = iter(keep)
@@ -365,13 +365,14 @@ class _RankFile:
             array = np.fromiter(values, dtype=np.float64, count=len(values))
             if not np.isnan(array).any():
                 return array
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             pass
         bad = next(
             (
                 i
                 for i, v in enumerate(values)
                 if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v
+                or (isinstance(v, int) and abs(v) >= 2**1023)  # beyond a float
             ),
             None,
         )
@@ -397,10 +398,14 @@ class _RankFile:
             ) from None
 
     def _ints(self, values: list[Any], field: str, index: np.ndarray, events: list[dict]) -> np.ndarray:
-        array = np.asarray(values)
+        try:
+            array = np.asarray(values)
+        except (ValueError, TypeError):  # lists of different lengths among the values
+            array = np.asarray(values, dtype=object)
         if array.dtype.kind in "iu":
             return array.astype(np.int64, copy=False)
-        bad = next(i for i, v in enumerate(values) if isinstance(v, bool) or not isinstance(v, int))
+        bad = next(i for i, v in enumerate(values)
+                   if isinstance(v, bool) or not isinstance(v, int) or not -(2**63) <= v < 2**63)
         raise self._fail(
             int(index[bad]),
             f"event {events[bad].get('name')!r} has args {field!r} = {values[bad]!r}; expected an integer id",

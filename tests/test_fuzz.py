@@ -1,0 +1,271 @@
+"""Every reader holds against mutated real files: a DlexploreError naming the file, or a result.
+
+The harness is ``benchmarks/fuzz_readers.py`` (seeds: the real test data under ``tests/data/traces``
+and ``data/``; see its docstring); here it runs at CI size (seeded, 300 cases per reader on 2 worker
+processes, each case under a 5 s alarm and a 2 GiB ``RLIMIT_AS``). Below are regression cases for
+each kind of finding the full run (10k cases per reader) turned up and fixed, written by editing the
+real files by hand, plus the gzip bomb and 100k-deep nesting.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+
+from dlexplore.errors import DlexploreError
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACES = ROOT / "tests" / "data" / "traces"
+DEEP = 100_000  # nesting levels
+CASES = 300  # fuzz cases per reader: the whole file stays under 30 s on 2 cores
+
+
+def _load_harness():
+    spec = importlib.util.spec_from_file_location("fuzz_readers", ROOT / "benchmarks" / "fuzz_readers.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fuzz_readers"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+harness = _load_harness()
+
+
+@pytest.fixture(scope="module")
+def fuzz_result():
+    return harness.fuzz(list(harness.READERS), CASES, workers=2, seed=7, timeout_s=5.0, progress=False,
+                        kill_after_s=8.0)
+
+
+@pytest.mark.parametrize("reader", sorted(harness.READERS))
+def test_reader_survives_fuzzing(fuzz_result, reader):
+    counts = fuzz_result["counts"][reader]
+    assert counts["cases"] == CASES
+    assert counts["ok"] + counts["error"] + counts["finding"] == CASES
+    assert counts["error"] > 0  # the mutations do break files
+    found = [f for f in fuzz_result["findings"] if f[0] == reader]
+    if reader == "netcdf":
+        # Known, not fixed: HDF5 (C) can spin on a damaged file; see test_netcdf_hdf5_hang below.
+        found = [f for f in found if not f[3].startswith("hang in C code")]
+    assert not found, found[:5]
+
+
+def _expect_error(reader: str, path: Path, *words: str) -> str:
+    with pytest.raises(DlexploreError) as info:
+        harness.READERS[reader](path)
+    message = str(info.value)
+    assert str(path) in message
+    for word in words:
+        assert word in message
+    return message
+
+
+# -- deep nesting (was RecursionError) ----------------------------------------------------------------
+
+def test_deep_nesting_pytorch_metadata(tmp_path):
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_bytes(b'{"deviceProperties": ' + b"[" * DEEP + b"]" * DEEP + b', "traceEvents": []}')
+    _expect_error("pytorch", path, "nested too deeply", "byte 21")
+
+
+def test_deep_nesting_horovod_event(tmp_path):
+    text = (TRACES / "horovod" / "timeline.json").read_bytes()
+    at = text.index(b"\n{", 10) + 1
+    path = tmp_path / "timeline.json"
+    path.write_bytes(text[:at] + b"[" * DEEP + b"]" * DEEP + b",\n" + text[at:])
+    _expect_error("horovod", path, "nested too deeply", f"byte offset {at}")
+
+
+@pytest.mark.parametrize("reader,name", [("dlio", "summary.json"), ("workflow", "tasks.json")])
+def test_deep_nesting_whole_json_documents(tmp_path, reader, name):
+    path = tmp_path / name
+    path.write_bytes(b'{"a":' * DEEP + b"1" + b"}" * DEEP)
+    _expect_error(reader, path, "nested too deeply")
+
+
+# -- huge numbers (were OverflowError) -------------------------------------------------------------------
+
+def test_darshan_record_id_beyond_64_bits(tmp_path):
+    text = (TRACES / "darshan" / "pq_app_readAB.darshan-parser.txt").read_text()
+    path = tmp_path / "log.darshan-parser.txt"
+    path.write_text(text.replace("\t4590908166289704079\t", "\t18446744073709551616\t"))
+    _expect_error("darshan", path, "64-bit")
+
+
+def test_measured_integer_beyond_64_bits(tmp_path):
+    text = (ROOT / "data" / "measured" / "goyal-2017-resnet50.csv").read_text()
+    path = tmp_path / "goyal.csv"
+    path.write_text(text.replace("resnet50,P100,NVLink1,8,8,32", "resnet50,P100,NVLink1,8,8,"
+                                 "18446744073709551616", 1))
+    _expect_error("measured", path)
+
+
+def test_nccl_tests_count_beyond_64_bits(tmp_path):
+    text = (TRACES / "nccl-tests" / "together-h100-all_reduce_ring.out").read_text()
+    path = tmp_path / "allreduce.out"
+    path.write_text(re.sub(r"(?m)^( +)8( +)2( +float)", r"\g<1>8\g<2>18446744073709551616\3", text, count=1))
+    _expect_error("nccl_tests", path, "line 18", "whole number")
+
+
+def test_dlio_integer_too_large_for_a_float(tmp_path):
+    text = (TRACES / "dlio" / "summary.json").read_text()
+    path = tmp_path / "summary.json"
+    huge = '"train_au_mean_percentage": 1' + "0" * 400
+    path.write_text(text.replace('"train_au_mean_percentage": 93.0', huge))
+    _expect_error("dlio", path, "train_au_mean_percentage")
+
+
+def test_horovod_timestamp_beyond_64_bits(tmp_path):
+    text = (TRACES / "horovod" / "timeline.json").read_text()
+    path = tmp_path / "timeline.json"
+    path.write_text(re.sub(r'"ts": \d+', '"ts": 1' + "0" * 400, text, count=1))
+    _expect_error("horovod", path, "within 64 bits")
+
+
+# -- damaged containers -------------------------------------------------------------------------------------
+
+def test_netcdf_with_a_flipped_byte(tmp_path):
+    from dlexplore.traces import horovod, netcdf
+
+    path = netcdf.write_netcdf(horovod.read([TRACES / "horovod" / "timeline.json"]), tmp_path / "t.nc")
+    data = bytearray(path.read_bytes())
+    for offset in range(600, len(data), 997):  # damage the HDF5 metadata and data throughout
+        data[offset] ^= 0x55
+    path.write_bytes(bytes(data))
+    _expect_error("netcdf", path, "netCDF")
+
+
+def test_nsys_string_that_is_not_utf8(tmp_path):
+    spec = importlib.util.spec_from_file_location("_nsys_tests", ROOT / "tests" / "test_traces_nsys.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path = module.make_export(tmp_path / "rank0.sqlite", pid=4242, payload_rank=0)
+    db = sqlite3.connect(path)
+    db.execute("UPDATE StringIds SET value = CAST(X'ff81' AS TEXT) "
+               "WHERE id = (SELECT MIN(id) FROM StringIds)")
+    db.commit()
+    db.close()
+    _expect_error("nsys", path, "StringIds")
+
+
+def test_workflow_csv_field_over_the_csv_limit(tmp_path):
+    path = tmp_path / "tasks.csv"
+    path.write_text("task,worker,start,end,kind\n" + '"' + "x" * 200_000 + '",w,0,1,k\n')
+    _expect_error("workflow", path, "CSV")
+
+
+def test_horovod_corrupt_gzip(tmp_path):
+    data = bytearray((TRACES / "horovod" / "timeline-cycles.json.gz").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path = tmp_path / "timeline.json.gz"
+    path.write_bytes(bytes(data))
+    _expect_error("horovod", path, "gzip")
+
+
+# -- gzip bombs: refused or streamed, never held ----------------------------------------------------------
+
+def test_gzip_bomb_horovod_is_refused_within_the_memory_bound(tmp_path):
+    path = tmp_path / "timeline.json.gz"
+    path.write_bytes(harness.gzip_bomb(b'[\n{"name": "x", "ph": "B", "ts": 1, "pid": 0},\n'))
+    assert path.stat().st_size < 4 << 20  # a small file that inflates to 2 GiB
+    outcome, detail = harness.run_isolated("horovod", path, timeout_s=60.0)
+    assert outcome == "error", detail
+    assert str(path) in detail and "gzip" in detail
+
+
+def test_gzip_bomb_pytorch_streams_in_bounded_memory(tmp_path):
+    # 128 MiB of whitespace inside the events array: the stream reads it block by block, so the
+    # worker's peak stays far below what holding it (and its decoded copy) would take.
+    path = tmp_path / "rank0.pt.trace.json.gz"
+    path.write_bytes(harness.gzip_bomb(b'{"traceEvents": [', inflated=128 << 20))
+    outcome, detail = harness.run_isolated("pytorch", path, timeout_s=60.0)
+    assert outcome == "error", detail
+    assert str(path) in detail
+
+
+
+# -- second round of findings: wrong types and huge numbers inside events --------------------------------
+
+def _pytorch_events(tmp_path: Path, events: str) -> Path:
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text('{"schemaVersion": 1, "traceEvents": [' + events + "]}")
+    return path
+
+
+def test_pytorch_category_that_is_an_object(tmp_path):
+    path = _pytorch_events(tmp_path, '{"ph": "X", "cat": {"a": 1}, "name": "Trace", "pid": 1, "tid": 1, '
+                           '"ts": 1, "dur": 2}, {"ph": "X", "cat": "Trace", "name": "x", "pid": 1, '
+                           '"tid": 1, "ts": 1, "dur": 2}')
+    _expect_error("pytorch", path, "expected a string")
+
+
+def test_pytorch_timestamp_too_large_for_a_float(tmp_path):
+    path = _pytorch_events(tmp_path, '{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, '
+                           '"ts": 1' + "0" * 400 + ', "dur": 2}')
+    _expect_error("pytorch", path, "expected a number of µs")
+
+
+def test_horovod_pid_beyond_64_bits(tmp_path):
+    text = (TRACES / "horovod" / "timeline.json").read_text()
+    path = tmp_path / "timeline.json"
+    path.write_text(text.replace('"ts": 857285, "pid": 1}', '"ts": 857285, "pid": 18446744073709551616}', 1))
+    _expect_error("horovod", path, "64-bit")
+
+
+def test_horovod_lone_surrogate_in_a_name(tmp_path):
+    text = (TRACES / "horovod" / "timeline.json").read_text()
+    path = tmp_path / "timeline.json"
+    path.write_text(text.replace('"name": "broadcast.0.bias"', '"name": "broadcast.\\ud800.bias"', 1))
+    trace = harness.READERS["horovod"](path)
+    assert trace.events is not None
+
+
+def test_workflow_time_too_large_for_a_float(tmp_path):
+    path = tmp_path / "tasks.json"
+    path.write_text('[{"task": "a", "worker": "w", "start": 0, "end": 1' + "0" * 400 + ', "kind": "k"}]')
+    _expect_error("workflow", path, "expected a number of seconds")
+
+
+def test_nsys_payload_row_without_event_id(tmp_path):
+    spec = importlib.util.spec_from_file_location("_nsys_tests", ROOT / "tests" / "test_traces_nsys.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path = module.make_export(tmp_path / "rank0.sqlite", pid=4242, payload_rank=0)
+    db = sqlite3.connect(path)
+    tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE name LIKE 'DYNAMIC_NVTX%'")]
+    for table in tables:  # a damaged export: the join key is gone
+        db.execute(f'UPDATE "{table}" SET "eventId" = \'x\'')
+    db.commit()
+    db.close()
+    harness.READERS["nsys"](path)  # the payload is skipped; the events still load
+
+
+def test_pytorch_unclosed_string_is_bounded(tmp_path):
+    path = tmp_path / "rank0.pt.trace.json.gz"
+    path.write_bytes(harness.gzip_bomb(b'{"traceEvents": [{"name": "', inflated=192 << 20))
+    outcome, detail = harness.run_isolated("pytorch", path, timeout_s=60.0)
+    assert outcome == "error", detail
+    assert str(path) in detail
+
+
+@pytest.mark.xfail(reason="HDF5 spins in C on this damaged file; the alarm cannot interrupt it, so "
+                   "netcdf.read would need to open files in a subprocess with a time bound", strict=False)
+def test_netcdf_hdf5_hang(tmp_path):
+    seeds = harness.seed_files(tmp_path)
+    _, suffix, data = harness.make_case("netcdf", seeds["netcdf"], 166, 7)
+    path = tmp_path / f"case166{suffix}"
+    path.write_bytes(data)
+    outcome, detail = harness.run_isolated("netcdf", path, timeout_s=2.0, kill_after_s=4.0)
+    assert outcome == "error", detail
+
+
+def test_horovod_tensor_shape_too_large_for_a_float(tmp_path):
+    text = (TRACES / "horovod" / "timeline.json").read_text()
+    path = tmp_path / "timeline.json"
+    path.write_text(text.replace('"shape": "[10, 64]"', '"shape": "[1' + "0" * 400 + ', 64]"', 1))
+    _expect_error("horovod", path, "too large")
