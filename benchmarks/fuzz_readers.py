@@ -344,9 +344,21 @@ def _where(tb: Any) -> str:
     return f"{name}:{f.lineno}"
 
 
+def _limit_memory(memory: int) -> None:
+    """Allow ``memory`` bytes of address space beyond what this (forked) process already maps: a
+    fork of a large parent (a test session with torch loaded) already uses more than the bound."""
+    try:
+        with open("/proc/self/statm") as statm:
+            mapped = int(statm.read().split()[0]) * resource.getpagesize()
+    except OSError:
+        mapped = 0
+    limit = mapped + memory
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
 def _worker(conn: Any, seeds: dict[str, list[str]], seed: int, timeout_s: float, memory: int,
             tmp: str) -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    _limit_memory(memory)
     seed_paths = {k: [Path(p) for p in v] for k, v in seeds.items()}
     for reader in READERS:  # import everything once, outside the per-case time bound
         try:
@@ -371,7 +383,7 @@ def _worker(conn: Any, seeds: dict[str, list[str]], seed: int, timeout_s: float,
 
 
 def _isolated(conn: Any, reader: str, path: str, timeout_s: float, memory: int) -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    _limit_memory(memory)
     conn.send(run_one(reader, Path(path), timeout_s))
 
 
