@@ -315,8 +315,10 @@ class ChromeTraceStream:
                 gc.disable()
                 try:
                     batch = _loads("[" + self._buf[self._pos : cut + 1] + "]")
-                except ValueError:
-                    batch = None  # a cut inside a string or object, or a real error: go slowly
+                except (ValueError, RecursionError):
+                    # a cut inside a string or object, or a real error (the standard library's
+                    # parser raises RecursionError on deep nesting): go slowly, event by event
+                    batch = None
                 finally:
                     if enabled:
                         gc.enable()
