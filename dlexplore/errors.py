@@ -15,6 +15,18 @@ __all__ = ["DlexploreError", "UnknownNameError", "InputFileError", "suggest"]
 class DlexploreError(ValueError):
     """Base class of errors caused by bad input (arguments, files, names)."""
 
+    def __reduce__(self) -> tuple:
+        # Subclasses take other constructor arguments than their message, so the default
+        # (cls(*args)) cannot rebuild them; Dask and multiprocessing pass errors between processes.
+        return (_restore, (type(self), self.args, dict(self.__dict__)))
+
+
+def _restore(cls: type, args: tuple, state: dict) -> DlexploreError:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
 
 class UnknownNameError(DlexploreError, KeyError):
     """A catalog or dataset name that does not exist; the message suggests the nearest ids."""
