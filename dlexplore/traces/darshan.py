@@ -25,6 +25,8 @@ from ..errors import DlexploreError, InputFileError
 __all__ = ["DarshanLog", "read_darshan", "read_darshan_parser_text", "COUNTERS"]
 
 #: Darshan counter -> (column of :attr:`DarshanLog.records`, units).
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
 COUNTERS: dict[str, tuple[str, str]] = {
     "POSIX_OPENS": ("opens", "count"),
     "POSIX_READS": ("reads", "count"),
@@ -143,6 +145,17 @@ def read_darshan_parser_text(path: str | os.PathLike) -> DarshanLog:
         except ValueError as err:
             raise InputFileError(path, f"expected integer rank and record id and a numeric value: {err}",
                                  line=number) from err
+        if cells[3] in COUNTERS and not cells[3].startswith("POSIX_F_"):
+            # Integer counters are stored as int64; checked here, on the exact text, because a float
+            # beyond 2**63 would wrap silently when the column is cast.
+            try:
+                exact = int(cells[4])
+            except ValueError:
+                exact = value if value.is_integer() else None
+            if exact is None or not _INT64_MIN <= exact <= _INT64_MAX:
+                raise InputFileError(path, f"counter {cells[3]} = {cells[4][:40]!r}; expected an integer "
+                                     "that fits 64 bits", line=number)
+            value = exact
         row = rows.setdefault((rank, rid), {"rank": rank, "record_id": rid,
                                             "file": cells[5] if len(cells) > 5 else str(rid)})
         if cells[3] in COUNTERS:
