@@ -310,7 +310,11 @@ def run_one(reader: str, path: Path, timeout_s: float) -> tuple[str, str]:
 
     outcome is ``ok``, ``error`` (a DlexploreError naming the file) or ``finding``.
     """
+    from dlexplore._hdf5 import ENV_SECONDS
     from dlexplore.errors import DlexploreError
+    # netCDF files are probed in a child process first (HDF5 can loop in C on a damaged file); its
+    # limit must fall inside this case's, or a refused file would count as a hang.
+    os.environ[ENV_SECONDS] = str(timeout_s / 2)
     signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, timeout_s)
     try:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import xarray as xr
 
+from ._hdf5 import probe_hdf5
 from ._io import atomic_path
 from .errors import DlexploreError, InputFileError
 from .traces.netcdf import from_dataset, to_dataset
@@ -114,6 +115,7 @@ def open_netcdf(path: str | os.PathLike) -> xr.Dataset | Trace:
     """Read what :func:`to_netcdf` wrote: a Trace for a trace, else the Dataset (loaded in memory,
     the file closed)."""
     source = Path(path)
+    probe_hdf5(source)  # a damaged file can hang HDF5 in C; find out in a child process first
     try:
         with xr.open_dataset(source, engine="h5netcdf") as ds:
             ds.load()

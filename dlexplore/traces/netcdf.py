@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from .._hdf5 import probe_hdf5
 from .._io import atomic_path
 from ..errors import DlexploreError, InputFileError
 from .schema import COLUMNS, Trace, make_events
@@ -93,6 +94,7 @@ def read(paths: Sequence[Path], **options: Any) -> Trace:
     if len(paths) != 1:
         raise DlexploreError(f"a converted trace is one netCDF file; got {len(paths)} files")
     (path,) = paths
+    probe_hdf5(path)  # a damaged file can hang HDF5 in C; find out in a child process first
     try:
         with xr.open_dataset(path, engine="h5netcdf") as ds:
             ds.load()

@@ -1,0 +1,75 @@
+"""What the hang-proof netCDF read costs: ``load_trace`` of a converted trace, which first reads the
+file in a child process under a time limit (:mod:`dlexplore._hdf5`), against the baseline of opening
+it directly in this process (``xarray.open_dataset(engine="h5netcdf").load()`` and the conversion to
+a Trace, what ``dlexplore.traces.netcdf.read`` did before the probe).
+
+The traces are the real 2-rank gloo trace ``data/traces/gloo-mlp-2rank`` (collector, torch 2.13.0)
+as it is, and its event table repeated to about ``--events`` events, written with
+``dlexplore trace convert``'s writer. Medians of ``--repeat`` runs, after one warm-up read.
+
+Run::
+
+    python benchmarks/bench_netcdf_probe.py [--events 1000000] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import xarray as xr
+
+from dlexplore._hdf5 import probe_hdf5
+from dlexplore.traces import load_trace, write_netcdf
+from dlexplore.traces.netcdf import from_dataset
+from dlexplore.traces.schema import Trace
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = ROOT / "data" / "traces" / "gloo-mlp-2rank"
+
+
+def _direct(path: Path) -> Trace:
+    with xr.open_dataset(path, engine="h5netcdf") as ds:
+        ds.load()
+    return from_dataset(ds, str(path))
+
+
+def _median(function, path: Path, repeat: int) -> float:
+    function(path)
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        function(path)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=1_000_000, help="events in the large trace")
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args(argv)
+    trace = load_trace(SOURCE)
+    copies = max(1, args.events // len(trace.events))
+    big = Trace(pd.concat([trace.events] * copies, ignore_index=True), trace.format, trace.files,
+                trace.world_size, trace.meta)
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = []
+        for label, value in (("sample", trace), (f"x{copies}", big)):
+            path = write_netcdf(value, Path(tmp) / f"{label}.nc")
+            probed = _median(lambda p: load_trace(p, format="netcdf"), path, args.repeat)
+            direct = _median(_direct, path, args.repeat)
+            probe = _median(probe_hdf5, path, args.repeat)
+            rows.append((label, len(value.events), path.stat().st_size / 1e6, direct, probe, probed))
+    print(f"{'trace':<8}{'events':>10}{'MB':>8}{'direct s':>10}{'probe s':>10}{'load s':>10}{'ratio':>7}")
+    for label, events, mb, direct, probe, probed in rows:
+        print(f"{label:<8}{events:>10,}{mb:>8.1f}{direct:>10.3f}{probe:>10.3f}{probed:>10.3f}"
+              f"{probed / direct:>7.2f}")
+
+
+if __name__ == "__main__":
+    main()
