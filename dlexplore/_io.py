@@ -4,13 +4,17 @@ the previous file as it was."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import os
+import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-__all__ = ["atomic_path", "atomic_open"]
+__all__ = ["atomic_path", "atomic_open", "replace_folder"]
 
 
 @contextlib.contextmanager
@@ -54,6 +58,60 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", **kwargs) -> Iterator[
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
+
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2  # linux/fs.h
+
+
+def _exchange(first: Path, second: Path) -> bool:
+    """Swap two existing paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``).
+
+    Returns False where the system or the file system cannot (other systems, old kernels or C
+    libraries, some network file systems); raises OSError for any other failure.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # a C library older than glibc 2.28, or not glibc at all
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    renameat2.restype = ctypes.c_int
+    if renameat2(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM):
+        return False
+    raise OSError(code, os.strerror(code), str(second))
+
+
+def replace_folder(new: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Put the finished folder ``new`` at ``target``, replacing what is there, and remove the old.
+
+    ``rename(2)`` replaces only an empty folder. Where Linux can swap the two in one step, ``target``
+    holds either the whole old folder or the whole new one at every instant, and the old is deleted
+    after the swap. Elsewhere the old folder is first moved aside (into a hidden folder beside it),
+    which leaves ``target`` missing for the time between two renames, and is put back if the second
+    fails. ``new`` and ``target`` must be on one file system.
+    """
+    new, target = Path(new), Path(target)
+    if not target.exists() or (target.is_dir() and not any(target.iterdir())):
+        os.replace(new, target)
+        return
+    if _exchange(new, target):
+        shutil.rmtree(new, ignore_errors=True)  # it now holds the old folder
+        return
+    aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", suffix=".tmp", dir=target.parent))
+    try:
+        os.replace(target, aside / "previous")
+        try:
+            os.replace(new, target)
+        except BaseException:
+            os.replace(aside / "previous", target)
+            raise
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def read_text(path: str | os.PathLike, expected: str = "a text file") -> str:

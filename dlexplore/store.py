@@ -20,7 +20,7 @@ from pathlib import Path
 import xarray as xr
 
 from ._hdf5 import probe_hdf5
-from ._io import atomic_path
+from ._io import atomic_path, replace_folder
 from .errors import DlexploreError, InputFileError
 from .traces.netcdf import from_dataset, to_dataset
 from .traces.schema import Trace
@@ -75,21 +75,11 @@ def to_zarr(obj: xr.Dataset | Trace, path: str | os.PathLike) -> Path:
     ds = _as_dataset(obj)
     folder = target.parent if str(target.parent) else Path(".")
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder))
-    old = None
     try:
         store = tmp / "store"
         # Zarr format 2: every reader of xarray/zarr 2 and 3 opens it, and its strings are in spec.
         ds.to_zarr(store, mode="w", zarr_format=2, consolidated=True)
-        if target.exists():
-            # Directories cannot be swapped in one rename: move the old aside first, so the window
-            # without a store at ``path`` is two renames long and the old one is never half-deleted.
-            old = tmp / "old"
-            os.replace(target, old)
-        os.replace(store, target)
-    except BaseException:
-        if old is not None and old.exists() and not target.exists():
-            os.replace(old, target)
-        raise
+        replace_folder(store, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target

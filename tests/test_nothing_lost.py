@@ -7,7 +7,8 @@ the published measurements (``data/measured``), the collector's gloo trace (``da
 written by ``dlexplore collect``) and the Horovod timeline written by Horovod itself
 (``tests/data/traces/horovod/timeline.json``). The killed writers are real processes too: one writes
 through :func:`dlexplore._io.atomic_open` (which every text output of the CLI, the HTML reports and the
-collector's manifest use) and one through :func:`dlexplore.traces.write_netcdf` (``trace convert``).
+collector's manifest use), one through :func:`dlexplore.traces.write_netcdf` (``trace convert``) and
+one through :func:`dlexplore.store.to_zarr` (a folder, put in place by one ``RENAME_EXCHANGE`` swap).
 
 What a kill leaves: the target holds its old bytes; the temporary file, hidden beside it as
 ``.<name>.<random>.tmp``, may remain (SIGKILL runs no clean-up) and is never renamed over the target.
@@ -281,6 +282,100 @@ def test_killed_trace_convert_leaves_the_old_netcdf(inputs, tmp_path):
     # The old file is still a whole trace: it reads back.
     done = cli("trace", "summary", str(target), "--format", "csv")
     assert done.returncode == 0, done.stderr
+
+
+ZARR_WRITER = """
+import sys
+import numpy as np
+import xarray as xr
+from dlexplore.store import to_zarr
+old = xr.Dataset({"throughput": ("gpus", np.arange(4.0), {"units": "samples/s"})},
+                 coords={"gpus": [1, 2, 4, 8]}, attrs={"source": "old run"})
+to_zarr(old, sys.argv[1])
+# A store of 400 chunks, written one by one: a kill lands in the middle of it.
+big = xr.Dataset({"throughput": ("point", np.random.default_rng(0).random(4_000_000),
+                                 {"units": "samples/s"})}, attrs={"source": "new run"})
+print("writing", flush=True)
+to_zarr(big.chunk({"point": 10_000}), sys.argv[1])
+print("done", flush=True)
+"""
+
+
+def test_killed_zarr_writer_leaves_the_old_store(tmp_path):
+    pytest.importorskip("zarr")
+    pytest.importorskip("dask")
+    from dlexplore.store import open_zarr
+
+    target = tmp_path / "pred.zarr"
+    process = subprocess.Popen([sys.executable, "-c", ZARR_WRITER, str(target)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    try:
+        assert process.stdout.readline() == b"writing\n", process.communicate()
+        old = snapshot(target)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # until the new store holds some 20 of its chunks
+            chunks = list(tmp_path.glob(".pred.zarr.*.tmp/store/throughput/*"))
+            if len(chunks) >= 20:
+                break
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.002)
+        else:
+            pytest.fail("the writer's temporary store never filled")
+        process.send_signal(signal.SIGKILL)
+        assert process.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.stdout.close()
+        process.stderr.close()
+    assert snapshot(target) == old
+    ds = open_zarr(target, lazy=False)
+    assert ds.attrs["source"] == "old run" and ds.throughput.values.tolist() == [0.0, 1.0, 2.0, 3.0]
+    # SIGKILL runs no clean-up: the hidden, half-written store stays beside the target.
+    assert [p.name for p in tmp_path.iterdir() if p.name != "pred.zarr"][0].startswith(".pred.zarr.")
+
+
+@pytest.mark.parametrize("swap", ["exchange", "two renames"])
+def test_replace_folder_puts_the_whole_new_folder_in_place(tmp_path, monkeypatch, swap):
+    from dlexplore import _io
+
+    swapped: list[bool] = []
+    if swap == "two renames":  # what systems without renameat2(RENAME_EXCHANGE) do
+        monkeypatch.setattr(_io, "_exchange", lambda first, second: False)
+    elif not sys.platform.startswith("linux"):
+        pytest.skip("RENAME_EXCHANGE is Linux's")
+    else:
+        real = _io._exchange
+        monkeypatch.setattr(_io, "_exchange", lambda first, second: swapped.append(real(first, second))
+                            or swapped[-1])
+    target, new = tmp_path / "out", tmp_path / ".out.partial"
+    (target / "sub").mkdir(parents=True)
+    (target / "sub" / "old.txt").write_bytes(OLD)
+    (new / "deep" / "er").mkdir(parents=True)
+    (new / "deep" / "er" / "new.txt").write_text("new")
+    before = os.stat(tmp_path).st_ino
+    _io.replace_folder(new, target)
+    assert snapshot(target).keys() == {"deep/er/new.txt"}
+    assert (target / "deep" / "er" / "new.txt").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # the old folder is deleted
+    assert os.stat(tmp_path).st_ino == before
+    if swapped == [False]:  # the replacement above fell back to two renames
+        pytest.skip(f"the file system under {tmp_path} cannot swap folders (RENAME_EXCHANGE)")
+    assert swapped == ([True] if swap == "exchange" else [])  # one atomic swap, where there is one
+
+
+def test_replace_folder_keeps_the_old_folder_when_the_new_cannot_move(tmp_path, monkeypatch):
+    from dlexplore import _io
+
+    monkeypatch.setattr(_io, "_exchange", lambda first, second: False)
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "old.txt").write_bytes(OLD)
+    with pytest.raises(OSError):
+        _io.replace_folder(tmp_path / "missing", target)  # the second rename fails
+    assert (target / "old.txt").read_bytes() == OLD
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
 # --------------------------------------------------------------------------------------------------

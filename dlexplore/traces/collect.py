@@ -50,7 +50,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .._io import atomic_open
+from .._io import atomic_open, replace_folder
 from .._version import __version__
 from ..errors import DlexploreError, UnknownNameError
 
@@ -249,21 +249,9 @@ def _sha256(path: Path) -> str:
 
 def _publish(partial: Path, target: Path, overwrite: bool) -> None:
     """Rename the finished folder to ``target``; an old ``target`` goes only after the rename."""
-    if target.is_dir() and any(target.iterdir()):
-        if not overwrite:  # it filled up while the run went on
-            raise DlexploreError(f"{target}: the folder is not empty any more; the run is not saved")
-        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-        os.replace(target, old / "previous")
-        try:
-            os.replace(partial, target)
-        except BaseException:
-            os.replace(old / "previous", target)
-            shutil.rmtree(old, ignore_errors=True)
-            raise
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        # rename(2) replaces an empty folder atomically.
-        os.replace(partial, target)
+    if target.is_dir() and any(target.iterdir()) and not overwrite:  # it filled up meanwhile
+        raise DlexploreError(f"{target}: the folder is not empty any more; the run is not saved")
+    replace_folder(partial, target)
 
 
 def _manifest(arguments: dict[str, Any], torch_version: str, nproc: int, model: str, parameters: int,
