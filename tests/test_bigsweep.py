@@ -4,6 +4,8 @@ whole eager grid (numpy's first-in-C-order rule on ties). Needs Dask (the ``scal
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import xarray as xr
@@ -77,9 +79,38 @@ def test_best_per_gpus_hand_worked_single_gpu():
     assert best.throughput.values[0] == one.throughput.item()
 
 
+def test_categorical_sweeps_equal_eager_and_pick_the_winning_names():
+    # A user-defined workload (not in the catalog) in the sweep: blocks must call predict with the
+    # object, not its name. It is ResNet-50 with half the layers' FLOPs, so at one GPU and equal
+    # batch it is faster than ResNet-50.
+    base = dlx.catalog.workload("resnet50")
+    light = dataclasses.replace(base, name="resnet50-light", aliases=(),
+                                layers=tuple(dataclasses.replace(layer, flops=layer.flops / 2)
+                                             for layer in base.layers))
+    sweep = dict(workload=["resnet50", light, "vgg16"], gpu=["V100-16GB", "A100-40GB"],
+                 gpus=[1, 4, 16], batch_size=[32, 64], bandwidth=[1.0, 25.0])
+    eager = dlx.predict(**sweep)
+    lazy = predict_lazy(**sweep, chunks={"workload": 1, "gpu": 1, "gpus": 2, "batch_size": 1})
+    assert lazy.throughput.dims[:2] == ("workload", "gpu")
+    assert lazy.throughput.data.numblocks == (3, 2, 2, 2, 1)
+    xr.testing.assert_identical(lazy.compute(), eager)
+    assert list(lazy.workload.values) == ["resnet50", "resnet50-light", "vgg16"]
+    best = best_per_gpus(lazy)
+    want = _eager_best(eager, "throughput", True)
+    for name, values in want.items():
+        np.testing.assert_array_equal(best[name].values, values)
+    # Half the FLOPs on the faster GPU wins at every GPU count.
+    assert list(best.workload.values) == ["resnet50-light"] * 3
+    assert list(best.gpu.values) == ["A100-40GB"] * 3
+
+
 def test_bad_arguments_are_dlexplore_errors():
-    with pytest.raises(DlexploreError, match="numeric parameters only"):
-        predict_lazy(workload=["resnet50", "vgg16"], gpus=[1, 2])
+    with pytest.raises(DlexploreError, match="unknown workload 'resnet5'"):
+        predict_lazy(workload=["resnet5", "vgg16"], gpus=[1, 2])
+    with pytest.raises(DlexploreError, match="repeats"):
+        predict_lazy(workload=["vgg16", "vgg16"], gpus=[1, 2])
+    with pytest.raises(DlexploreError, match="per-bucket"):
+        predict_lazy(gpus=[1, 2], buckets=True)
     with pytest.raises(DlexploreError, match="gpus must be whole numbers"):
         predict_lazy(gpus=[1, 0])
     with pytest.raises(DlexploreError, match="chunk"):

@@ -22,7 +22,7 @@ import xarray as xr
 
 from ..errors import DlexploreError
 from ._sweep import VARIABLES, as_dataarray, is_sweep
-from .step import CATEGORICAL_PARAMETERS, NUMERIC_PARAMETERS, _validate, predict
+from .step import CATEGORICAL_PARAMETERS, NUMERIC_PARAMETERS, _label, _validate, predict
 
 __all__ = ["predict_lazy", "best_per_gpus", "DEFAULT_BLOCK_POINTS"]
 
@@ -83,10 +83,12 @@ def predict_lazy(*args: Any, chunks: Mapping[str, int] | int | None = None, **kw
     """:func:`~dlexplore.model.step.predict` as a Dask-backed Dataset, evaluated block by block.
 
     Takes the same arguments as ``predict`` (units as there: bandwidths GB/s, latencies s, batch
-    size samples per GPU, ...). Only the numeric parameters (:data:`NUMERIC_PARAMETERS`) may be
-    sweeps; loop over categorical ones (workload, gpu, network, ...) yourself. ``chunks`` gives the
-    block length (points) along sweep dimensions: a mapping ``{dim: length}`` (dimensions left out
-    stay whole), one int for every dimension, or None for blocks of about
+    size samples per GPU, ...). Any parameter may be a sweep, numeric (:data:`NUMERIC_PARAMETERS`)
+    or categorical (workload, gpu, network, ... by name or as catalog objects, including your own);
+    categorical sweeps come first among the dimensions, as in ``predict``. Only
+    ``buckets=True`` (the per-bucket schedule, for one configuration at a time) is refused.
+    ``chunks`` gives the block length (points) along sweep dimensions: a mapping ``{dim: length}``
+    (dimensions left out stay whole), one int for every dimension, or None for blocks of about
     :data:`DEFAULT_BLOCK_POINTS` points.
 
     The result has predict's variables, dimensions, coordinates, units and attrs; computing any
@@ -107,21 +109,23 @@ def predict_lazy(*args: Any, chunks: Mapping[str, int] | int | None = None, **kw
     if kwargs.get("buckets"):
         raise DlexploreError("predict_lazy does not give the per-bucket schedule; use predict(buckets=True)")
     categorical = [n for n in CATEGORICAL_PARAMETERS if n in kwargs and is_sweep(kwargs[n])]
-    if categorical:
-        raise DlexploreError(
-            f"predict_lazy sweeps numeric parameters only; {categorical} are sweeps: call it once "
-            "per value (or use predict)"
-        )
-    dims = [n for n in NUMERIC_PARAMETERS if n in kwargs and is_sweep(kwargs[n])]
-    coords = {d: as_dataarray(d, kwargs[d]).values for d in dims}
-    for d in dims:
+    numeric = [n for n in NUMERIC_PARAMETERS if n in kwargs and is_sweep(kwargs[n])]
+    dims = categorical + numeric  # predict's order: categorical sweeps first
+    # A block gets coordinate labels (names); it calls predict with the objects the user gave, so a
+    # user-defined workload or GPU that is not in the catalog works too.
+    originals = {n: {_label(v): v for v in kwargs[n]} for n in categorical}
+    coords = {d: as_dataarray(d, kwargs[d]).values for d in numeric}
+    for d in numeric:
         _validate(d, np.asarray(coords[d], dtype=float))
+
+    # Two points per numeric dimension give every variable the dimensions it has on the full grid:
+    # numpy broadcasting, not the values, decides which sweep axes a variable keeps. Categorical
+    # sweeps are short and are evaluated whole, which also checks every name now.
+    small = predict(**{**kwargs, **{d: coords[d][: min(2, len(coords[d]))] for d in numeric}})
+    for d in categorical:
+        coords[d] = small[d].values
     shape = tuple(len(coords[d]) for d in dims)
     sizes = _block_chunks(shape, dims, chunks)
-
-    # Two points per dimension give every variable the dimensions it has on the full grid: numpy
-    # broadcasting, not the values, decides which sweep axes a variable keeps.
-    small = predict(**{**kwargs, **{d: coords[d][: min(2, len(coords[d]))] for d in dims}})
     fixed = {k: v for k, v in kwargs.items() if k not in dims}
 
     template_vars = {}
@@ -130,10 +134,12 @@ def predict_lazy(*args: Any, chunks: Mapping[str, int] | int | None = None, **kw
         vchunks = tuple(sizes[dims.index(d)] for d in var.dims)
         data = dsa.empty(vshape, dtype=var.dtype, chunks=vchunks)
         template_vars[name] = xr.Variable(var.dims, data, var.attrs)
-    scalar_coords = {name: c.variable for name, c in small.coords.items() if name not in dims}
+    # Coordinates that are not sweep dimensions are scalars or lie along categorical sweeps (a
+    # GPU's peak_flops along gpu): small has them whole.
+    other_coords = {name: c.variable for name, c in small.coords.items() if name not in dims}
     dim_coords = {d: xr.Variable(d, coords[d], small[d].attrs) for d in dims}
-    template = xr.Dataset(template_vars, coords={**dim_coords, **scalar_coords}, attrs=small.attrs)
-    if not dims:
+    template = xr.Dataset(template_vars, coords={**dim_coords, **other_coords}, attrs=small.attrs)
+    if not numeric:
         return small.chunk()
 
     # A cheap carrier whose blocks tell map_blocks where each block of the grid lies.
@@ -143,16 +149,18 @@ def predict_lazy(*args: Any, chunks: Mapping[str, int] | int | None = None, **kw
     )
 
     def block(piece: xr.Dataset) -> xr.Dataset:
-        values = {d: piece[d].values for d in dims}
+        values = {d: piece[d].values for d in numeric}
+        values.update({d: [originals[d][v] for v in piece[d].values.tolist()] for d in categorical})
         out = predict(**fixed, **values)
         return xr.Dataset(
             {name: _fit_to(template[name], out[name]) for name in template.data_vars},
-            coords={**{d: piece[d].variable for d in dims}, **scalar_coords},
+            coords={**{d: piece[d].variable for d in dims},
+                    **{name: out[name].variable for name in other_coords}},
             attrs=template.attrs,
         )
 
-    # map_blocks makes the scalar coordinates Dask arrays too; they are known now, so keep numpy.
-    lazy = xr.map_blocks(block, carrier, template=template).assign_coords(scalar_coords)
+    # map_blocks makes the other coordinates Dask arrays too; they are known now, so keep numpy.
+    lazy = xr.map_blocks(block, carrier, template=template).assign_coords(other_coords)
     for name in lazy.variables:
         lazy[name].attrs = dict(template[name].attrs)
     lazy.attrs = dict(template.attrs)
