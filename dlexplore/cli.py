@@ -7,6 +7,7 @@ Errors a user can cause print one line and exit with status 2; nothing prints a 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -400,10 +401,42 @@ def _load_trace(args: argparse.Namespace):
 
 
 def _cmd_trace_summary(args: argparse.Namespace) -> None:
-    trace = _load_trace(args)
-    ds = trace.breakdown()
+    if args.dask is None and args.scheduler_address is None:
+        if args.workers is not None:
+            raise _UsageError("--workers goes with --dask threads|processes")
+        trace = _load_trace(args)
+        ds = trace.breakdown()
+        title = f"measured breakdown per rank and step: {trace!r}"
+    else:
+        ds = _summarize_on_dask(args)
+        title = f"measured breakdown per rank and step ({ds.sizes['rank']} ranks, read on Dask)"
     frame = dataset_to_frame(ds, TRACE_SUMMARY_COLUMNS)
-    _emit(ds, frame, args, f"measured breakdown per rank and step: {trace!r}", TRACE_SUMMARY_COLUMNS)
+    _emit(ds, frame, args, title, TRACE_SUMMARY_COLUMNS)
+
+
+def _summarize_on_dask(args: argparse.Namespace) -> xr.Dataset:
+    """``trace summary`` one file at a time on Dask: never all events in memory at once."""
+    if importlib.util.find_spec("dask") is None:
+        raise _UsageError("--dask needs Dask: pip install 'dlexplore[scale]'")
+    from .traces.scale import summarize
+
+    if args.workers is not None and args.workers < 1:
+        raise _UsageError(f"--workers must be >= 1, got {args.workers}")
+    options = dict(format=args.trace_format, progress=not args.quiet, n_workers=args.workers)
+    if args.scheduler_address is None:
+        return summarize(args.paths, scheduler=args.dask, **options)
+    if args.dask is not None:
+        raise _UsageError("give --dask (local) or --scheduler-address (a running cluster), not both")
+    if importlib.util.find_spec("distributed") is None:
+        raise _UsageError("--scheduler-address needs dask.distributed: pip install 'dlexplore[scale]'")
+    from distributed import Client
+
+    try:
+        client = Client(args.scheduler_address, timeout="10s")
+    except OSError as err:
+        raise _UsageError(f"cannot reach the Dask scheduler at {args.scheduler_address}: {err}") from None
+    with client:
+        return summarize(args.paths, client=client, **options)
 
 
 def _cmd_trace_collectives(args: argparse.Namespace) -> None:
@@ -771,6 +804,15 @@ def build_parser() -> argparse.ArgumentParser:
         a.add_argument("paths", nargs="+", metavar="PATH", help="trace file, folder or glob")
         a.add_argument("--trace-format", help="skip format detection: pytorch, horovod, nsys, otf2")
         _add_output(a, ("table", "csv", "json") if action == "collectives" else FORMATS)
+        if action == "summary":
+            a.add_argument("--dask", choices=("threads", "processes", "sync"),
+                           help="read the files one at a time on local Dask workers (for thousands "
+                           "of ranks: never all events in memory)")
+            a.add_argument("--workers", type=int, help="local Dask threads or processes "
+                           "(default: one per core)")
+            a.add_argument("--scheduler-address", metavar="ADDRESS",
+                           help="read on a running Dask cluster instead (tcp://host:8786)")
+            a.add_argument("--quiet", action="store_true", help="no progress bar")
         if action == "collectives":
             a.add_argument("--bandwidth", type=float,
                            help="GB/s: add the alpha-beta prediction (`predicted`, `error`) per row")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import gzip
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -116,3 +118,43 @@ def test_lazy_events_match_the_event_table(sixteen: Path) -> None:
     expected.index = expected.index.set_levels(expected.index.levels[1].astype(str), level=1)
     pd.testing.assert_series_equal(got.sort_index(), expected.sort_index(), check_exact=False, rtol=1e-12)
     assert len(lazy) == len(events) == 16 * 1350
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    exe = shutil.which("dlexplore") or str(Path(sys.executable).parent / "dlexplore")
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=300)
+
+
+def test_cli_summary_on_dask_prints_what_the_in_memory_summary_prints(sixteen: Path) -> None:
+    direct = _cli("trace", "summary", str(sixteen), "--format", "csv")
+    assert direct.returncode == 0, direct.stderr
+    assert direct.stdout.count("\n") == 16 * 3 + 1  # 16 ranks x 3 profiled steps and the header
+    for scheduler in ("threads", "processes"):
+        done = _cli("trace", "summary", str(sixteen), "--format", "csv", "--dask", scheduler,
+                    "--workers", "2", "--quiet")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == direct.stdout
+        assert done.stderr == ""
+
+
+def test_cli_summary_on_a_running_cluster(sixteen: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    direct = _cli("trace", "summary", str(sixteen), "--format", "csv")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, protocol="tcp",
+                                  host="127.0.0.1", dashboard_address=None) as cluster:
+        done = _cli("trace", "summary", str(sixteen), "--format", "csv", "--quiet",
+                    "--scheduler-address", cluster.scheduler_address)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == direct.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--workers", "2"], "--workers goes with --dask"),
+    (["--dask", "threads", "--workers", "0"], "--workers must be >= 1"),
+    (["--dask", "threads", "--scheduler-address", "tcp://127.0.0.1:1"], "not both"),
+    (["--dask", "fibres"], "invalid choice"),
+])
+def test_cli_summary_dask_options_are_checked(args: list[str], message: str) -> None:
+    done = _cli("trace", "summary", str(DATA / "gloo-mlp-2rank"), *args)
+    assert done.returncode == 2
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
