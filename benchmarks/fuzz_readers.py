@@ -18,6 +18,10 @@ not name the file, a time-out, a memory blow-up or a crashed worker.
 Usage::
 
     python benchmarks/fuzz_readers.py [--cases 10000] [--reader NAME] [--workers 2] [--timeout 5]
+    python benchmarks/fuzz_readers.py --engine hypothesis [--cases 2000] [--reader NAME] [--seed 0]
+
+The second form lets hypothesis choose the mutations (``st.randoms()`` driving the same code, up to
+three stacked) and shrink the first failing file of each reader to a minimal one, kept on disk.
 
 Cases are numbered; case ``i`` of a reader is reproducible from ``(reader, i, --seed)``.
 """
@@ -275,24 +279,37 @@ def mutate(data: bytes, rng: random.Random, kind: str) -> bytes:
 
 def make_case(reader: str, seeds: list[Path], index: int, seed: int) -> tuple[str, str, bytes]:
     """Case ``index`` of ``reader``: (mutation, file suffix, the file's bytes)."""
-    rng = random.Random(f"{seed}:{reader}:{index}")
+    return mutate_seed(reader, seeds, random.Random(f"{seed}:{reader}:{index}"))
+
+
+def mutate_seed(reader: str, seeds: list[Path], rng: random.Random, *, stack: int = 1,
+                bombs: bool = True) -> tuple[str, str, bytes]:
+    """One of ``seeds`` changed by ``stack`` mutations chosen with ``rng``: (mutations joined by
+    ``+``, file suffix, the file's bytes).
+
+    Any :class:`random.Random` drives it: the numbered cases of :func:`make_case` use a seeded one,
+    the hypothesis tests (``tests/test_fuzz.py``) pass ``st.randoms()``, so that hypothesis chooses
+    every position and byte, and shrinks a failing file to a minimal mutation.
+    """
     path = seeds[rng.randrange(len(seeds))]
     raw = path.read_bytes()
     gz = raw[:2] == b"\x1f\x8b"
     suffix = "".join(path.suffixes[-2:]) if gz else path.suffix
     # Gzip bombs are a few % of cases (each costs the reader real work); only for gzip readers.
     kinds = [k for k in MUTATIONS if k != "gzip_bomb"]
-    if reader in GZIP_READERS and rng.random() < 0.003:
+    if bombs and reader in GZIP_READERS and rng.random() < 0.003:
         prefix = gzip.decompress(raw)[:200] if gz else raw[:200]
         return "gzip_bomb", ".json.gz", gzip_bomb(prefix[: rng.randrange(len(prefix) + 1)])
     kind = rng.choice(kinds)
-    if gz and rng.random() < 0.2:
-        return kind, suffix, mutate(raw, rng, kind)  # corrupt the compressed stream itself
-    data = gzip.decompress(raw) if gz else raw
-    out = mutate(data, rng, kind)
-    if gz and kind != "empty":
+    compressed = gz and rng.random() < 0.2  # corrupt the compressed stream itself
+    out = mutate(raw if compressed else gzip.decompress(raw) if gz else raw, rng, kind)
+    names = [kind]
+    for _ in range(stack - 1):
+        names.append(rng.choice(kinds))
+        out = mutate(out, rng, names[-1])
+    if gz and not compressed and kind != "empty":
         out = gzip.compress(out, compresslevel=1, mtime=0)
-    return kind, suffix, out
+    return "+".join(names), suffix, out
 
 
 # -- running ---------------------------------------------------------------------------------------
@@ -509,6 +526,60 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def _hypothesis_case(reader: str, seeds: list[Path], workdir: Path, counts: Counter, examples: int,
+                     seed: int, timeout_s: float, memory: int, api: tuple) -> tuple[Callable, dict]:
+    """The hypothesis test of one reader, and the dict where it leaves its (shrunk) finding."""
+    given, settings, hypothesis_seed, st, health_check = api
+    last: dict[str, Any] = {}
+
+    @hypothesis_seed(seed)
+    @settings(max_examples=examples, deadline=None, database=None,
+              suppress_health_check=list(health_check))
+    @given(rng=st.randoms(use_true_random=False), stack=st.integers(1, 3))
+    def one(rng: random.Random, stack: int) -> None:
+        kinds, suffix, data = mutate_seed(reader, seeds, rng, stack=stack, bombs=False)
+        path = workdir / f"{reader}-example{suffix}"
+        path.write_bytes(data)
+        outcome, detail = run_isolated(reader, path, timeout_s=timeout_s, memory=memory)
+        counts["cases"] += 1
+        counts[outcome] += 1
+        if outcome == "finding":
+            kept = workdir / f"{reader}-finding{suffix}"
+            kept.write_bytes(data)  # the last failing example is the shrunk one
+            last.update(file=str(kept), kinds=kinds, detail=detail)
+            raise AssertionError(detail)
+
+    return one, last
+
+
+def fuzz_hypothesis(readers: list[str], examples: int, *, seed: int = 0, timeout_s: float = 5.0,
+                    memory: int = MEMORY_BYTES, workdir: Path | None = None) -> dict[str, Any]:
+    """Run ``examples`` hypothesis examples per reader, one at a time, each in a fresh process.
+
+    Hypothesis drives :func:`mutate_seed` (``st.randoms()``, up to 3 stacked mutations) and stops a
+    reader at its first finding, which it shrinks to the smallest failing file; that file is kept
+    under ``workdir``. Returns ``{"counts": ..., "findings": [(reader, file, mutations, detail)],
+    "seconds": ...}`` as :func:`fuzz`.
+    """
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import seed as hypothesis_seed
+    from hypothesis import strategies as st
+
+    started = time.perf_counter()
+    workdir = Path(workdir or tempfile.mkdtemp(prefix="dlexplore-hypothesis-"))
+    seeds = seed_files(workdir)
+    counts = {r: Counter(cases=0, ok=0, error=0, finding=0) for r in readers}
+    findings: list[tuple[str, str, str, str]] = []
+    for reader in readers:
+        one, last = _hypothesis_case(reader, seeds[reader], workdir, counts[reader], examples, seed,
+                                     timeout_s, memory, (given, settings, hypothesis_seed, st, HealthCheck))
+        try:
+            one()
+        except AssertionError:
+            findings.append((reader, last["file"], last["kinds"], last["detail"]))
+    return {"counts": counts, "findings": findings, "seconds": time.perf_counter() - started}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line: fuzz, print the table and the first findings; exit 1 when there are findings."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -520,8 +591,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-gb", type=float, default=MEMORY_BYTES / 2**30,
                         help="per-worker RLIMIT_AS (GiB)")
     parser.add_argument("--show", type=int, default=20, help="how many findings to print")
+    parser.add_argument("--engine", choices=("numbered", "hypothesis"), default="numbered",
+                        help="numbered: seeded cases on --workers processes, counts every finding; "
+                        "hypothesis: one process, stops a reader at its first finding and shrinks it")
     args = parser.parse_args(argv)
     readers = args.reader or list(READERS)
+    if args.engine == "hypothesis":
+        result = fuzz_hypothesis(readers, args.cases, seed=args.seed, timeout_s=args.timeout,
+                                 memory=int(args.memory_gb * 2**30))
+        print(table(result))
+        print(f"{sum(c['cases'] for c in result['counts'].values())} hypothesis examples (shrinking "
+              f"included) in {result['seconds']:.0f} s")
+        for reader, path, kinds, detail in result["findings"]:
+            print(f"  {reader}: shrunk to {path} [{kinds}]: {detail}")
+        return 1 if result["findings"] else 0
     result = fuzz(readers, args.cases, workers=args.workers, seed=args.seed, timeout_s=args.timeout,
                   memory=int(args.memory_gb * 2**30))
     print(table(result))

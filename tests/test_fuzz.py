@@ -5,6 +5,10 @@ and ``data/``; see its docstring); here it runs at CI size (seeded, 300 cases pe
 processes, each case under a 5 s alarm and a 2 GiB ``RLIMIT_AS``). Below are regression cases for
 each kind of finding the full run (10k cases per reader) turned up and fixed, written by editing the
 real files by hand, plus the gzip bomb and 100k-deep nesting.
+
+The same mutations also run under hypothesis (``test_reader_survives_hypothesis``): ``st.randoms()``
+drives :func:`mutate_seed`, so hypothesis picks every seed, mutation, position and byte, stacks up
+to three mutations, and shrinks a failing file to the smallest mutation that still fails.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dlexplore.errors import DlexploreError
 
@@ -24,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT / "tests" / "data" / "traces"
 DEEP = 100_000  # nesting levels
 CASES = 300  # fuzz cases per reader: the whole file stays under 30 s on 2 cores
+EXAMPLES = 100  # hypothesis examples per reader, each in a fresh process (0.02-0.3 s each)
 
 
 def _load_harness():
@@ -51,6 +58,30 @@ def test_reader_survives_fuzzing(fuzz_result, reader):
     assert counts["error"] > 0  # the mutations do break files
     found = [f for f in fuzz_result["findings"] if f[0] == reader]
     assert not found, found[:5]
+
+
+@pytest.fixture(scope="module")
+def seeds(tmp_path_factory):
+    return harness.seed_files(tmp_path_factory.mktemp("seeds"))
+
+
+@pytest.mark.parametrize("reader", sorted(harness.READERS))
+def test_reader_survives_hypothesis(reader, seeds, tmp_path_factory):
+    folder = tmp_path_factory.mktemp(f"hypothesis-{reader}")
+    count = iter(range(1 << 30))
+
+    # Derandomized, so CI runs the same examples every time; no example database is kept.
+    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(rng=st.randoms(use_true_random=False), stack=st.integers(1, 3))
+    def survives(rng, stack):
+        kinds, suffix, data = harness.mutate_seed(reader, seeds[reader], rng, stack=stack, bombs=False)
+        path = folder / f"example{next(count)}{suffix}"
+        path.write_bytes(data)
+        outcome, detail = harness.run_isolated(reader, path, timeout_s=5.0, kill_after_s=20.0)
+        assert outcome != "finding", f"{kinds}: {detail}"
+
+    survives()
 
 
 def _expect_error(reader: str, path: Path, *words: str) -> str:
