@@ -13,6 +13,7 @@ to three mutations, and shrinks a failing file to the smallest mutation that sti
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import re
 import sqlite3
@@ -237,6 +238,19 @@ def test_pytorch_timestamp_too_large_for_a_float(tmp_path):
     path = _pytorch_events(tmp_path, '{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, '
                            '"ts": 1' + "0" * 400 + ', "dur": 2}')
     _expect_error("pytorch", path, "expected a number of µs")
+
+
+@pytest.mark.parametrize("key", ['"Group size": 2', '"In msg nelems": 544'])
+def test_pytorch_nccl_count_beyond_64_bits(tmp_path, key):
+    # Real NCCL trace (torch 2.13 on a GPU): a 400-digit count once overflowed inside numpy or float().
+    text = gzip.decompress((TRACES / "pytorch" / "nccl-mlp-2rank" / "rank0.pt.trace.json.gz").read_bytes())
+    assert key.encode() in text
+    path = tmp_path / "rank0.pt.trace.json.gz"
+    huge = key.split(":")[0] + ": " + "9" * 400
+    path.write_bytes(gzip.compress(text.replace(key.encode(), huge.encode(), 1)))
+    name = key.split(":")[0].replace('"', "'")
+    message = _expect_error("pytorch", path, name, "400 digits", "fits 64 bits")
+    assert re.search(r"\(event \d+\)", message)
 
 
 def test_horovod_pid_beyond_64_bits(tmp_path):

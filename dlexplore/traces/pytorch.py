@@ -245,6 +245,19 @@ class _Comm:
         self.dims = args.get("Input Dims")
         self.types = args.get("Input type")
 
+    #: Arguments read as counts: an integer beyond 64 bits would overflow the int64 and float64
+    #: columns (silently, or deep inside numpy), so it is refused where the event is known.
+    _COUNTS = {"bytes": "bytes", "in_nelems": "In msg nelems", "out_nelems": "Out msg nelems",
+               "group_size": "Group size"}
+
+    def oversized(self) -> str | None:
+        """The name of the first count argument that does not fit 64 bits, or None."""
+        for attribute, key in self._COUNTS.items():
+            value = getattr(self, attribute)
+            if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+                return key
+        return None
+
 
 class _RankFile:
     """The columns read from one file (one rank)."""
@@ -358,7 +371,16 @@ class _RankFile:
                         f"event {events[i].get('name')!r} has args of type "
                         f"{type(a).__name__}; expected a JSON object",
                     )
-                self.comm.append(_Comm(rows + i, a))
+                info = _Comm(rows + i, a)
+                field = info.oversized()
+                if field:
+                    raise self._fail(
+                        int(index[i]),
+                        f"event {events[i].get('name')!r} has args {field!r} = "
+                        f"{str(a[field])[:20]}... ({len(str(a[field]))} digits); expected a count "
+                        "that fits 64 bits",
+                    )
+                self.comm.append(info)
 
     def _numbers(self, values: tuple, field: str, index: np.ndarray, events: list[dict]) -> np.ndarray:
         try:
