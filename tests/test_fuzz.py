@@ -142,6 +142,13 @@ def test_nccl_tests_count_beyond_64_bits(tmp_path):
     _expect_error("nccl_tests", path, "line 18", "whole number")
 
 
+def test_nccl_tests_average_that_is_not_a_number(tmp_path):
+    text = (TRACES / "nccl-tests" / "together-h100-all_reduce_ring.out").read_text()
+    path = tmp_path / "allreduce.out"
+    path.write_text(text.replace("# Avg bus bandwidth    : 122.955", "# Avg bus bandwidth    : 5e", 1))
+    _expect_error("nccl_tests", path, "line 50", "'5e'", "GB/s")
+
+
 def test_dlio_integer_too_large_for_a_float(tmp_path):
     text = (TRACES / "dlio" / "summary.json").read_text()
     path = tmp_path / "summary.json"

@@ -265,7 +265,11 @@ def _parse(path: Path) -> list[_Test]:
                 continue
             match = _AVG.match(stripped)
             if match and current.columns:
-                current.avg_busbw = float(match.group(1))
+                try:
+                    current.avg_busbw = float(match.group(1))
+                except ValueError:  # "5e": the pattern admits what float() does not
+                    raise InputFileError(path, f"'# Avg bus bandwidth' is {match.group(1)!r}; expected "
+                                         "a number of GB/s", line=number) from None
                 current.closed = True
                 continue
             continue
