@@ -260,6 +260,17 @@ def test_pytorch_nccl_count_beyond_64_bits(tmp_path, key):
     assert re.search(r"\(event \d+\)", message)
 
 
+@pytest.mark.parametrize("value", ['"x"', "null", "1" + "0" * 400, "[1]", "true"])
+def test_horovod_start_time_that_is_not_a_number(tmp_path, value):
+    # Found by the hypothesis engine (shrunk to this one edit of the real timeline); the numbered
+    # 10,000 cases had missed it.
+    text = (TRACES / "horovod" / "timeline.json").read_text()
+    path = tmp_path / "timeline.json"
+    path.write_text(text.replace('"start_time_since_epoch_in_micros":1795297140323029',
+                                 f'"start_time_since_epoch_in_micros":{value}', 1))
+    _expect_error("horovod", path, "start_time_since_epoch_in_micros", "expected a number of µs")
+
+
 def test_horovod_pid_beyond_64_bits(tmp_path):
     text = (TRACES / "horovod" / "timeline.json").read_text()
     path = tmp_path / "timeline.json"

@@ -93,6 +93,7 @@ import gc
 import gzip
 import io
 import json
+import math
 import re
 import warnings
 import zlib
@@ -474,6 +475,16 @@ def _tensor_bytes(args: Any) -> tuple[float, str]:
     return (float(elements * itemsize) if itemsize else np.nan), dtype
 
 
+def _finite_number(value: object) -> bool:
+    """A JSON number that is a finite float (not a bool, a string, nan or an int beyond 2**1024)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
 class _Builder:
     """Rows of the schema from one file's events, in compact arrays (µs until :meth:`finish`)."""
 
@@ -631,7 +642,11 @@ class _Builder:
         if "name" in args:
             self.tensor_names[self.pid_of(event, index)] = str(args["name"])
         elif "start_time_since_epoch_in_micros" in args:
-            self.start_epoch = float(args["start_time_since_epoch_in_micros"]) * _US
+            value = args["start_time_since_epoch_in_micros"]
+            if not _finite_number(value):
+                raise self.fail(index, f"'start_time_since_epoch_in_micros' is {str(value)[:40]!r}; "
+                                "expected a number of µs since the epoch")
+            self.start_epoch = float(value) * _US
 
     def pid_of(self, event: dict, index: int) -> int:
         pid = event.get("pid")
