@@ -28,7 +28,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -227,30 +229,28 @@ print("done", flush=True)
 """
 
 
-def _kill_while_writing(script: str, args: list[str], folder: Path, target: Path,
-                        least_bytes: int, ready: bool = False) -> tuple[bytes | None, list[Path]]:
-    """Run ``script``; SIGKILL it once its temporary file beside ``target`` holds ``least_bytes``.
+def _kill_when(script: str, args: list[str], far_enough: Callable[[], bool],
+               on_ready: Callable[[], Any] | None = None, wait_s: float = 60) -> Any:
+    """Run ``script`` and SIGKILL it as soon as ``far_enough()`` holds; fail if it finishes first.
 
-    With ``ready``, wait first for the script to print a line and read ``target`` then (the old
-    content the script wrote). Returns that content and the temporary files left behind. Fails if the
-    writer finished before it was killed.
+    With ``on_ready``, wait first for the script to print ``writing`` (its old output is complete)
+    and return what ``on_ready()`` reads then.
     """
     process = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE)
     old = None
     try:
-        if ready:
+        if on_ready is not None:
             assert process.stdout.readline() == b"writing\n", process.communicate()
-            old = target.read_bytes()
-        deadline = time.monotonic() + 60
+            old = on_ready()
+        deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
-            temps = list(folder.glob(f".{target.name}.*.tmp"))
-            if temps and temps[0].stat().st_size >= least_bytes:
+            if far_enough():
                 break
             assert process.poll() is None, process.communicate()
             time.sleep(0.001)
         else:
-            pytest.fail("the writer's temporary file never appeared")
+            pytest.fail("the writer never got far enough to be killed mid-way")
         process.send_signal(signal.SIGKILL)
         assert process.wait(timeout=10) == -signal.SIGKILL
     finally:
@@ -259,6 +259,22 @@ def _kill_while_writing(script: str, args: list[str], folder: Path, target: Path
             process.wait()
         process.stdout.close()
         process.stderr.close()
+    return old
+
+
+def _kill_while_writing(script: str, args: list[str], folder: Path, target: Path,
+                        least_bytes: int, ready: bool = False) -> tuple[bytes | None, list[Path]]:
+    """Run ``script``; SIGKILL it once its temporary file beside ``target`` holds ``least_bytes``.
+
+    With ``ready``, wait first for the script to print a line and read ``target`` then (the old
+    content the script wrote). Returns that content and the temporary files left behind. Fails if the
+    writer finished before it was killed.
+    """
+    def far_enough() -> bool:
+        temps = list(folder.glob(f".{target.name}.*.tmp"))
+        return bool(temps) and temps[0].stat().st_size >= least_bytes
+
+    old = _kill_when(script, args, far_enough, target.read_bytes if ready else None)
     return old, list(folder.glob(f".{target.name}.*.tmp"))
 
 
@@ -307,28 +323,10 @@ def test_killed_zarr_writer_leaves_the_old_store(tmp_path):
     from dlexplore.store import open_zarr
 
     target = tmp_path / "pred.zarr"
-    process = subprocess.Popen([sys.executable, "-c", ZARR_WRITER, str(target)], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE)
-    try:
-        assert process.stdout.readline() == b"writing\n", process.communicate()
-        old = snapshot(target)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:  # until the new store holds some 20 of its chunks
-            chunks = list(tmp_path.glob(".pred.zarr.*.tmp/store/throughput/*"))
-            if len(chunks) >= 20:
-                break
-            assert process.poll() is None, process.communicate()
-            time.sleep(0.002)
-        else:
-            pytest.fail("the writer's temporary store never filled")
-        process.send_signal(signal.SIGKILL)
-        assert process.wait(timeout=10) == -signal.SIGKILL
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        process.stdout.close()
-        process.stderr.close()
+    # Killed once the new store holds some 20 of its 400 chunks.
+    old = _kill_when(ZARR_WRITER, [str(target)],
+                     lambda: len(list(tmp_path.glob(".pred.zarr.*.tmp/store/throughput/*"))) >= 20,
+                     lambda: snapshot(target), wait_s=120)
     assert snapshot(target) == old
     ds = open_zarr(target, lazy=False)
     assert ds.attrs["source"] == "old run" and ds.throughput.values.tolist() == [0.0, 1.0, 2.0, 3.0]
