@@ -177,11 +177,16 @@ def test_netcdf_with_a_flipped_byte(tmp_path):
     _expect_error("netcdf", path, "netCDF")
 
 
-def test_nsys_string_that_is_not_utf8(tmp_path):
+def _nsys_export(tmp_path: Path) -> Path:
+    """A real-schema Nsight Systems export, made by tests/test_traces_nsys.py's make_export."""
     spec = importlib.util.spec_from_file_location("_nsys_tests", ROOT / "tests" / "test_traces_nsys.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    path = module.make_export(tmp_path / "rank0.sqlite", pid=4242, payload_rank=0)
+    return module.make_export(tmp_path / "rank0.sqlite", pid=4242, payload_rank=0)
+
+
+def test_nsys_string_that_is_not_utf8(tmp_path):
+    path = _nsys_export(tmp_path)
     db = sqlite3.connect(path)
     db.execute("UPDATE StringIds SET value = CAST(X'ff81' AS TEXT) "
                "WHERE id = (SELECT MIN(id) FROM StringIds)")
@@ -293,10 +298,7 @@ def test_workflow_time_too_large_for_a_float(tmp_path):
 
 
 def test_nsys_payload_row_without_event_id(tmp_path):
-    spec = importlib.util.spec_from_file_location("_nsys_tests", ROOT / "tests" / "test_traces_nsys.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    path = module.make_export(tmp_path / "rank0.sqlite", pid=4242, payload_rank=0)
+    path = _nsys_export(tmp_path)
     db = sqlite3.connect(path)
     tables = [t for (t,) in db.execute("SELECT name FROM sqlite_master WHERE name LIKE 'DYNAMIC_NVTX%'")]
     for table in tables:  # a damaged export: the join key is gone
