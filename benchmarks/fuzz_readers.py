@@ -148,7 +148,15 @@ def _built_seeds(workdir: Path) -> dict[str, list[Path]]:
     spec.loader.exec_module(module)
     seeds["nsys"] = [module.make_export(workdir / "rank0.sqlite", pid=4242, payload_rank=0)]
     from dlexplore.traces import horovod, netcdf
-    trace = horovod.read([TRACES / "horovod" / "timeline.json"])
+    # Read through a path relative to the checkout: the trace records the path it was read from, so
+    # an absolute one would make the seed's bytes (and every numbered netCDF case) depend on where
+    # the project is cloned.
+    here = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        trace = horovod.read([(TRACES / "horovod" / "timeline.json").relative_to(ROOT)])
+    finally:
+        os.chdir(here)
     seeds["netcdf"] = [netcdf.write_netcdf(trace, workdir / "horovod.nc")]
     csv_file = workdir / "tasks.csv"
     csv_file.write_text("task,worker,start,end,kind\nsim-0,node0,0.0,1.5,simulate\n"

@@ -92,8 +92,9 @@ def probe_hdf5(path: str | os.PathLike, what: str = "netCDF") -> None:
                               capture_output=True, text=True, timeout=limit,
                               stdin=subprocess.DEVNULL, check=False)
     except subprocess.TimeoutExpired:
+        shown = f"{limit:.0f}" if limit >= 10 else f"{limit:.2g}"
         raise InputFileError(source, f"cannot be read as {what}: HDF5 did not finish reading it in "
-                             f"{limit:.0f} s (a damaged file can make it loop forever; raise "
+                             f"{shown} s (a damaged file can make it loop forever; raise "
                              f"{ENV_SECONDS} if the file is sound and the disk is slow)") from None
     if done.returncode == 0:
         return
