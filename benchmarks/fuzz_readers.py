@@ -157,7 +157,9 @@ def _built_seeds(workdir: Path) -> dict[str, list[Path]]:
         trace = horovod.read([(TRACES / "horovod" / "timeline.json").relative_to(ROOT)])
     finally:
         os.chdir(here)
-    seeds["netcdf"] = [netcdf.write_netcdf(trace, workdir / "horovod.nc")]
+    # The current layout, and one written in the layout before categorical codes (still read).
+    seeds["netcdf"] = [netcdf.write_netcdf(trace, workdir / "horovod.nc"),
+                       TRACES / "netcdf" / "horovod-timeline-v1.nc"]
     csv_file = workdir / "tasks.csv"
     csv_file.write_text("task,worker,start,end,kind\nsim-0,node0,0.0,1.5,simulate\n"
                         "train-0,gpu0,1.5,2.25,train\nsim-1,node0,1.5,3.0,simulate\n")

@@ -22,7 +22,7 @@ import xarray as xr
 from ._hdf5 import probe_hdf5
 from ._io import atomic_path, replace_folder
 from .errors import DlexploreError, InputFileError
-from .traces.netcdf import from_dataset, to_dataset
+from .traces.netcdf import from_dataset, netcdf_encoding, to_dataset
 from .traces.schema import Trace
 
 __all__ = ["to_netcdf", "to_zarr", "open_netcdf", "open_zarr"]
@@ -57,8 +57,9 @@ def to_netcdf(obj: xr.Dataset | Trace, path: str | os.PathLike) -> Path:
     """Write a prediction Dataset or a Trace to ``path`` (netCDF4 via h5netcdf), atomically."""
     target = Path(path)
     ds = _as_dataset(obj)
+    encoding = netcdf_encoding(ds) if _is_trace(ds) else None
     with atomic_path(target) as tmp:
-        ds.to_netcdf(tmp, engine="h5netcdf")
+        ds.to_netcdf(tmp, engine="h5netcdf", encoding=encoding)
     return target
 
 
@@ -88,6 +89,15 @@ def to_zarr(obj: xr.Dataset | Trace, path: str | os.PathLike) -> Path:
 def _result(ds: xr.Dataset, path: Path) -> xr.Dataset | Trace:
     if not _is_trace(ds):
         return ds
+    try:
+        return _trace(ds, path)
+    except InputFileError:
+        raise
+    except (ValueError, TypeError, KeyError) as err:  # DlexploreError included: name the file
+        raise InputFileError(path, f"not a trace written by dlexplore ({err})") from None
+
+
+def _trace(ds: xr.Dataset, path: Path) -> Trace:
     columns = json.loads(ds.attrs.get(_COLUMNS_ATTR, "[]"))
     trace = from_dataset(ds, str(path))
     events = trace.events

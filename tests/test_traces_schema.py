@@ -1,13 +1,15 @@
 """The shared event schema, format detection and the netCDF round trip."""
 
 import gzip
+from pathlib import Path
 
+import h5py
 import numpy as np
 import pandas as pd
 import pytest
 
-from dlexplore.errors import DlexploreError
-from dlexplore.traces import Trace, detect_format, load_trace, make_events, write_netcdf
+from dlexplore.errors import DlexploreError, InputFileError
+from dlexplore.traces import Trace, detect_format, horovod, load_trace, make_events, write_netcdf
 from dlexplore.traces.schema import CATEGORIES, COLLECTIVES, as_paths, normalize_collective_name
 
 
@@ -72,11 +74,70 @@ def test_netcdf_round_trip_keeps_everything(tmp_path):
     path = write_netcdf(trace, tmp_path / "trace.nc")
     assert detect_format(path) == "netcdf"
     back = load_trace(path)
-    pd.testing.assert_frame_equal(back.events, trace.events, check_categorical=False)
+    pd.testing.assert_frame_equal(back.events, trace.events)
     assert back.format == "pytorch" and back.files == trace.files and back.world_size == 2
     assert back.meta == {"backend": "gloo"}
     assert back.source == trace.source
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+TRACES = Path(__file__).parent / "data" / "traces"
+
+
+def test_netcdf_stores_categories_as_codes_and_labels(tmp_path):
+    # Read with h5py, not dlexplore: each categorical column is int32 codes on event plus a label
+    # table, compressed; labels[codes] gives back the names of the real Horovod timeline.
+    trace = horovod.read([TRACES / "horovod" / "timeline.json"])
+    path = write_netcdf(trace, tmp_path / "trace.nc")
+    with h5py.File(path, "r") as raw:
+        codes = raw["name"]
+        assert codes.dtype == np.int32 and codes.shape == (len(trace.events),)
+        assert codes.compression == "gzip" and codes.shuffle
+        assert codes.attrs["categories"] == "name_categories"
+        labels = np.array([label.decode() for label in raw["name_categories"][()]], dtype=object)
+        assert list(labels[codes[()]]) == list(trace.events["name"].astype(str))
+        assert len(labels) == trace.events["name"].nunique() < len(trace.events)
+
+
+def test_netcdf_keeps_missing_values_and_extra_dtypes(tmp_path):
+    # Missing labels come back missing (the string layout made them "nan" and "None"), and extra
+    # columns keep their pandas dtype: categorical, string, nullable integer and boolean. An id
+    # beyond 2**53 stays exact (float with NaN would round 2**62 + 1 to 2**62).
+    events = _table(op=pd.Categorical(["allreduce", np.nan]), note=np.array(["first", None], dtype=object),
+                    fusion=pd.array([pd.NA, 7], dtype="Int64"),
+                    id=pd.array([2**62 + 1, pd.NA], dtype="Int64"),
+                    flag=pd.array([True, pd.NA], dtype="boolean"))
+    trace = Trace(events, "horovod", ("timeline.json",))
+    back = load_trace(write_netcdf(trace, tmp_path / "trace.nc"))
+    pd.testing.assert_frame_equal(back.events, trace.events)
+    assert back.events["op"].isna().tolist() == [False, True]
+    assert back.events["note"].isna().tolist() == [False, True]
+    assert back.events["id"][0] == 4611686018427387905 and back.events["id"].isna()[1]
+    assert bool(back.events["flag"][0])
+    assert back.events["flag"].isna().tolist() == [False, True]
+
+
+def test_netcdf_written_with_string_columns_still_reads():
+    # Written by dlexplore before the codes layout (commit f730817) from the real Horovod timeline;
+    # its extra columns come back with the values they had, as the old layout stored them.
+    fresh = horovod.read([TRACES / "horovod" / "timeline.json"])
+    old = load_trace(TRACES / "netcdf" / "horovod-timeline-v1.nc")
+    pd.testing.assert_frame_equal(old.events, fresh.events, check_categorical=False, check_dtype=False)
+    assert old.format == "horovod" and old.world_size == 2
+
+
+@pytest.mark.parametrize("damage, expected", [
+    (lambda raw: raw["name"].__setitem__(0, 999), "codes need to be between -1"),
+    (lambda raw: raw["name"].attrs.__setitem__("categories", "nowhere"), "names its labels 'nowhere'"),
+])
+def test_netcdf_damaged_codes_are_refused(tmp_path, damage, expected):
+    trace = horovod.read([TRACES / "horovod" / "timeline.json"])
+    path = write_netcdf(trace, tmp_path / "trace.nc")
+    with h5py.File(path, "r+") as raw:
+        damage(raw)
+    with pytest.raises(InputFileError, match=expected) as info:
+        load_trace(path)
+    assert str(path) in str(info.value)
 
 
 def test_paths_folders_and_globs(tmp_path):

@@ -2,7 +2,13 @@
 
 ``dlexplore trace convert`` writes it; :func:`dlexplore.load_trace` reads it back (format
 ``netcdf``), so a large trace is parsed once and then reloaded quickly, with units and the source
-kept. Categorical columns are stored as strings, ``step`` as int64 with -1 for "outside any step".
+kept. ``step`` is stored as int64 with -1 for "outside any step".
+
+Categorical columns (``stream``, ``name``, ...) are stored as int32 codes on ``event`` (-1 for a
+missing value) with their labels in a coordinate of their own, ``<column>_categories``, named in the
+codes' ``categories`` attribute: an event costs 4 bytes per such column instead of a fixed-width
+string as long as the longest kernel name. Files written before this layout (strings on ``event``)
+still read.
 """
 
 from __future__ import annotations
@@ -22,33 +28,45 @@ from .._io import atomic_path
 from ..errors import DlexploreError, InputFileError
 from .schema import COLUMNS, Trace, make_events
 
-__all__ = ["to_dataset", "from_dataset", "write_netcdf", "read"]
+__all__ = ["to_dataset", "from_dataset", "netcdf_encoding", "write_netcdf", "read"]
 
 _NO_STEP = -1
+_CATEGORIES_SUFFIX = "_categories"
+_CHUNK_EVENTS = 1 << 16
+_NA_ATTR = "na_value"  # the integer that stands for <NA> in a nullable integer or boolean column
 
 
 def to_dataset(trace: Trace) -> xr.Dataset:
     """The trace's events as an xarray Dataset on ``event`` (columns -> variables, with units)."""
     events = trace.events
     data = {}
+    coords = {}
     for name in events.columns:
         column = events[name]
-        if name == "step":
-            values = column.fillna(_NO_STEP).to_numpy(dtype=np.int64)
-        elif isinstance(column.dtype, pd.CategoricalDtype) or column.dtype == object:
-            values = column.astype(str).to_numpy(dtype=str)
-        else:
-            values = column.to_numpy()
-        attrs = {}
+        attrs: dict[str, Any] = {}
         if name in COLUMNS:
             _, units, long_name = COLUMNS[name]
             attrs = {"long_name": long_name}
             if units:
                 attrs["units"] = units
-            if name == "step":
-                attrs["missing_value_meaning"] = f"{_NO_STEP} = outside any step"
+        if name == "step":
+            values = column.fillna(_NO_STEP).to_numpy(dtype=np.int64)
+            attrs["missing_value_meaning"] = f"{_NO_STEP} = outside any step"
+        elif isinstance(column.dtype, pd.CategoricalDtype) or pd.api.types.is_string_dtype(column.dtype):
+            codes, labels = _encode_categorical(column)
+            values = codes
+            label_dim = f"{name}{_CATEGORIES_SUFFIX}"
+            coords[label_dim] = xr.Variable(label_dim, labels, {"long_name": f"labels of {name}"})
+            attrs.update({"categories": label_dim, "missing_value_meaning": "-1 = no value"})
+        elif isinstance(column.array, (pd.arrays.IntegerArray, pd.arrays.BooleanArray)):
+            values, na_value = _encode_nullable(column)
+            attrs.update({_NA_ATTR: na_value, "missing_value_meaning": f"{na_value} = no value"})
+        else:
+            values = column.to_numpy()
+        # netCDF has no categorical or nullable integer type: the pandas dtype travels alongside.
+        attrs["pandas_dtype"] = str(column.dtype)
         data[name] = xr.Variable("event", values, attrs)
-    ds = xr.Dataset(data)
+    ds = xr.Dataset(data, coords=coords)
     ds.attrs.update({
         "source": trace.source,
         "kind": "measured",
@@ -60,6 +78,68 @@ def to_dataset(trace: Trace) -> xr.Dataset:
     return ds
 
 
+def _encode_categorical(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """int32 codes (-1 = missing) and the string labels of a categorical, string or object column."""
+    is_categorical = isinstance(column.dtype, pd.CategoricalDtype)
+    categorical = column if is_categorical else column.astype("category")
+    labels = np.array([str(label) for label in categorical.cat.categories], dtype=object)
+    if len(set(labels)) < len(labels):  # labels that differ only as objects (1 and "1"): as strings
+        categorical = column.astype(str).astype("category")
+        labels = np.array(list(categorical.cat.categories), dtype=object)
+    return categorical.cat.codes.to_numpy(dtype=np.int32), labels
+
+
+def _encode_nullable(column: pd.Series) -> tuple[np.ndarray, int]:
+    """Integers of a nullable integer or boolean column with <NA> as a value the column lacks
+    (its type's minimum, else maximum); not float with NaN, which loses integers beyond 2**53."""
+    if isinstance(column.array, pd.arrays.BooleanArray):
+        column = column.astype("Int8")
+    dtype = column.dtype.numpy_dtype
+    present = column.dropna().to_numpy(dtype=dtype)
+    info = np.iinfo(dtype)
+    for candidate in (info.min, info.max):
+        if not (present == candidate).any():
+            return column.to_numpy(dtype=dtype, na_value=candidate), int(candidate)
+    raise DlexploreError(f"column {column.name!r} holds both {info.min} and {info.max}, so neither can "
+                         "mark its missing values in netCDF")
+
+
+def _decode_nullable(ds: xr.Dataset, name: str) -> Any:
+    values = ds[name].values
+    if values.dtype.kind not in "iu":
+        raise ValueError(f"column {name!r} marks missing values with {_NA_ATTR} but holds {values.dtype}")
+    return pd.arrays.IntegerArray(values.copy(), values == ds[name].attrs[_NA_ATTR])
+
+
+def _decode_categorical(ds: xr.Dataset, name: str) -> Any:
+    variable = ds[name]
+    label_name = variable.attrs["categories"]
+    if label_name not in ds.variables:
+        raise ValueError(f"column {name!r} names its labels {label_name!r}, which is not in the file")
+    codes = variable.values
+    if codes.dtype.kind not in "iu":
+        raise ValueError(f"column {name!r} holds {codes.dtype} codes; expected integers")
+    labels = [str(label) for label in ds[label_name].values]
+    return pd.Categorical.from_codes(codes.astype(np.int64), categories=labels)
+
+
+#: The pandas dtypes a column may be restored to, by the kind it is stored as: labels become strings
+#: or objects; floats with NaN become nullable integers (a fraction is an error, not rounded).
+_NULLABLE = {"Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64", "boolean"}
+_RESTORABLE = {"category": {"category", "object", "str", "string"},
+               "f": _NULLABLE, "i": _NULLABLE, "u": _NULLABLE, "b": {"boolean"}}
+
+
+def _restore_dtype(column: pd.Series, dtype: str) -> pd.Series:
+    stored = "category" if isinstance(column.dtype, pd.CategoricalDtype) else column.dtype.kind
+    if dtype not in _RESTORABLE.get(stored, set()):
+        raise ValueError(f"column {column.name!r} is stored as {column.dtype} but its pandas_dtype "
+                         f"attribute says {dtype!r}")
+    if dtype == "object":  # missing as None, as a reader building Python objects leaves it
+        return column.astype(object).where(column.notna(), None)
+    return column.astype(dtype)
+
+
 def from_dataset(ds: xr.Dataset, origin: str = "dataset") -> Trace:
     """The :class:`Trace` that :func:`to_dataset` made (``origin`` names it in errors)."""
     missing = [name for name in ("rank", "stream", "name", "category", "start", "duration")
@@ -68,22 +148,48 @@ def from_dataset(ds: xr.Dataset, origin: str = "dataset") -> Trace:
         raise DlexploreError(f"{origin}: not a dlexplore trace (missing {missing or 'event dim'})")
     columns: dict[str, Any] = {}
     for name in ds.data_vars:
+        if "categories" in ds[name].attrs:
+            columns[name] = _decode_categorical(ds, name)
+            continue
+        if _NA_ATTR in ds[name].attrs:
+            columns[name] = _decode_nullable(ds, name)
+            continue
         values = ds[name].values
         if name == "step":
             values = pd.array(np.where(values == _NO_STEP, pd.NA, values), dtype="Int64")
         columns[name] = values
     events = make_events(columns)
+    for name in events.columns:
+        dtype = ds[name].attrs.get("pandas_dtype")
+        if dtype and str(events[name].dtype) != dtype:
+            events[name] = _restore_dtype(events[name], str(dtype))
     files = tuple(json.loads(ds.attrs.get("files", "[]")))
     world = int(ds.attrs.get("world_size", -1))
     meta = json.loads(ds.attrs.get("meta", "{}"))
     return Trace(events, str(ds.attrs.get("format", "netcdf")), files, None if world < 0 else world, meta)
 
 
+def netcdf_encoding(ds: xr.Dataset) -> dict[str, dict[str, Any]]:
+    """HDF5 storage of an event Dataset: zlib level 1 after byte shuffling, in chunks of 65,536 events.
+
+    Measured on a 1e6-event trace with distinct timestamps (``benchmarks/bench_trace_store.py``,
+    2 cores): 9.1 bytes per event against 76 uncompressed, for 0.15 s more to write and 0.12 s
+    more to read.
+    """
+    events = ds.sizes.get("event", 0)
+    if not events:
+        return {}
+    chunk = (min(events, _CHUNK_EVENTS),)
+    return {name: {"zlib": True, "complevel": 1, "shuffle": True, "chunksizes": chunk}
+            for name, variable in ds.data_vars.items() if variable.dims == ("event",)}
+
+
 def write_netcdf(trace: Trace, path: str | os.PathLike) -> Path:
-    """Write ``trace`` to ``path`` (netCDF4 via h5netcdf), atomically."""
+    """Write ``trace`` to ``path`` (netCDF4 via h5netcdf, compressed), atomically."""
     target = Path(path)
+    ds = to_dataset(trace)
     with atomic_path(target) as tmp:
-        to_dataset(trace).to_netcdf(tmp, engine="h5netcdf")
+        ds.to_netcdf(tmp, engine="h5netcdf", encoding=netcdf_encoding(ds))
     return target
 
 
