@@ -362,8 +362,9 @@ def test_netcdf_hdf5_hang_is_refused_in_bounded_time(tmp_path):
 def test_netcdf_probe_time_limit_refuses_and_names_the_file(tmp_path, monkeypatch, seeds):
     # A limit no child can meet (starting Python alone takes longer) exercises the timeout path on
     # any HDF5: the probe is killed and the file refused, naming it and the limit.
-    from dlexplore import store
+    from dlexplore import _hdf5, store
 
+    monkeypatch.setattr(_hdf5, "_PASSED", set())  # these bytes may have passed in an earlier test
     path = tmp_path / "sound.nc"
     shutil.copyfile(seeds["netcdf"][0], path)
     monkeypatch.setenv("DLEXPLORE_HDF5_PROBE_SECONDS", "0.001")
@@ -374,6 +375,24 @@ def test_netcdf_probe_time_limit_refuses_and_names_the_file(tmp_path, monkeypatc
     assert str(path) in str(info.value)
     monkeypatch.setenv("DLEXPLORE_HDF5_PROBE_SECONDS", "x")
     with pytest.raises(DlexploreError, match="DLEXPLORE_HDF5_PROBE_SECONDS='x' is not a number"):
+        store.open_netcdf(path)
+
+
+def test_netcdf_probe_is_not_repeated_for_the_same_bytes(tmp_path, monkeypatch, seeds):
+    from dlexplore import _hdf5, store
+
+    monkeypatch.setattr(_hdf5, "_PASSED", set())
+    path = tmp_path / "sound.nc"
+    shutil.copyfile(seeds["netcdf"][0], path)
+    store.open_netcdf(path)  # probed once, and passed
+    monkeypatch.setenv("DLEXPLORE_HDF5_PROBE_SECONDS", "0.001")  # no probe could finish now
+    assert len(store.open_netcdf(path).events) > 0  # the same bytes are not probed again
+    copy = tmp_path / "renamed.nc"
+    shutil.copyfile(path, copy)
+    assert len(store.open_netcdf(copy).events) > 0  # nor under another name
+    # Other bytes under the same name (the file HDF5 loops on) are probed again, and refused.
+    shutil.copyfile(HDF5_LOOP, path)
+    with pytest.raises(DlexploreError, match="did not finish reading it in"):
         store.open_netcdf(path)
 
 
