@@ -117,6 +117,14 @@ def test_netcdf_keeps_missing_values_and_extra_dtypes(tmp_path):
     assert back.events["flag"].isna().tolist() == [False, True]
 
 
+def test_netcdf_round_trip_of_an_empty_trace(tmp_path):
+    # No events: the label tables are empty and nothing is chunked or compressed.
+    trace = Trace(_table().iloc[:0], "pytorch", ("rank0.json",))
+    back = load_trace(write_netcdf(trace, tmp_path / "empty.nc"))
+    assert len(back.events) == 0
+    pd.testing.assert_frame_equal(back.events, trace.events)
+
+
 def test_netcdf_written_with_string_columns_still_reads():
     # Written by dlexplore before the codes layout (commit f730817) from the real Horovod timeline;
     # its extra columns come back with the values they had, as the old layout stored them.
