@@ -82,7 +82,7 @@ def test_plot_columns_mark_fastest_and_knees(prediction):
     fig.show(time_to_accuracy(prediction))  # new data into the same sources (the slider path)
     assert fig.sources["tta_points"] is before
     assert len(before.data["gpus"]) == int(time_to_accuracy(prediction)["reachable"].sum())
-    assert "linear rule" in fig.figure.title.text
+    assert "linear, global batch <= 8,192" in fig.figure.title.text
 
 
 def test_cli_target_adds_columns(capsys):

@@ -110,7 +110,9 @@ class TimeToAccuracyFigure:
             tools="pan,wheel_zoom,box_zoom,reset,save",
             name="time_to_accuracy",
         )
-        lines = fig.multi_line("xs", "ys", color="color", line_width=2, source=self.sources["tta_lines"])
+        lines = fig.multi_line(
+            "xs", "ys", color="color", line_width=2, source=self.sources["tta_lines"], legend_field="label"
+        )
         dots = fig.scatter("gpus", "hours", color="color", size=6, source=self.sources["tta_points"])
         knees = fig.scatter(
             "gpus",
@@ -145,15 +147,20 @@ class TimeToAccuracyFigure:
                 ],
             )
         )
-        legend = Legend(
-            items=[
-                LegendItem(label="time to target, per batch size per GPU", renderers=[lines]),
-                LegendItem(label="more GPUs stop helping here", renderers=[knees]),
-                LegendItem(label="fastest configuration", renderers=[star]),
-            ],
-            location="top_right",
+        legend = fig.legend[0]
+        legend.items.extend(
+            [
+                LegendItem(label="more GPUs stop helping", renderers=[knees]),
+                LegendItem(label="fastest", renderers=[star]),
+            ]
         )
-        fig.add_layout(legend)
+        fig.title.text_font_size = "10pt"
+        legend.location = "bottom_left"
+        legend.label_text_font_size = "8pt"
+        legend.background_fill_alpha = 0.7
+        legend.spacing = 0
+        legend.padding = 4
+        del lines
         self.figure = fig
         if tta is not None:
             self.show(tta)
@@ -166,7 +173,7 @@ class TimeToAccuracyFigure:
         useful = tta.attrs.get("max_useful_batch", float("nan"))
         self.figure.title.text = (
             f"Time to accuracy ({tta.attrs.get('convergence_workload', '')}, "
-            f"{rule} rule, useful global batch <= {useful:,.0f})"
+            f"{rule}, global batch <= {useful:,.0f})"
         )
 
 
