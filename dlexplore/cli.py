@@ -279,9 +279,47 @@ def _cmd_predict(args: argparse.Namespace) -> None:
                        samples_per_epoch=args.samples_per_epoch)
         ds = ds.merge(extra)
         columns = (*PREDICT_COLUMNS, *ENERGY_COLUMNS)
+    table = (*_TABLE_COLUMNS, *ENERGY_COLUMNS) if args.energy else _TABLE_COLUMNS
+    if args.target is not None:
+        ds, columns, table = _time_to_accuracy(ds, args, columns, table)
     frame = dataset_to_frame(ds, columns)
-    _emit(ds, frame, args, "predicted data-parallel training step",
-          (*_TABLE_COLUMNS, *ENERGY_COLUMNS) if args.energy else _TABLE_COLUMNS)
+    _emit(ds, frame, args, "predicted data-parallel training step", table)
+
+
+#: What ``predict --target`` adds (dlexplore.model.time_to_accuracy).
+TARGET_COLUMNS = ("global_batch", "steps_to_target", "epochs_to_target", "time_to_target",
+                  "energy_to_target", "reachable", "fastest")
+
+
+def _time_to_accuracy(ds: xr.Dataset, args: argparse.Namespace, columns: Sequence[str],
+                      table: Sequence[str]) -> tuple[xr.Dataset, tuple, tuple]:
+    """``predict --target``: steps, time (and energy) to the target accuracy per configuration."""
+    from .model.time_to_accuracy import time_to_accuracy
+
+    energy = ds if args.energy else None
+    tta = time_to_accuracy(ds, args.target or None, energy=energy)
+    extra = [c for c in TARGET_COLUMNS if c in tta]
+    merged = ds.assign({c: tta[c] for c in extra})
+    merged.attrs = dict(tta.attrs)
+    return merged, (*columns, *extra), (*table, *extra)
+
+
+def _target(text: str) -> object:
+    """``--target``: '' (the workload's catalog entry), a workload name, or key=value pairs."""
+    text = text.strip()
+    if "=" not in text:
+        return text
+    fields: dict[str, object] = {}
+    for item in _split(text):
+        key, _, value = (part.strip() for part in item.partition("="))
+        if key in ("rule", "target", "workload"):
+            fields[key] = value
+            continue
+        try:
+            fields[key] = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"--target {key}: expected a number, got {value!r}") from None
+    return fields
 
 
 _HYBRID_OPTIONS = ("tp", "pp", "dp", "micro_batch", "seq", "recompute", "sequence_parallel", "zero",
@@ -689,6 +727,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="W per node besides the GPUs: CPUs, NICs, fans (with --energy)")
     p.add_argument("--samples-per-epoch", type=int,
                    help="add energy (kWh) and time (s) per epoch (with --energy)")
+    p.add_argument("--target", type=_target, nargs="?", const="", default=None, metavar="SPEC",
+                   help="add steps, time (and with --energy energy) to the target accuracy: the "
+                   "workload's convergence parameters from the catalog, another workload's "
+                   "(--target resnet50), or s_min=STEPS,b_noise=SAMPLES[,samples_per_epoch=N,"
+                   "max_batch=N,epochs_budget=N,rule=linear|lars|lamb]")
     _add_output(p)
     p.set_defaults(func=_cmd_predict)
 

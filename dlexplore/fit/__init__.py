@@ -5,6 +5,9 @@
 - :func:`calibrate`: fit model parameters to chosen measured points (``fit_on="gpus<=8"``), with
   standard errors, and predict the others; :func:`calibrate_from_trace`: latency, bandwidth and
   compute time per sample from a measured trace; both return a :class:`Calibration`;
+- :func:`noise_scale_from_gradients`, :func:`fit_noise_scale`, :func:`noise_scale_from_runs`
+  (:mod:`~dlexplore.fit.noise_scale`): the gradient noise scale of a run, with its standard error;
+  :func:`compare_convergence`: the convergence model against published large-batch points;
 - :func:`fit_scaling` (:mod:`~dlexplore.fit.extrap`): Extra-P-style empirical scaling models, the
   baseline an analytical model must beat.
 
@@ -14,6 +17,14 @@ Errors are fractions, ``(predicted - measured) / measured`` (:data:`ERROR_DEFINI
 from .calibrate import PARAMETERS, Calibration, CalibrationWarning, calibrate, calibrate_from_trace
 from .compare import ERROR_DEFINITION, as_points, compare, predict_points
 from .extrap import ScalingModel, fit_scaling
+from .noise_scale import (
+    NoiseScale,
+    compare_convergence,
+    fit_noise_scale,
+    noise_scale_from_gradients,
+    noise_scale_from_runs,
+    steps_to_threshold,
+)
 
 __all__ = [
     "compare",
@@ -27,4 +38,10 @@ __all__ = [
     "ERROR_DEFINITION",
     "fit_scaling",
     "ScalingModel",
+    "NoiseScale",
+    "noise_scale_from_gradients",
+    "fit_noise_scale",
+    "noise_scale_from_runs",
+    "steps_to_threshold",
+    "compare_convergence",
 ]

@@ -24,6 +24,11 @@ Bundled datasets (``data/measured/<name>.csv``; each file names its source, setu
 ``goyal-2017-resnet50``          Goyal et al. (2017): ~90% scaling efficiency, 8 -> 256 P100
 ``nccl-tests-h100-allreduce``    nccl-tests issue 212: H100 NVLink4 allreduce busbw, ring vs NVLS
 
+Convergence datasets (``data/measured/convergence/``; :func:`available_convergence`): a table with
+``workload``, ``global_batch`` (samples per step, all workers), optional ``rule``,
+``target_metric``, ``setup``, ``source``, and ``steps`` and/or ``quality`` (fraction; ``%`` on the
+units line). ``you-2019-lamb-bert``: LAMB's BERT-Large steps and SQuAD F1 from 512 to 64K sequences.
+
 Not available: the Horovod experiments of seed 004 (Malik et al., NYSDS 2018: AlexNet, GoogLeNet,
 ResNet-50 on K20, K40, K80 and P100, up to about 400 K80 GPUs over InfiniBand EDR) are described
 only in words ("throughput and latency almost linear"); the slides give no numbers, so no dataset
@@ -86,6 +91,7 @@ from ._reader import MEASURED_PREFIX, read_table
 
 __all__ = [
     "available",
+    "available_convergence",
     "describe",
     "load",
     "read_csv",
@@ -104,6 +110,12 @@ def _folder() -> Path:
 def available() -> list[str]:
     """Names of the bundled measured datasets, sorted."""
     return sorted(p.stem for p in _folder().glob("*.csv"))
+
+
+def available_convergence() -> list[str]:
+    """Names of the bundled convergence datasets (steps and quality against the global batch, from
+    large-batch training papers; ``data/measured/convergence/``), sorted. :func:`load` reads them."""
+    return sorted(p.stem for p in (_folder() / "convergence").glob("*.csv"))
 
 
 def read_csv(path: str | Path) -> xr.Dataset:
@@ -127,6 +139,8 @@ def load(name: str | Path) -> xr.Dataset:
     names = available()
     if text in names:
         return read_table(_folder() / f"{text}.csv")
+    if text in available_convergence():
+        return read_table(_folder() / "convergence" / f"{text}.csv")
     lowered = {n.lower(): n for n in names}
     if text.lower() in lowered:
         return read_table(_folder() / f"{lowered[text.lower()]}.csv")

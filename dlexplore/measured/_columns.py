@@ -14,6 +14,7 @@ __all__ = [
     "COLUMNS",
     "TRAINING",
     "COMMUNICATION",
+    "CONVERGENCE",
     "TABLES",
     "REQUIRED",
     "MEASURED",
@@ -22,7 +23,9 @@ __all__ = [
 
 TRAINING = "training"
 COMMUNICATION = "communication"
-TABLES = (TRAINING, COMMUNICATION)
+#: Steps (or final quality) against the global batch: published large-batch results.
+CONVERGENCE = "convergence"
+TABLES = (TRAINING, COMMUNICATION, CONVERGENCE)
 
 
 @dataclass(frozen=True)
@@ -46,16 +49,25 @@ class Column:
     strict: bool = False
 
 
-_BOTH = frozenset(TABLES)
+_BOTH = frozenset({TRAINING, COMMUNICATION})
+_ALL = frozenset(TABLES)
 _TRAIN = frozenset({TRAINING})
 _COMM = frozenset({COMMUNICATION})
+_CONV = frozenset({CONVERGENCE})
 
 #: Every column, in the order the datasets and :func:`~dlexplore.measured.to_frame` list them.
 COLUMNS: dict[str, Column] = {
     c.name: c
     for c in [
-        Column("workload", "coord", "str", None, "workload (catalog id)", _TRAIN,
+        Column("workload", "coord", "str", None, "workload (catalog id)", _TRAIN | _CONV,
                "a workload id such as resnet50"),
+        Column("global_batch", "coord", "int", "samples",
+               "global batch (samples per optimizer step, all workers)", _CONV,
+               "a positive integer (samples per step, all workers together)"),
+        Column("rule", "coord", "str", None, "optimizer and learning-rate rule", _CONV,
+               "a rule such as linear, lars, lamb"),
+        Column("target_metric", "coord", "str", None, "quality metric of the target", _CONV,
+               "a metric such as 'ImageNet top-1 error'"),
         Column("collective", "coord", "str", None, "collective operation", _COMM,
                "a collective such as allreduce"),
         Column("gpu", "coord", "str", None, "GPU (catalog id)", _BOTH,
@@ -78,14 +90,19 @@ COLUMNS: dict[str, Column] = {
         Column("baseline_gpus", "coord", "int", "count",
                "GPUs of the baseline that efficiency is relative to", _TRAIN,
                "a positive integer no larger than gpus"),
-        Column("setup", "coord", "str", None, "setup label", _BOTH, "a short label"),
-        Column("source", "coord", "str", None, "source of the measurement", _BOTH,
+        Column("setup", "coord", "str", None, "setup label", _ALL, "a short label"),
+        Column("source", "coord", "str", None, "source of the measurement", _ALL,
                "a publication or file"),
         Column("throughput", "var", "float", "samples/s", "global training throughput", _TRAIN,
                "a number >= 0 (samples/s, all GPUs together)"),
         Column("efficiency", "var", "float", "1",
                "scaling efficiency: throughput / (gpus / baseline_gpus x baseline throughput)",
                _TRAIN, "a number >= 0 (1 = linear scaling)"),
+        Column("steps", "var", "float", "count", "optimizer steps of the run (to the target)",
+               _CONV, "a number > 0 (optimizer steps)", strict=True),
+        Column("quality", "var", "float", "1",
+               "quality reached (accuracy, F1 or error, as a fraction)", _CONV,
+               "a number >= 0 (a fraction, or % when the units line says so)"),
         Column("time", "var", "float", "s", "collective time", _COMM,
                "a number > 0 (seconds unless the units line says otherwise)", strict=True),
         Column("algbw", "var", "float", "GB/s", "algorithm bandwidth (bytes / time)", _COMM,
@@ -100,10 +117,12 @@ COLUMNS: dict[str, Column] = {
 REQUIRED: dict[str, tuple[str, ...]] = {
     TRAINING: ("workload", "gpu", "network", "gpus", "batch_size", "precision"),
     COMMUNICATION: ("collective", "gpus"),
+    CONVERGENCE: ("workload", "global_batch"),
 }
 MEASURED: dict[str, tuple[str, ...]] = {
     TRAINING: ("throughput", "efficiency"),
     COMMUNICATION: ("time", "algbw", "busbw"),
+    CONVERGENCE: ("steps", "quality"),
 }
 
 #: Units a file may declare on its ``# units:`` line, per canonical unit: spelling -> divisor

@@ -25,6 +25,7 @@ from ..model.comm import busbw_factor, normalize_collective
 from ._columns import (
     COLUMNS,
     COMMUNICATION,
+    CONVERGENCE,
     MEASURED,
     REQUIRED,
     TRAINING,
@@ -60,7 +61,8 @@ def read_table(path: str | Path) -> xr.Dataset:
     lines = [line.rstrip("\r") for line in text.split("\n")]
     meta, header_at = _preamble(path, lines)
     names = _header(path, lines[header_at - 1], header_at)
-    table = COMMUNICATION if "collective" in names else TRAINING
+    table = (COMMUNICATION if "collective" in names
+             else CONVERGENCE if "global_batch" in names else TRAINING)
     _check_columns(path, names, table, header_at)
     divisors = _units(path, meta, names)
     default_source = meta.values.get("source") or str(path)
@@ -146,6 +148,11 @@ def _check_columns(path: Path, names: list[str], table: str, line: int) -> None:
                 + f"; expected columns among: {', '.join(COLUMNS)}",
                 line=line,
             )
+        if table not in column.tables and table == CONVERGENCE:
+            raise InputFileError(
+                path, f"column {name!r} does not belong to convergence tables (which have a "
+                "'global_batch' column); expected workload, global_batch, rule, target_metric, "
+                "steps, quality, setup, source", line=line)
         if table not in column.tables:
             raise InputFileError(
                 path,
@@ -264,10 +271,11 @@ def _parse_rows(path: Path, rows: list[tuple[int, list[str]]], names: list[str],
     # the model.
     n = len(rows)
     defaults = {
-        "algorithm": ["none" if g == 1 else "unknown" for g in columns["gpus"]],
         "setup": [""] * n,
         "source": [default_source] * n,
     }
+    if table != CONVERGENCE:
+        defaults["algorithm"] = ["none" if g == 1 else "unknown" for g in columns["gpus"]]
     if table == COMMUNICATION:
         defaults.update(gpu=["unknown"] * n, network=["unknown"] * n)
     for name, fallback in defaults.items():

@@ -4,7 +4,9 @@
 - :mod:`~dlexplore.model.compute`: forward, backward and optimizer time;
 - :mod:`~dlexplore.model.memory`: bytes per GPU;
 - :mod:`~dlexplore.model.io`: reading the input from a storage tier;
-- :mod:`~dlexplore.model.step`: :func:`predict`, the whole data-parallel step.
+- :mod:`~dlexplore.model.step`: :func:`predict`, the whole data-parallel step;
+- :mod:`~dlexplore.model.convergence`: steps to a target accuracy vs global batch (McCandlish et
+  al. 2018) and :mod:`~dlexplore.model.time_to_accuracy`: time and energy to accuracy.
 """
 
 from .comm import (
@@ -17,11 +19,13 @@ from .comm import (
     predict_comm,
 )
 from .compute import DEFAULT_COMPUTE_EFFICIENCY
+from .convergence import LR_RULES, ConvergenceParams, predict_convergence
 from .dataio import LAYOUTS, DLIOWorkload, io_bound_gpus, io_model
 from .energy import energy, pareto_front, time_energy_tradeoff
 from .parallel import predict_parallel
 from .step import DEFAULT_BUCKET_SIZE, gradient_buckets, predict
 from .stragglers import compare_with_measured, expected_max, straggler_slowdown
+from .time_to_accuracy import time_to_accuracy
 from .workflow import coupled, read_task_events, steady_state
 
 __all__ = [
@@ -50,4 +54,8 @@ __all__ = [
     "coupled",
     "steady_state",
     "read_task_events",
+    "predict_convergence",
+    "ConvergenceParams",
+    "LR_RULES",
+    "time_to_accuracy",
 ]

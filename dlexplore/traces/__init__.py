@@ -30,6 +30,11 @@ __all__ = [
     "summarize",
     "read_darshan",
     "read_dlio_summary",
+    "read_tensorboard",
+    "read_tau_profile",
+    "tau_breakdown",
+    "read_nccl_log",
+    "nccl_log_table",
     "detect_format",
     "Trace",
     "FORMATS",
@@ -76,10 +81,62 @@ def load_trace(
             f"{files[0]}: this is nccl-tests output, a measured communication dataset rather than a "
             "trace; read it with dlexplore.traces.read_nccl_tests(path) or dlexplore.measured.load(path)"
         )
+    if format in _PROFILES:
+        raise DlexploreError(
+            f"{files[0]}: this is {_PROFILES[format][0]}, not an event trace; read it with "
+            f"dlexplore.traces.{_PROFILES[format][1]}(path)"
+        )
     if format not in _READERS:
         raise DlexploreError(f"unknown trace format {format!r}; expected one of {sorted(_READERS)}")
     reader = importlib.import_module(_READERS[format], __name__)
     return reader.read(files, **options)
+
+
+# Formats that are not event traces (no start times): their own readers give datasets or tables.
+_PROFILES = {
+    "tensorboard": ("a TensorBoard event file (logged scalars)", "read_tensorboard"),
+    "tau": ("a TAU profile (per-function totals)", "read_tau_profile"),
+    "nccl-log": ("an NCCL debug log (collectives as called)", "read_nccl_log"),
+}
+
+
+def read_tensorboard(paths: Any, **options: Any) -> Any:
+    """Logged scalars (loss, accuracy, learning rate) of TensorBoard event files as an xarray
+    dataset on (run, step) (:func:`dlexplore.traces.tensorboard.read_tensorboard`; needs the
+    ``tensorboard`` extra)."""
+    from .tensorboard import read_tensorboard as read
+
+    return read(paths, **options)
+
+
+def read_tau_profile(paths: Any) -> Any:
+    """TAU ``profile.N.C.T`` files (and ``MULTI__<metric>`` folders) as a profile dataset
+    (:func:`dlexplore.traces.tau.read_tau_profile`)."""
+    from .tau import read_tau_profile as read
+
+    return read(paths)
+
+
+def tau_breakdown(profile: Any, metric: str = "TIME") -> Any:
+    """Per rank and thread: total, MPI communication, MPI-IO and compute time of a TAU profile."""
+    from .tau import tau_breakdown as run
+
+    return run(profile, metric)
+
+
+def read_nccl_log(paths: Any) -> Any:
+    """Collectives logged with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL (and TUNING), one row per
+    operation (:func:`dlexplore.traces.nccl_log.read_nccl_log`)."""
+    from .nccl_log import read_nccl_log as read
+
+    return read(paths)
+
+
+def nccl_log_table(ops: Any) -> Any:
+    """One row per collective and size of :func:`read_nccl_log`'s table."""
+    from .nccl_log import nccl_log_table as table
+
+    return table(ops)
 
 
 def summarize(paths: str | os.PathLike | Iterable[str | os.PathLike], **options: Any) -> Any:

@@ -11,7 +11,7 @@ from ..errors import DlexploreError, InputFileError
 
 __all__ = ["FORMATS", "detect_format", "head_text"]
 
-FORMATS = ("pytorch", "horovod", "nsys", "otf2", "netcdf", "nccl-tests")
+FORMATS = ("pytorch", "horovod", "nsys", "otf2", "netcdf", "nccl-tests", "tensorboard", "tau", "nccl-log")
 
 _HEAD = 1 << 16
 _SQLITE = b"SQLite format 3\x00"
@@ -39,6 +39,11 @@ def head_text(path: Path, size: int = _HEAD) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+def _head_bytes(path: Path, size: int = 64) -> bytes:
+    with open(path, "rb") as raw:
+        return raw.read(size)
+
+
 def detect_format(path: str | Path) -> str:
     """One of :data:`FORMATS` for the file at ``path``, or a :class:`DlexploreError` saying what it
     looks like instead."""
@@ -46,6 +51,8 @@ def detect_format(path: str | Path) -> str:
     if path.is_dir():
         if any(path.glob("*.otf2")):
             return "otf2"
+        if any(path.glob("MULTI__*/profile.*")) or any(path.glob("profile.*.*.*")):
+            return "tau"
         raise InputFileError(path, "is a folder without an OTF2 anchor file (*.otf2)")
     try:
         with open(path, "rb") as raw:
@@ -60,7 +67,17 @@ def detect_format(path: str | Path) -> str:
         return "netcdf"  # written by `dlexplore trace convert`
     if path.suffix == ".otf2" or magic.startswith(b"OTF2"):
         return "otf2"
+    from .nccl_log import is_nccl_log
+    from .tau import is_tau_profile
+    from .tensorboard import is_event_file
+
+    if is_event_file(_head_bytes(path)):
+        return "tensorboard"
     text = head_text(path)
+    if is_tau_profile(text):
+        return "tau"
+    if is_nccl_log(text):
+        return "nccl-log"
     stripped = text.lstrip("\ufeff \t\r\n")
     # nccl-tests first: under mpirun its lines start with "[1,0]<stdout>:", which looks like JSON
     prefix = r"^(?:\[\d+,\d+\]<std(?:out|err)>:)?"

@@ -33,7 +33,9 @@ from ..model import predict
 from ..model.comm import ALGORITHMS, normalize_algorithm
 from ..model.compute import normalize_precision
 from ..model.energy import energy
+from ..model.time_to_accuracy import time_to_accuracy
 from ..plots import GPU_COUNTS, ExplorerFigures, headline, measured_columns
+from ..plots.convergence import TimeToAccuracyFigure
 
 __all__ = ["Explorer", "BATCH_SIZES", "GPUS_PER_NODE", "load_bokehjs"]
 
@@ -156,6 +158,7 @@ class Explorer:
             storage=_NONE if storage is None else catalog.storage(storage).name, pue=float(pue),
         )
         self.figures = ExplorerFigures(GPU_COUNTS, width=440, height=330)
+        self.time_to_accuracy = TimeToAccuracyFigure(width=440, height=330)
         self.sources = self.figures.sources
         self.headline = w.HTML(layout=w.Layout(width="100%"))
         self.headline.add_class("dlx-headline")
@@ -514,7 +517,8 @@ class Explorer:
             heading("Measurements"), c["measured"], self.status,
             self.fit_on, w.HBox([self.calibrate_button, self.reset_button]), self.fit_report,
         ], layout=w.Layout(width="350px", flex="0 0 350px"))
-        plots = w.VBox([self.headline, BokehModel(self.figures.layout)],
+        plots = w.VBox([self.headline, BokehModel(self.figures.layout),
+                        BokehModel(self.time_to_accuracy.figure)],
                        layout=w.Layout(flex="1 1 900px", min_width="900px"))
         # Wrap: on a narrow page (JupyterLab with its side bar open) the plots go under the
         # controls instead of being cut off at the right.
@@ -611,8 +615,20 @@ class Explorer:
                                  precision=self.controls["precision"].value,
                                  algorithm=self.controls["algorithm"].value)
         self.figures.show(self.prediction, self.selected_gpus, marks)
+        self._show_time_to_accuracy()
         self._write_status(marks, measured_changed)
         self._write_headline()
+
+    def _show_time_to_accuracy(self) -> None:
+        """Time to accuracy against GPUs at this batch size, when the workload has convergence
+        parameters (data/catalog/convergence.csv); an empty plot that says why otherwise."""
+        try:
+            self.time_to_accuracy.show(time_to_accuracy(self.prediction, energy=self._energy))
+        except DlexploreError:
+            for source in self.time_to_accuracy.sources.values():
+                source.data = {name: [] for name in source.data}
+            self.time_to_accuracy.figure.title.text = (
+                f"Time to accuracy: no convergence parameters for {self.controls['workload'].value}")
 
     def _select(self) -> None:
         if self.prediction is None:

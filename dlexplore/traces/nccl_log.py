@@ -1,0 +1,274 @@
+"""NCCL debug logs (``NCCL_DEBUG=INFO``, ``NCCL_DEBUG_SUBSYS=COLL``) as a table of collectives.
+
+    ops = dlexplore.traces.read_nccl_log("nccl.log")       # one row per logged operation
+    dlexplore.traces.nccl_log_table(ops)                    # one row per collective, size, group
+
+**Lines read.** With the ``COLL`` subsystem NCCL (and RCCL) logs every collective it is handed::
+
+    host:pid:tid [dev] NCCL INFO AllReduce: opCount 28c sendbuff 0x.. recvbuff 0x.. count 9984512
+        datatype 7 op 0 root 0 comm 0x55bef0201370 [nranks=4] stream 0x.. [task 0 globalrank 2]
+
+``opCount`` is hexadecimal (NCCL prints it with ``%lx``); ``[dev]`` is the CUDA device, not the
+rank; RCCL may put a timestamp before ``NCCL INFO`` and append ``task``/``globalrank``. The rank is
+the ``globalrank`` when logged, else the rank of the ``ncclCommInitRank comm 0x.. rank R nranks
+N`` line of the same process and communicator, else unknown (<NA>). With ``TUNING`` NCCL also logs
+its choice, ``[Coll: ]<bytes> Bytes -> Algo <a> proto <p> [time <us>|channel...]`` (numbers in
+NCCL 2.2x, names in later versions; ``include/nccl_common.h`` orders the algorithms TREE, RING,
+COLLNET_DIRECT, COLLNET_CHAIN, NVLS, NVLS_TREE, PAT and the protocols LL, LL128, SIMPLE): those
+lines become :func:`read_nccl_log`'s ``attrs["tuning"]`` table, and a choice is attached to the
+operation logged just before it by the same thread with the same size.
+
+Interleaved output of several processes (one line holding two prefixes) is read from the last
+prefix; an operation line whose prefix was lost keeps its fields with host, pid and device unknown.
+
+**Bytes**, in the convention of nccl-tests and :mod:`dlexplore.traces.collectives`: ``count x
+size(datatype)`` for allreduce, broadcast, reduce, send and recv; ``x nranks`` for allgather (count
+is what each rank sends) and reduce_scatter (count is what each rank receives).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .._io import read_text
+from ..errors import DlexploreError, InputFileError
+from .schema import normalize_collective_name
+
+__all__ = ["read_nccl_log", "nccl_log_table", "is_nccl_log", "DATATYPES", "ALGORITHMS", "PROTOCOLS"]
+
+#: ncclDataType_t -> (name, bytes), in the order of nccl.h (fp8 types from NCCL 2.24).
+DATATYPES = {
+    0: ("int8", 1),
+    1: ("uint8", 1),
+    2: ("int32", 4),
+    3: ("uint32", 4),
+    4: ("int64", 8),
+    5: ("uint64", 8),
+    6: ("float16", 2),
+    7: ("float32", 4),
+    8: ("float64", 8),
+    9: ("bfloat16", 2),
+    10: ("float8e4m3", 1),
+    11: ("float8e5m2", 1),
+}
+#: ncclRedOp_t
+REDUCE_OPS = {0: "sum", 1: "prod", 2: "max", 3: "min", 4: "avg"}
+#: include/nccl_common.h's NCCL_ALGO_* and NCCL_PROTO_* order.
+ALGORITHMS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
+PROTOCOLS = ("ll", "ll128", "simple")
+
+_PREFIX = r"(?:(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:\d+ )?NCCL INFO )"
+_OP = re.compile(
+    _PREFIX + r"?(?P<coll>[A-Za-z]+): opCount (?P<op>[0-9a-fA-F]+) sendbuff (?P<send>\S+) "
+    r"recvbuff (?P<recv>\S+) count (?P<count>\d+) datatype (?P<dt>\d+) op (?P<redop>\d+) "
+    r"root (?P<root>\d+) comm (?P<comm>\S+) \[nranks=(?P<nranks>\d+)\] stream (?P<stream>\S+)"
+    r"(?: task (?P<task>\d+) globalrank (?P<grank>\d+))?"
+)
+_TUNING = re.compile(
+    _PREFIX + r"(?:(?P<coll>[A-Za-z]+): )?(?P<bytes>\d+) Bytes -> Algo (?P<algo>\w+) "
+    r"proto (?P<proto>\w+)(?: time (?P<time>[0-9.]+))?"
+)
+_INIT = re.compile(
+    _PREFIX + r"ncclCommInitRank comm (?P<comm>\S+) rank (?P<rank>\d+) "
+    r"nranks (?P<nranks>\d+)"
+)
+_GATHERED = {"allgather", "reduce_scatter"}
+
+
+def is_nccl_log(text: str) -> bool:
+    """Whether ``text`` holds NCCL ``COLL`` (or ``TUNING``) debug lines."""
+    return bool(
+        re.search(r"NCCL INFO [A-Za-z]+: opCount [0-9a-fA-F]+ sendbuff", text)
+        or re.search(r"NCCL INFO (?:[A-Za-z]+: )?\d+ Bytes -> Algo", text)
+    )
+
+
+def _choice(value: str, names: tuple[str, ...]) -> str:
+    if value.isdigit():
+        index = int(value)
+        return names[index] if index < len(names) else f"unknown({index})"
+    return value.lower()
+
+
+def _parse_file(path: Path) -> tuple[list[dict], list[dict]]:
+    ops: list[dict] = []
+    tuning: list[dict] = []
+    ranks: dict[tuple, int] = {}
+    last_op: dict[tuple, int] = {}
+    for number, line in enumerate(read_text(path, "an NCCL debug log").split("\n"), start=1):
+        if "NCCL INFO" not in line and "opCount" not in line:
+            continue
+        if m := _INIT.search(line):
+            ranks[(m["host"], m["pid"], m["comm"])] = int(m["rank"])
+            continue
+        if (m := _OP.search(line)) is not None:
+            ops.append(_op_row(path, number, m, ranks))
+            last_op[(m["host"], m["pid"], m["tid"])] = len(ops) - 1
+            continue
+        if (m := _TUNING.search(line)) is not None:
+            row = {
+                "file": str(path),
+                "line": number,
+                "host": m["host"],
+                "pid": int(m["pid"]) if m["pid"] else pd.NA,
+                "device": _int(m["dev"]),
+                "collective": normalize_collective_name(m["coll"]) if m["coll"] else "",
+                "bytes": float(m["bytes"]),
+                "algorithm": _choice(m["algo"], ALGORITHMS),
+                "protocol": _choice(m["proto"], PROTOCOLS),
+                "predicted_time": float(m["time"]) * 1e-6 if m["time"] else np.nan,
+            }
+            tuning.append(row)
+            i = last_op.get((m["host"], m["pid"], m["tid"]))
+            if i is not None and ops[i]["bytes"] == row["bytes"] and not ops[i]["algorithm"]:
+                ops[i]["algorithm"], ops[i]["protocol"] = row["algorithm"], row["protocol"]
+        elif "opCount" in line and "sendbuff" in line:
+            raise InputFileError(
+                path,
+                "an NCCL operation line that does not parse; expected "
+                "'<Coll>: opCount <hex> sendbuff .. recvbuff .. count <n> datatype "
+                "<n> op <n> root <n> comm <ptr> [nranks=<n>] stream <ptr>'",
+                line=number,
+            )
+    return ops, tuning
+
+
+def _int(text: str | None) -> object:
+    return int(text) if text is not None else pd.NA
+
+
+def _op_row(path: Path, number: int, m: re.Match, ranks: dict) -> dict:
+    dtype = int(m["dt"])
+    if dtype not in DATATYPES:
+        raise InputFileError(path, f"datatype {dtype}: expected an ncclDataType_t 0-11", line=number)
+    name, size = DATATYPES[dtype]
+    collective = normalize_collective_name(m["coll"])
+    if not collective:
+        raise InputFileError(path, f"unknown collective {m['coll']!r}", line=number)
+    nranks = int(m["nranks"])
+    count = int(m["count"])
+    nbytes = count * size * (nranks if collective in _GATHERED else 1)
+    if m["grank"] is not None:
+        rank: object = int(m["grank"])
+    else:
+        rank = ranks.get((m["host"], m["pid"], m["comm"]), pd.NA)
+    return {
+        "file": str(path),
+        "line": number,
+        "host": m["host"],
+        "pid": _int(m["pid"]),
+        "tid": _int(m["tid"]),
+        "device": _int(m["dev"]),
+        "rank": rank,
+        "collective": collective,
+        "op_count": int(m["op"], 16),
+        "count": count,
+        "datatype": name,
+        "bytes": float(nbytes),
+        "reduce_op": REDUCE_OPS.get(int(m["redop"]), m["redop"]),
+        "root": int(m["root"]),
+        "comm": m["comm"],
+        "nranks": nranks,
+        "stream": m["stream"],
+        "algorithm": "",
+        "protocol": "",
+    }
+
+
+_COLUMNS = (
+    "file",
+    "line",
+    "host",
+    "pid",
+    "tid",
+    "device",
+    "rank",
+    "collective",
+    "op_count",
+    "count",
+    "datatype",
+    "bytes",
+    "reduce_op",
+    "root",
+    "comm",
+    "nranks",
+    "stream",
+    "algorithm",
+    "protocol",
+)
+
+
+def read_nccl_log(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> pd.DataFrame:
+    """Every collective logged in NCCL debug logs (one file per rank, or one merged file).
+
+    Returns one row per operation line: ``file``, ``line``, ``host``, ``pid``, ``tid``, ``device``,
+    ``rank`` (nullable), ``collective`` (dlexplore's names), ``op_count`` (per communicator),
+    ``count`` (elements), ``datatype``, ``bytes``, ``reduce_op``, ``root``, ``comm``, ``nranks``,
+    ``stream``, ``algorithm`` and ``protocol`` (from ``TUNING`` lines; "" when not logged).
+    ``attrs``: ``source``, ``files``, ``tuning`` (the tuning lines as a DataFrame),
+    ``unattributed_lines`` (operation lines whose prefix was lost in interleaved output).
+    """
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    files = []
+    for item in items:
+        path = Path(item)
+        files += sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+    rows, tuning = [], []
+    for path in files:
+        ops, tune = _parse_file(path)
+        rows += ops
+        tuning += tune
+    if not rows and not tuning:
+        raise InputFileError(
+            files[0] if files else "?",
+            "holds no NCCL collective lines; expected "
+            "a log written with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL (or TUNING)",
+        )
+    frame = pd.DataFrame(rows, columns=list(_COLUMNS))
+    for name in ("pid", "tid", "device", "rank"):
+        frame[name] = pd.array(frame[name], dtype="Int64")
+    lost = frame.loc[frame["host"].isna(), "line"].tolist()
+    if lost:
+        warnings.warn(
+            f"{len(lost)} operation line(s) without a host:pid:tid [device] prefix "
+            f"(interleaved output): lines {lost[:5]}; their process is unknown",
+            stacklevel=2,
+        )
+    frame.attrs.update(
+        source="measured: NCCL debug log " + ", ".join(p.name for p in files[:3]),
+        kind="measured",
+        format="nccl-log",
+        files=[str(p) for p in files],
+        tuning=pd.DataFrame(tuning),
+        unattributed_lines=lost,
+    )
+    return frame
+
+
+def nccl_log_table(ops: pd.DataFrame) -> pd.DataFrame:
+    """One row per collective, message size, datatype and group size: ``calls`` (operation lines),
+    ``processes`` (distinct known host:pid), ``ranks_seen`` (distinct known ranks), ``bytes_total``."""
+    if "collective" not in ops or "bytes" not in ops:
+        raise DlexploreError("expected read_nccl_log's table")
+    keys = ["collective", "bytes", "datatype", "nranks", "algorithm", "protocol"]
+    process = ops["host"].astype(str) + ":" + ops["pid"].astype(str)
+    table = (
+        ops.assign(process=process)
+        .groupby(keys, dropna=False, sort=True)
+        .agg(
+            calls=("line", "size"),
+            processes=("process", "nunique"),
+            ranks_seen=("rank", "nunique"),
+            bytes_total=("bytes", "sum"),
+        )
+        .reset_index()
+    )
+    table.attrs.update(source=ops.attrs.get("source", "measured: NCCL debug log"))
+    return table

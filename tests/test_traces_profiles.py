@@ -1,0 +1,194 @@
+"""TAU profiles, NCCL debug logs and TensorBoard event files, on files written by the real tools
+(TAU and NCCL excerpts from other people's runs, tests/data/*/README.md; event files written here
+by torch.utils.tensorboard), with hand-counted expectations and errors naming file and line."""
+
+from __future__ import annotations
+
+import struct
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dlexplore
+from dlexplore.errors import DlexploreError, InputFileError
+from dlexplore.fit import noise_scale_from_runs
+from dlexplore.plots.convergence import loss_curves_figure
+from dlexplore.traces import (
+    detect_format,
+    nccl_log_table,
+    read_nccl_log,
+    read_tau_profile,
+    read_tensorboard,
+    tau_breakdown,
+)
+
+DATA = Path(__file__).parent / "data"
+TAU_MPI = DATA / "tau" / "jeevan0920-mpi"
+TAU_MULTI = DATA / "tau" / "stevenpl98-multi"
+NCCL = DATA / "nccl-log"
+
+
+def test_tau_mpi_profile_hand_counts():
+    prof = read_tau_profile(TAU_MPI)
+    assert detect_format(TAU_MPI / "profile.0.0.0") == "tau"
+    assert prof.sizes["function"] == 20 and list(prof["metric"].values) == ["TIME"]
+    assert int(prof["communication"].sum()) == 9 and int(prof["io"].sum()) == 2
+    barrier = prof.sel(metric="TIME", rank=0, thread=0, function="MPI_Barrier()")
+    assert float(barrier["exclusive"]) == pytest.approx(26.408043)  # 26408043 us
+    assert float(prof["calls"].sel(rank=0, thread=0, function="MPI_Barrier()")) == 1530
+    parts = tau_breakdown(prof).sel(rank=0, thread=0)
+    assert float(parts["time_comm"]) == pytest.approx(32.014278)
+    assert float(parts["time_io"]) == pytest.approx(0.015362)
+    assert float(parts["time_total"]) == pytest.approx(32.127351)
+    assert float(parts["time_compute"]) == pytest.approx(32.127351 - 32.014278 - 0.015362)
+    assert parts["time_comm"].attrs["units"] == "s"
+    allreduce = prof.sel(user_event="Message size for all-reduce", rank=0, thread=0)
+    assert float(allreduce["event_count"]) == 34 and float(allreduce["event_sumsqr"]) == 544
+
+
+def test_tau_multi_metric_folders():
+    prof = read_tau_profile(TAU_MULTI)
+    assert detect_format(TAU_MULTI) == "tau"
+    assert list(prof["metric"].values) == ["TIME", "P_WALL_CLOCK_TIME"]
+    assert list(prof["metric_units"].values) == ["s", "s"]
+    init = prof["exclusive"].sel(rank=0, thread=0, function="MPI_Init()")
+    np.testing.assert_allclose(init.values, [0.036169, 0.036171])
+    # The PAPI counter wrapped in the file (4294968161 us): kept as written.
+    wrapped = prof["exclusive"].sel(
+        metric="P_WALL_CLOCK_TIME",
+        rank=0,
+        thread=0,
+        function="for (barrier enter/exit) [OpenMP location: file:/home/"
+        "perezs4/Parallel/FinalProject/parallel.c <135, 142>]",
+    )
+    assert float(wrapped) == pytest.approx(4294.968161)
+    assert "user_event" not in prof.dims
+
+
+@pytest.mark.parametrize(
+    ("edit", "line", "message"),
+    [
+        (lambda t: t.replace("20 templated", "21 templated"), 23, "function 21 of 21"),
+        (lambda t: t.replace('"MPI_Barrier()  " 1530', '"MPI_Barrier()  " x1530'), 13, "calls"),
+        (lambda t: t.replace("templated_functions", "templated_fonctions"), 1, "templated_functions"),
+        (lambda t: t.replace("3 userevents", "4 userevents"), 29, "user event 4 of 4"),
+    ],
+)
+def test_tau_bad_files_name_file_and_line(tmp_path, edit, line, message):
+    bad = tmp_path / "profile.0.0.0"
+    bad.write_text(edit((TAU_MPI / "profile.0.0.0").read_text()))
+    with pytest.raises(InputFileError, match=rf"profile\.0\.0\.0, line {line}: .*{message}"):
+        read_tau_profile(bad)
+
+
+def test_nccl_log_rccl_hand_counts():
+    ops = read_nccl_log(NCCL / "rccl-issue-429.log")
+    assert ops["op_count"].tolist() == [652, 653, 652, 653]  # 28c, 28d in hexadecimal
+    assert ops["collective"].tolist() == ["allreduce", "allreduce", "allgather", "allgather"]
+    assert ops["bytes"].tolist() == [9984512 * 4, 8149504 * 4, 59205120 * 4, 15360 * 4]
+    assert ops["device"].tolist() == [0, 0, 2, 2] and ops["nranks"].tolist() == [4] * 4
+    assert ops["rank"].isna().all()  # no globalrank, no init line: unknown, not the device
+
+
+def test_nccl_log_interleaved_and_lost_prefixes():
+    with pytest.warns(UserWarning, match="lines \\[6\\]"):
+        ops = read_nccl_log(NCCL / "nccl-issue-147.log")
+    assert ops["line"].tolist() == [1, 2, 3, 5, 6, 7]
+    assert ops.loc[0, "pid"] == 32629 and ops.loc[0, "device"] == 7  # the second prefix wins
+    assert ops["bytes"].tolist() == [424, 424, 51007824, 424, 51007824, 51007824]
+    table = nccl_log_table(ops).set_index("bytes")
+    assert table.loc[424.0, "calls"] == 3 and table.loc[424.0, "datatype"] == "int64"
+    assert table.loc[51007824.0, "calls"] == 3 and table.loc[51007824.0, "processes"] == 2
+
+
+def test_nccl_log_tuning_line():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ops = read_nccl_log(NCCL / "nccl-issue-1453-tuning.log")
+    tuning = ops.attrs["tuning"]
+    assert len(ops) == 0 and len(tuning) == 1
+    row = tuning.iloc[0]
+    assert (row["bytes"], row["algorithm"], row["protocol"]) == (8589934592, "ring", "simple")
+    assert row["predicted_time"] == pytest.approx(0.08606996875)
+
+
+def test_nccl_log_bad_line_and_routing(tmp_path):
+    bad = tmp_path / "bad.log"
+    text = (NCCL / "rccl-issue-429.log").read_text().replace("datatype 7", "datatype seven", 1)
+    bad.write_text(text)
+    with pytest.raises(InputFileError, match=r"bad\.log, line 1: an NCCL operation line"):
+        read_nccl_log(bad)
+    with pytest.raises(DlexploreError, match="read_nccl_log"):
+        dlexplore.load_trace(NCCL / "rccl-issue-429.log")
+    empty = tmp_path / "none.log"
+    empty.write_text("hello\n")
+    with pytest.raises(InputFileError, match="no NCCL collective lines"):
+        read_nccl_log(empty)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Three runs written with torch.utils.tensorboard: loss = 8 / (1 + B step / 1024), epoch,
+    and a learning rate, at global batches 64, 256 and 1024 (values known by construction)."""
+    torch_tb = pytest.importorskip("torch.utils.tensorboard")
+    root = tmp_path_factory.mktemp("tb")
+    for batch in (64, 256, 1024):
+        writer = torch_tb.SummaryWriter(str(root / f"bs{batch}"))
+        for step in range(0, 400, 10):
+            writer.add_scalar("train/loss", 8.0 / (1 + batch * step / 1024), step)
+            writer.add_scalar("epoch", step * batch / 12800, step)
+            if step % 20 == 0:
+                writer.add_scalar("lr", 0.1 * batch / 256, step)
+        writer.close()
+    return root
+
+
+def test_tensorboard_scalars(runs):
+    ds = read_tensorboard(runs)
+    assert list(ds["run"].values) == ["bs1024", "bs256", "bs64"]
+    assert ds.sizes["step"] == 40 and ds["step"].values[-1] == 390
+    loss = ds["train.loss"].sel(run="bs256")
+    assert ds["train.loss"].attrs["tag"] == "train/loss"
+    np.testing.assert_allclose(loss.values, 8.0 / (1 + 256 * np.arange(0, 400, 10) / 1024), rtol=1e-6)
+    lr = ds["lr"].sel(run="bs64")
+    assert np.isnan(lr.sel(step=10)) and float(lr.sel(step=20)) == pytest.approx(0.025)
+    assert ds["wall_time"].attrs["units"] == "s" and np.all(np.isfinite(ds["wall_time"]))
+    assert ds.attrs["source"].startswith("measured: TensorBoard")
+    assert detect_format(ds.attrs["files"][0]) == "tensorboard"
+    fig = loss_curves_figure(ds, tag="train.loss", x="epoch")
+    assert len(fig.renderers) == 3
+
+
+def test_noise_scale_from_logged_loss_curves(runs):
+    # loss = 8 / (1 + B s / 1024) reaches 1.0 at s = 7168 / B (112, 28, 7): perfect scaling. Logged
+    # every 10 steps and interpolated linearly, by hand: bs64 between 110 (1.015873) and 120
+    # (0.941176): 112.125; bs256 between 20 (1.3333) and 30 (0.941176): 28.5; bs1024 between 0 (8)
+    # and 10 (0.727273): 9.625.
+    ds = read_tensorboard(runs)
+    fit, table = noise_scale_from_runs(ds, {"bs64": 64, "bs256": 256, "bs1024": 1024}, 1.0, tag="train.loss")
+    np.testing.assert_allclose(table["steps_to_threshold"], [112.125, 28.5, 9.625], rtol=1e-5)
+    # Logging every 10 steps delays the largest batch's crossing (9.625 for 7): the fit sees a bend
+    # it would not see in the curve itself, and reports B_noise beyond the batches run, with an error.
+    assert fit.points == 3 and fit.b_noise > 1024 and 0 < fit.b_noise_stderr < fit.b_noise
+
+
+def test_tensorboard_damaged_files(runs, tmp_path):
+    good = next(runs.glob("bs64/events.out.tfevents.*")).read_bytes()
+    cut = tmp_path / "cut" / "events.out.tfevents.1.cut"
+    cut.parent.mkdir()
+    cut.write_bytes(good[:-7])
+    with pytest.warns(UserWarning, match="ends inside record"):
+        ds = read_tensorboard(cut)
+    assert ds.attrs["truncated"] == [str(cut)] and ds.sizes["step"] >= 39
+    length, _ = struct.unpack_from("<QI", good, 0)
+    broken = tmp_path / "broken" / "events.out.tfevents.1.broken"
+    broken.parent.mkdir()
+    second = 12 + length + 4
+    broken.write_bytes(good[:second] + b"\xff" + good[second + 1 :])
+    with pytest.raises(InputFileError, match=rf"record 1 at byte {second}: the length field fails"):
+        read_tensorboard(broken)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputFileError, match="no TensorBoard event files"):
+        read_tensorboard(tmp_path / "empty")
