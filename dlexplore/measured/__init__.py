@@ -39,7 +39,10 @@ sizes). A *noise-scale* table (``b_crit`` and/or ``b_simple``, samples; ``task``
 Not available: the Horovod experiments of seed 004 (Malik et al., NYSDS 2018: AlexNet, GoogLeNet,
 ResNet-50 on K20, K40, K80 and P100, up to about 400 K80 GPUs over InfiniBand EDR) are described
 only in words ("throughput and latency almost linear"); the slides give no numbers, so no dataset
-is shipped for them.
+is shipped for them. Nor for Shallue et al. 2018 (arXiv:1811.03600, steps to result against the
+batch size for 35 workloads): their values are only drawn (the paper's figures, and the PNG outputs
+of google-research/batch_science/reproduce_paper_plots.ipynb) or in an 802 MB archive on Google
+Cloud Storage that was out of reach when the other convergence datasets were written.
 
 File format
 -----------
