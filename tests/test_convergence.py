@@ -66,7 +66,7 @@ def test_predict_convergence_dataset_has_units_and_marks_unreachable():
 
 def test_catalog_budget_regime_resnet50():
     # Goyal et al.: 90 epochs of 1,281,167 images, linear scaling up to 8192.
-    ds = predict_convergence([256, 8192, 16384], "resnet50")
+    ds = predict_convergence([256, 8192, 16384], "resnet50-goyal2017")
     np.testing.assert_allclose(ds["steps_to_target"].values[:2], [90 * 1281167 / 256, 90 * 1281167 / 8192])
     assert ds["reachable"].values.tolist() == [True, True, False]
     assert ds["epochs_to_target"].values[1] == pytest.approx(90)
@@ -152,13 +152,14 @@ def test_steps_to_threshold_interpolates_and_smooths():
 
 def test_published_lamb_points_against_the_model():
     """You et al. 2019 (LAMB, arXiv:1904.00962 v1, Table 1) against the budget model of the
-    catalog's bert-large entry (512 M sequences, LAMB up to 32K). Hand-computed errors: 512 M / 8192 =
-    62,500 against the table's rounded 62k: +0.81%; / 16384 = 31,250 against 31k: +0.81%; / 32768 =
-    15,625 against 15.6k: +0.16%; the two-phase 64K/32K row is beyond the rule's 32K."""
+    catalog's bert-large-lamb2019 entry (512 M sequences, LAMB up to 32K). Hand-computed errors:
+    512 M / 8192 = 62,500 against the table's rounded 62k: +0.81%; / 16384 = 31,250 against 31k:
+    +0.81%; / 32768 = 15,625 against 15.6k: +0.16%; the two-phase 64K/32K row is beyond the
+    rule's 32K."""
     published = dlx.measured.load("you-2019-lamb-bert")
     assert published.attrs["table"] == "convergence"
     assert published["quality"].values[0] == pytest.approx(0.90395)  # % converted to a fraction
-    table = compare_convergence("bert-large", published, rule="lamb")
+    table = compare_convergence("bert-large-lamb2019", published, rule="lamb")
     uniform = table[table["reachable"]]
     assert uniform["global_batch"].tolist() == [512, 1024, 2048, 4096, 8192, 16384, 32768]
     np.testing.assert_allclose(uniform["error"], [0, 0, 0, 0, 500 / 62000, 250 / 31000, 25 / 15600])

@@ -54,7 +54,7 @@ def test_speedup_per_doubling_and_energy(prediction):
 
 
 def test_beyond_the_useful_batch_is_unreachable(prediction):
-    tta = time_to_accuracy(prediction)  # resnet50's catalog entry: linear rule, 8192 at most
+    tta = time_to_accuracy(prediction, "resnet50-goyal2017")  # Goyal et al.: linear rule, 8192 at most
     reachable = tta["reachable"].transpose("gpus", "batch_size").values
     assert reachable.tolist() == (np.outer(GPUS, [32, 64]) <= 8192).tolist()
     assert np.isnan(tta["time_to_target"].sel(gpus=512, batch_size=32))
@@ -79,9 +79,10 @@ def test_plot_columns_mark_fastest_and_knees(prediction):
     fig = TimeToAccuracyFigure(tta)
     sources = fig.sources
     before = sources["tta_points"]
-    fig.show(time_to_accuracy(prediction))  # new data into the same sources (the slider path)
+    goyal = time_to_accuracy(prediction, "resnet50-goyal2017")
+    fig.show(goyal)  # new data into the same sources (the slider path)
     assert fig.sources["tta_points"] is before
-    assert len(before.data["gpus"]) == int(time_to_accuracy(prediction)["reachable"].sum())
+    assert len(before.data["gpus"]) == int(goyal["reachable"].sum())
     assert "linear, global batch <= 8,192" in fig.figure.title.text
 
 
@@ -98,6 +99,7 @@ def test_cli_target_adds_columns(capsys):
             "--batch-size",
             "32",
             "--target",
+            "resnet50-goyal2017",
             "--energy",
             "--format",
             "json",
@@ -132,3 +134,53 @@ def test_cli_target_adds_columns(capsys):
     assert "steps_to_target" in out and str(2000 * (1 + 4096 / 256)).rstrip("0").rstrip(".") in out
     assert main(["predict", "--workload", "vgg16", "--gpus", "8", "--target"]) == 2
     assert "vgg16" in capsys.readouterr().err
+
+
+def test_catalog_law_bends_the_steps(prediction):
+    # resnet50's catalog row: S_min = 944.2 steps, B_noise = 47,070 images (fitted to MLPerf's
+    # reference convergence points). Doubling a batch of 32 nearly halves the steps:
+    # (1 + 47070/32) / (1 + 47070/64) = 1471.94 / 736.47 = 1.9986; from 16,384 to 32,768 images it
+    # cuts them by only (1 + 47070/16384) / (1 + 47070/32768) = 3.8729 / 2.4365 = 1.5896.
+    tta = time_to_accuracy(prediction)
+    steps = tta["steps_to_target"].sel(batch_size=32)
+    assert float(steps.sel(gpus=1)) == pytest.approx(944.2 * (1 + 47070 / 32))
+    assert float(steps.sel(gpus=1) / steps.sel(gpus=2)) == pytest.approx(1.9986, abs=1e-4)
+    assert float(steps.sel(gpus=512) / tta["steps_to_target"].sel(batch_size=64, gpus=512)) == pytest.approx(
+        1.5896, abs=1e-4
+    )
+    assert bool(tta["reachable"].all())  # 512 x 64 = 32,768 <= 67,840, the largest batch measured
+    # The CLI's default target is now the law.
+    assert (
+        main(
+            [
+                "predict",
+                "--workload",
+                "resnet50",
+                "--gpus",
+                "8",
+                "--batch-size",
+                "32",
+                "--target",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
+
+
+def test_explorer_time_to_accuracy_panel_shows_the_bend():
+    from dlexplore.widgets import Explorer
+
+    explorer = Explorer()  # resnet50, 64 images per GPU, 1 to 1024 GPUs
+    points = explorer.time_to_accuracy.sources["tta_points"].data
+    batch = np.asarray(points["global_batch"])
+    steps = np.asarray(points["steps"])
+    assert batch.tolist() == [64.0 * 2**k for k in range(11)]
+    np.testing.assert_allclose(steps, 944.2 * (1 + 47070 / batch))
+    ratio = steps[:-1] / steps[1:]  # steps saved per doubling of the batch
+    # Perfect scaling at 64 -> 128 images (736.47 / 368.73 = 1.9973), diminishing returns at
+    # 32,768 -> 65,536 (2.4365 / 1.7182 = 1.4180): the McCandlish bend, not a straight line.
+    assert ratio[0] == pytest.approx(1.9973, abs=1e-4) and ratio[-1] == pytest.approx(1.4180, abs=1e-4)
+    assert np.all(np.diff(ratio) < 0)
+    assert "resnet50, lars, global batch <= 67,840" in explorer.time_to_accuracy.figure.title.text

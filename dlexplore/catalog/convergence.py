@@ -5,6 +5,8 @@ McCandlish et al.'s minimal steps ``s_min`` and noise scale ``b_noise`` (samples
 else the published fixed budget (``epochs_budget`` x ``samples_per_epoch``, or ``samples_budget``)
 and the largest batch that met the target (``max_batch``) with its learning-rate ``rule``. The
 model that uses them is :mod:`dlexplore.model.convergence`; here they are only read and checked.
+A row whose name is not a catalog workload (``resnet50-goyal2017``) is another published recipe
+for the workload its name starts with, looked up by that name.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@
   compute time per sample from a measured trace; both return a :class:`Calibration`;
 - :func:`noise_scale_from_gradients`, :func:`fit_noise_scale`, :func:`noise_scale_from_runs`
   (:mod:`~dlexplore.fit.noise_scale`): the gradient noise scale of a run, with its standard error;
+  :func:`fit_published_convergence`: ``S_min`` and ``B_noise`` from published steps to a target;
   :func:`compare_convergence`: the convergence model against published large-batch points;
 - :func:`fit_scaling` (:mod:`~dlexplore.fit.extrap`): Extra-P-style empirical scaling models, the
   baseline an analytical model must beat.
@@ -21,6 +22,7 @@ from .noise_scale import (
     NoiseScale,
     compare_convergence,
     fit_noise_scale,
+    fit_published_convergence,
     noise_scale_from_gradients,
     noise_scale_from_runs,
     steps_to_threshold,
@@ -43,5 +45,6 @@ __all__ = [
     "fit_noise_scale",
     "noise_scale_from_runs",
     "steps_to_threshold",
+    "fit_published_convergence",
     "compare_convergence",
 ]

@@ -15,8 +15,11 @@ target (McCandlish et al. 2018, :mod:`dlexplore.model.convergence`):
   of freedom). When the points show no bend (perfect scaling everywhere) ``B_noise`` is only
   bounded below, and the fit says so (``b_noise_lower_bound``).
 
-:func:`compare_convergence` lays the convergence model over a published convergence dataset: steps
-predicted and published, and the error per point.
+:func:`fit_published_convergence` fits ``S_min`` and ``B_noise`` to a published convergence
+dataset of steps to a target (the mean of the runs at each batch size, one point per batch, so
+that a batch measured 28 times does not outweigh one measured 10 times), and
+:func:`compare_convergence` lays the convergence model over such a dataset: steps predicted and
+published, and the error per point.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ __all__ = [
     "fit_noise_scale",
     "steps_to_threshold",
     "noise_scale_from_runs",
+    "fit_published_convergence",
     "compare_convergence",
 ]
 
@@ -249,6 +253,48 @@ def noise_scale_from_runs(
     return fit_noise_scale(table.loc[ok, "global_batch"], table.loc[ok, "steps_to_threshold"]), table
 
 
+def _select(published: xr.Dataset, select: Mapping[str, object]) -> xr.Dataset:
+    if published.attrs.get("table") != "convergence":
+        raise DlexploreError(
+            "expected a convergence dataset (dlexplore.measured.load of one of available_convergence())"
+        )
+    keep = np.ones(published.sizes["point"], dtype=bool)
+    for name, value in select.items():
+        if name not in published.coords:
+            raise DlexploreError(f"no coordinate {name!r}; the dataset has {list(published.coords)}")
+        keep &= published[name].values == value
+    return published.isel(point=np.flatnonzero(keep))
+
+
+def fit_published_convergence(published: xr.Dataset, **select: object) -> tuple[NoiseScale, pd.DataFrame]:
+    """``S_min`` (steps) and ``B_noise`` (samples) fitted to a published dataset of steps to a target.
+
+    ``published`` is a convergence dataset (:func:`dlexplore.measured.load`) whose ``steps`` are
+    steps *to a target* at each global batch (e.g. ``mlperf-rcp-resnet50``), not the length of
+    fixed-budget runs; ``select`` keeps the points whose coordinates equal the values. The runs
+    at each batch are averaged and :func:`fit_noise_scale` fits the means. Returns the fit and a
+    table per batch: ``global_batch``, ``runs``, ``steps`` (mean), ``steps_std`` (standard
+    deviation of the runs, ddof 1; NaN for one run), ``predicted`` (``S_min (1 + B_noise / B)``)
+    and ``error`` (``(predicted - steps) / steps``).
+    """
+    ds = _select(published, select)
+    if "steps" not in ds or not np.isfinite(ds["steps"].values).any():
+        raise DlexploreError(
+            f"{published.attrs.get('name', 'the dataset')} has no steps (nor samples or epochs "
+            "with a samples_per_epoch line to derive them from)"
+        )
+    frame = pd.DataFrame({"global_batch": ds["global_batch"].values, "steps": ds["steps"].values})
+    frame = frame[np.isfinite(frame["steps"])]
+    table = (
+        frame.groupby("global_batch")["steps"].agg(runs="count", steps="mean", steps_std="std").reset_index()
+    )
+    fit = fit_noise_scale(table["global_batch"].astype(float), table["steps"])
+    table["predicted"] = fit.s_min * (1.0 + fit.b_noise / table["global_batch"].astype(float))
+    table["error"] = (table["predicted"] - table["steps"]) / table["steps"]
+    table.attrs.update(source=published.attrs.get("source", ""), name=published.attrs.get("name", ""))
+    return fit, table
+
+
 def compare_convergence(
     params: ConvergenceParams | str | Mapping[str, object], published: xr.Dataset, **select: object
 ) -> pd.DataFrame:
@@ -259,17 +305,8 @@ def compare_convergence(
     ``error`` = (predicted - published) / published, ``reachable`` (False: the model says this
     batch does not reach the target, so there is no predicted step count).
     """
-    if published.attrs.get("table") != "convergence":
-        raise DlexploreError(
-            "expected a convergence dataset (dlexplore.measured.load of one of available_convergence())"
-        )
     p = convergence(params)
-    keep = np.ones(published.sizes["point"], dtype=bool)
-    for name, value in select.items():
-        if name not in published.coords:
-            raise DlexploreError(f"no coordinate {name!r}; the dataset has {list(published.coords)}")
-        keep &= published[name].values == value
-    ds = published.isel(point=np.flatnonzero(keep))
+    ds = _select(published, select)
     model = predict_convergence(ds["global_batch"].astype(float), p)
     frame = pd.DataFrame(
         {

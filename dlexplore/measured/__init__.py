@@ -26,13 +26,23 @@ Bundled datasets (``data/measured/<name>.csv``; each file names its source, setu
 
 Convergence datasets (``data/measured/convergence/``; :func:`available_convergence`): a table with
 ``workload``, ``global_batch`` (samples per step, all workers), optional ``rule``,
-``target_metric``, ``setup``, ``source``, and ``steps`` and/or ``quality`` (fraction; ``%`` on the
-units line). ``you-2019-lamb-bert``: LAMB's BERT-Large steps and SQuAD F1 from 512 to 64K sequences.
+``target_metric``, ``setup``, ``source``, and one or more of ``steps``, ``samples``, ``epochs``
+(the run's length, or its length to the target) and ``quality`` with ``quality_std`` (fractions;
+``%`` on the units line). Steps, samples and epochs are derived from each other where a file gives
+one (epochs need a ``# samples_per_epoch:`` line), and say so in ``attrs["comment"]``.
+``you-2019-lamb-bert`` (LAMB, BERT-Large), ``goyal-2017-resnet50-minibatch`` (ResNet-50 error vs
+minibatch, 90 epochs), ``you-2017-lars-imagenet`` (LARS tables), ``mlperf-rcp-resnet50`` and
+``mlperf-rcp-bert`` (MLPerf's reference convergence points: steps *to a target* at 10 and 13 batch
+sizes). A *noise-scale* table (``b_crit`` and/or ``b_simple``, samples; ``task``, ``phase``,
+``sample_unit``, ``bound``) holds critical batch sizes: ``mccandlish-2018-noise-scale``.
 
 Not available: the Horovod experiments of seed 004 (Malik et al., NYSDS 2018: AlexNet, GoogLeNet,
 ResNet-50 on K20, K40, K80 and P100, up to about 400 K80 GPUs over InfiniBand EDR) are described
 only in words ("throughput and latency almost linear"); the slides give no numbers, so no dataset
-is shipped for them.
+is shipped for them. Nor for Shallue et al. 2018 (arXiv:1811.03600, steps to result against the
+batch size for 35 workloads): their values are only drawn (the paper's figures, and the PNG outputs
+of google-research/batch_science/reproduce_paper_plots.ipynb) or in an 802 MB archive on Google
+Cloud Storage that was out of reach when the other convergence datasets were written.
 
 File format
 -----------

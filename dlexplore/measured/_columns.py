@@ -15,6 +15,7 @@ __all__ = [
     "TRAINING",
     "COMMUNICATION",
     "CONVERGENCE",
+    "NOISE_SCALE",
     "TABLES",
     "REQUIRED",
     "MEASURED",
@@ -25,7 +26,9 @@ TRAINING = "training"
 COMMUNICATION = "communication"
 #: Steps (or final quality) against the global batch: published large-batch results.
 CONVERGENCE = "convergence"
-TABLES = (TRAINING, COMMUNICATION, CONVERGENCE)
+#: Critical batch sizes and gradient noise scales per task (McCandlish et al. 2018's Table 1).
+NOISE_SCALE = "noise_scale"
+TABLES = (TRAINING, COMMUNICATION, CONVERGENCE, NOISE_SCALE)
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ _ALL = frozenset(TABLES)
 _TRAIN = frozenset({TRAINING})
 _COMM = frozenset({COMMUNICATION})
 _CONV = frozenset({CONVERGENCE})
+_NOISE = frozenset({NOISE_SCALE})
 
 #: Every column, in the order the datasets and :func:`~dlexplore.measured.to_frame` list them.
 COLUMNS: dict[str, Column] = {
@@ -68,6 +72,15 @@ COLUMNS: dict[str, Column] = {
                "a rule such as linear, lars, lamb"),
         Column("target_metric", "coord", "str", None, "quality metric of the target", _CONV,
                "a metric such as 'ImageNet top-1 error'"),
+        Column("task", "coord", "str", None, "task or data set, as the source names it", _NOISE,
+               "a task such as ImageNet or 'Billion Word LSTM'"),
+        Column("phase", "coord", "str", None, "when in training the value holds", _NOISE,
+               "a phase such as start or average"),
+        Column("sample_unit", "coord", "str", None, "what one sample of the batch is", _NOISE,
+               "a unit such as images, tokens or frames"),
+        Column("bound", "coord", "str", None,
+               "how the value bounds the quantity ('' a value, 'lower' a lower bound, "
+               "'min'/'max' the extremes of a group)", _NOISE, "one of lower, min, max or empty"),
         Column("collective", "coord", "str", None, "collective operation", _COMM,
                "a collective such as allreduce"),
         Column("gpu", "coord", "str", None, "GPU (catalog id)", _BOTH,
@@ -100,9 +113,23 @@ COLUMNS: dict[str, Column] = {
                _TRAIN, "a number >= 0 (1 = linear scaling)"),
         Column("steps", "var", "float", "count", "optimizer steps of the run (to the target)",
                _CONV, "a number > 0 (optimizer steps)", strict=True),
+        Column("samples", "var", "float", "samples",
+               "training samples processed in the run (to the target)", _CONV,
+               "a number > 0 (samples, all workers together)", strict=True),
+        Column("epochs", "var", "float", "1", "epochs of training data in the run (to the target)",
+               _CONV, "a number > 0 (passes over the training set)", strict=True),
         Column("quality", "var", "float", "1",
                "quality reached (accuracy, F1 or error, as a fraction)", _CONV,
                "a number >= 0 (a fraction, or % when the units line says so)"),
+        Column("quality_std", "var", "float", "1",
+               "standard deviation of the quality over repeated runs", _CONV,
+               "a number >= 0 (a fraction, or % when the units line says so)"),
+        Column("b_crit", "var", "float", "samples",
+               "critical batch size B_crit = E_min / S_min (McCandlish et al. 2018)", _NOISE,
+               "a number > 0 (samples per step)", strict=True),
+        Column("b_simple", "var", "float", "samples",
+               "simple gradient noise scale B_simple = tr(Sigma) / |G|^2", _NOISE,
+               "a number > 0 (samples)", strict=True),
         Column("time", "var", "float", "s", "collective time", _COMM,
                "a number > 0 (seconds unless the units line says otherwise)", strict=True),
         Column("algbw", "var", "float", "GB/s", "algorithm bandwidth (bytes / time)", _COMM,
@@ -118,11 +145,13 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     TRAINING: ("workload", "gpu", "network", "gpus", "batch_size", "precision"),
     COMMUNICATION: ("collective", "gpus"),
     CONVERGENCE: ("workload", "global_batch"),
+    NOISE_SCALE: ("task",),
 }
 MEASURED: dict[str, tuple[str, ...]] = {
     TRAINING: ("throughput", "efficiency"),
     COMMUNICATION: ("time", "algbw", "busbw"),
-    CONVERGENCE: ("steps", "quality"),
+    CONVERGENCE: ("steps", "samples", "epochs", "quality"),
+    NOISE_SCALE: ("b_crit", "b_simple"),
 }
 
 #: Units a file may declare on its ``# units:`` line, per canonical unit: spelling -> divisor

@@ -27,11 +27,13 @@ from ._columns import (
     COMMUNICATION,
     CONVERGENCE,
     MEASURED,
+    NOISE_SCALE,
     REQUIRED,
     TRAINING,
     UNIT_ALIASES,
     Column,
 )
+from ._convergence import derive_amounts
 
 __all__ = ["read_table", "MEASURED_PREFIX"]
 
@@ -62,7 +64,8 @@ def read_table(path: str | Path) -> xr.Dataset:
     meta, header_at = _preamble(path, lines)
     names = _header(path, lines[header_at - 1], header_at)
     table = (COMMUNICATION if "collective" in names
-             else CONVERGENCE if "global_batch" in names else TRAINING)
+             else CONVERGENCE if "global_batch" in names
+             else NOISE_SCALE if "b_crit" in names or "b_simple" in names else TRAINING)
     _check_columns(path, names, table, header_at)
     divisors = _units(path, meta, names)
     default_source = meta.values.get("source") or str(path)
@@ -136,6 +139,28 @@ def _header(path: Path, line: str, number: int) -> list[str]:
     return names
 
 
+_TABLE_MARK = {
+    TRAINING: "no 'collective' or 'global_batch' column",
+    COMMUNICATION: "a 'collective' column",
+    CONVERGENCE: "a 'global_batch' column",
+    NOISE_SCALE: "a 'b_crit' or 'b_simple' column",
+}
+
+
+def _misplaced(name: str, column: Column, table: str) -> str:
+    """Why a column does not belong in this kind of table, naming the columns that do."""
+    if table in (CONVERGENCE, NOISE_SCALE):
+        fits = ", ".join(n for n, c in COLUMNS.items() if table in c.tables)
+        return (f"column {name!r} does not belong to {table.replace('_', '-')} tables (which have "
+                f"{_TABLE_MARK[table]}); expected {fits}")
+    owner = next(t for t in (COMMUNICATION, TRAINING, CONVERGENCE, NOISE_SCALE) if t in column.tables)
+    if table == TRAINING:
+        return (f"column {name!r} belongs to {owner.replace('_', '-')} tables (which have "
+                f"{_TABLE_MARK[owner]}); expected the columns of a training table")
+    return (f"column {name!r} belongs to {owner.replace('_', '-')} tables; a table with a "
+            "'collective' column is a communication table")
+
+
 def _check_columns(path: Path, names: list[str], table: str, line: int) -> None:
     for name in names:
         column = COLUMNS.get(name)
@@ -148,20 +173,8 @@ def _check_columns(path: Path, names: list[str], table: str, line: int) -> None:
                 + f"; expected columns among: {', '.join(COLUMNS)}",
                 line=line,
             )
-        if table not in column.tables and table == CONVERGENCE:
-            raise InputFileError(
-                path, f"column {name!r} does not belong to convergence tables (which have a "
-                "'global_batch' column); expected workload, global_batch, rule, target_metric, "
-                "steps, quality, setup, source", line=line)
         if table not in column.tables:
-            raise InputFileError(
-                path,
-                f"column {name!r} belongs to communication tables (which have a 'collective' "
-                "column); expected the columns of a training table" if table == TRAINING else
-                f"column {name!r} belongs to training tables; a table with a 'collective' column "
-                "is a communication table",
-                line=line,
-            )
+            raise InputFileError(path, _misplaced(name, column, table), line=line)
     missing = [c for c in REQUIRED[table] if c not in names]
     measured = MEASURED[table]
     if not any(c in names for c in measured):
@@ -274,7 +287,7 @@ def _parse_rows(path: Path, rows: list[tuple[int, list[str]]], names: list[str],
         "setup": [""] * n,
         "source": [default_source] * n,
     }
-    if table != CONVERGENCE:
+    if table not in (CONVERGENCE, NOISE_SCALE):
         defaults["algorithm"] = ["none" if g == 1 else "unknown" for g in columns["gpus"]]
     if table == COMMUNICATION:
         defaults.update(gpu=["unknown"] * n, network=["unknown"] * n)
@@ -298,6 +311,8 @@ def _cell(path: Path, number: int, column: Column, text: str, required: bool,
             if required:
                 _bad(path, number, column, text)
             return ""
+        if column.name == "bound" and text not in ("lower", "min", "max"):
+            _bad(path, number, column, text)
         if column.name == "collective":
             try:
                 return normalize_collective(text)
@@ -364,6 +379,9 @@ def _dataset(path: Path, meta: _Meta, table: str, columns: dict[str, list]) -> x
         target[name] = xr.Variable("point", values, attrs)
     if table == COMMUNICATION:
         _derive_bandwidths(columns, data_vars)
+    if table == CONVERGENCE:
+        derive_amounts(path, meta.values.get("samples_per_epoch", ""), meta.lines.get("samples_per_epoch"),
+                       columns, data_vars)
     ds = xr.Dataset(data_vars, coords=coords)
     # Variables first in canonical order; derived ones were appended at the end.
     ds = ds[[name for name in COLUMNS if name in ds.data_vars]]
