@@ -1,8 +1,10 @@
 """Collective operations measured in a trace: matched across ranks, clocks aligned, tabled.
 
-**Which events.** Communication events (category ``communication``) with a collective name, except
-point-to-point ``send``/``recv`` (they do not span a group). One operation can show up as several
-events on a rank; only the one that does the work is kept:
+**Which events.** Communication events (category ``communication``) with a collective name. The
+point-to-point ones (``send``, ``recv``, ``sendrecv``: they join two ranks, not a group) are tabled
+by :func:`point_to_point` and appear in :func:`collective_table` as rows of their own, with the
+``peers`` seen. One operation can show up as several events on a rank; only the one that does the
+work is kept:
 
 - on a rank with device streams (``cuda:*``), only the events on device streams (the NCCL kernels,
   not the host's ``nccl:*`` annotations or ``record_param_comms``);
@@ -20,7 +22,7 @@ numeric ``op``), it is used instead, and the events of one rank with the same id
 (earliest start, latest end); for Horovod's fused operations ``bytes`` is the fused buffer
 (``fusion_bytes``), the message that went over the wire.
 
-**Ranks.** The reader's ``group_size`` when it gives one; else, when the trace holds fewer ranks
+**Ranks.** The reader's ``group_size`` where it gives one; else, when the trace holds fewer ranks
 than its world size (Horovod writes the coordinator's timeline only, or only some ranks' files were
 read), the world size; else the number of ranks an operation was matched on.
 
@@ -62,15 +64,17 @@ import pandas as pd
 from ..errors import DlexploreError
 from ..model.comm import ALGORITHMS, busbw_factor, collective_time
 from .breakdown import _events_of, device_streams
-from .schema import Trace
+from .schema import POINT_TO_POINT, Trace
 
 __all__ = [
     "OP_ID_COLUMNS",
+    "P2P_COLUMNS",
     "TABLE_COLUMNS",
     "clock_offsets",
     "collective_ops",
     "collective_table",
     "compare_collectives",
+    "point_to_point",
 ]
 
 #: Columns of :func:`collective_table`: units and meaning.
@@ -86,6 +90,21 @@ TABLE_COLUMNS: dict[str, tuple[str, str]] = {
     "algbw": ("GB/s", "algorithm bandwidth: bytes / time"),
     "busbw": ("GB/s", "bus bandwidth: algbw x nccl-tests factor"),
     "skew": ("s", "mean spread of start times across ranks (aligned clocks); NaN if seen on one rank"),
+    "peers": ("", "point-to-point rows: the rank -> peer pairs seen (global ranks; ? unknown)"),
+}
+
+#: Columns of :func:`point_to_point`: units and meaning.
+P2P_COLUMNS: dict[str, tuple[str, str]] = {
+    "rank": ("1", "rank the operation ran on"),
+    "peer": ("1", "global rank at the other end (<NA>: the trace does not say)"),
+    "collective": ("", "send, recv or sendrecv (both at once)"),
+    "bytes": ("bytes", "message size"),
+    "count": ("count", "operations"),
+    "time": ("s", "mean duration"),
+    "time_min": ("s", "shortest duration"),
+    "time_max": ("s", "longest duration"),
+    "time_total": ("s", "sum of the durations"),
+    "algbw": ("GB/s", "bytes / time"),
 }
 
 #: Reader columns that identify one operation across ranks, in order of preference: ``seq`` (a
@@ -93,13 +112,14 @@ TABLE_COLUMNS: dict[str, tuple[str, str]] = {
 #: Used only when numeric and set on every collective event (Horovod's ``op`` is a kind, not an id).
 OP_ID_COLUMNS = ("seq", "fusion", "op")
 
-_POINT_TO_POINT = ("send", "recv", "")
+_NOT_GROUP = (*POINT_TO_POINT, "")
 _SYMMETRIC = ("allreduce", "allgather", "reduce_scatter", "alltoall", "barrier")
 _ROOTED_SPREAD = ("gather", "scatter")
 
 
-def _collective_events(events: pd.DataFrame) -> pd.DataFrame:
-    """The communication events that stand for one collective operation each on their rank."""
+def _communication_events(events: pd.DataFrame, *, point_to_point: bool) -> pd.DataFrame:
+    """Communication events with a collective name, group ones or point-to-point ones, that ran on a
+    device stream (on ranks that have them) or anywhere (CPU-only ranks)."""
     if not len(events):
         return pd.DataFrame({"rank": [], "stream": [], "name": [], "collective": [], "start": [],
                              "end": [], "bytes": []})
@@ -107,8 +127,8 @@ def _collective_events(events: pd.DataFrame) -> pd.DataFrame:
     collective = events["collective"].astype(str).to_numpy()
     start = events["start"].to_numpy(dtype=float)
     end = start + events["duration"].to_numpy(dtype=float)
-    keep = (category == "communication") & ~np.isin(collective, _POINT_TO_POINT)
-    keep &= np.isfinite(start) & np.isfinite(end)
+    kind = np.isin(collective, POINT_TO_POINT) if point_to_point else ~np.isin(collective, _NOT_GROUP)
+    keep = (category == "communication") & kind & np.isfinite(start) & np.isfinite(end)
     rank = events["rank"].to_numpy(dtype=np.int64)
     on_device = device_streams(events)
     gpu_ranks = np.unique(rank[on_device & keep])
@@ -122,9 +142,15 @@ def _collective_events(events: pd.DataFrame) -> pd.DataFrame:
         "end": end[keep],
         "bytes": events["bytes"].to_numpy(dtype=float)[keep],
     })
-    for extra in (*OP_ID_COLUMNS, "fusion_bytes", "group_size", "process_group"):
+    for extra in (*OP_ID_COLUMNS, "fusion_bytes", "group_size", "process_group", "peer"):
         if extra in events.columns:
             table[extra] = events[extra].to_numpy()[keep]
+    return table
+
+
+def _collective_events(events: pd.DataFrame) -> pd.DataFrame:
+    """The communication events that stand for one collective operation each on their rank."""
+    table = _communication_events(events, point_to_point=False)
     if table.empty:
         return table
     # c10d:: dispatcher ops, where the same rank has the worker's event for that collective
@@ -210,10 +236,11 @@ def _prepare(trace: Trace | pd.DataFrame, align: bool) -> tuple[pd.DataFrame, pd
     matched = _match(_collective_events(events))
     world_size = trace.world_size if isinstance(trace, Trace) else None
     present = int(np.unique(events["rank"].to_numpy()).size) if len(events) else 0
-    if "group_size" not in matched.columns and world_size and present < world_size:
+    if world_size and present < world_size:
         # one rank's view of a larger job (Horovod's coordinator timeline, or some ranks' files):
-        # the operations still spanned the whole world
-        matched = matched.assign(group_size=world_size)
+        # where the reader does not say the group, the operations spanned the whole world
+        known = pd.to_numeric(matched["group_size"], errors="coerce") if "group_size" in matched else None
+        matched = matched.assign(group_size=world_size if known is None else known.fillna(world_size))
     offsets, reference, unknown = _offsets(matched)
     if not align:
         offsets = offsets * 0.0
@@ -346,14 +373,78 @@ def collective_table(trace: Trace | pd.DataFrame, *, align: bool = True) -> pd.D
             factor[where] = _factor(str(name), table["ranks"].to_numpy()[where])
         table["algbw"] = algbw
         table["busbw"] = algbw * factor
+        table["peers"] = ""
         table = table[list(TABLE_COLUMNS)]
+    table["peers"] = table["peers"].astype(object).fillna("") if len(table) else ""
+    p2p = point_to_point(trace)
+    if len(p2p):
+        table = pd.concat([table, _p2p_rows(p2p)], ignore_index=True)[list(TABLE_COLUMNS)]
     info.update(
         units={name: units for name, (units, _) in TABLE_COLUMNS.items()},
         long_names={name: long for name, (_, long) in TABLE_COLUMNS.items()},
-        title="measured collectives",
+        title="measured collectives and point-to-point operations",
     )
     table.attrs.update(info)
     return table
+
+
+def point_to_point(trace: Trace | pd.DataFrame) -> pd.DataFrame:
+    """Point-to-point operations (send, recv, sendrecv): one row per rank, kind, peer and size.
+
+    Columns (:data:`P2P_COLUMNS`): ``rank``, ``peer`` (the global rank at the other end, <NA>
+    when the trace does not say: NCCL's ``SendRecv`` kernels, MPI ranges without payloads),
+    ``collective``, ``bytes`` (NaN when unknown), ``count``, ``time``, ``time_min``, ``time_max``,
+    ``time_total`` (s) and ``algbw`` (GB/s, bytes / time). Events count where they do the work, as
+    for collectives (device streams on GPU ranks).
+    """
+    events, source, fmt = _events_of(trace)
+    table = _communication_events(events, point_to_point=True)
+    names = list(P2P_COLUMNS)
+    if table.empty:
+        out = pd.DataFrame({name: pd.Series(dtype=float) for name in names})
+        out["collective"] = out["collective"].astype(object)
+    else:
+        peer = (pd.array(table["peer"], dtype="Int64") if "peer" in table
+                else pd.array([pd.NA] * len(table), dtype="Int64"))
+        table = table.assign(peer=peer, peer_key=peer.fillna(-1), size_key=table["bytes"].fillna(-1.0),
+                             duration=table["end"] - table["start"])
+        out = table.groupby(["rank", "collective", "peer_key", "size_key"], sort=True).agg(
+            peer=("peer", "first"), bytes=("bytes", "first"), count=("duration", "size"),
+            time=("duration", "mean"), time_min=("duration", "min"), time_max=("duration", "max"),
+            time_total=("duration", "sum")).reset_index()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out["algbw"] = np.where(out["time"] > 0, out["bytes"] / out["time"] / 1e9, np.nan)
+        out["count"] = out["count"].astype(np.int64)
+        out = out[names]
+    out.attrs.update(source=source, format=fmt, kind="measured", title="measured point-to-point operations",
+                     units={n: u for n, (u, _) in P2P_COLUMNS.items()},
+                     long_names={n: long for n, (_, long) in P2P_COLUMNS.items()})
+    return out
+
+
+def _p2p_rows(p2p: pd.DataFrame) -> pd.DataFrame:
+    """:func:`point_to_point` as collective-table rows: one per kind and size, the pairs in ``peers``."""
+    frame = p2p.assign(size_key=p2p["bytes"].fillna(-1.0), weighted=p2p["time"] * p2p["count"],
+                       pair=[f"{r}->{'?' if p is pd.NA else p}" for r, p in zip(p2p["rank"], p2p["peer"],
+                                                                                 strict=True)])
+    rows = frame.groupby(["collective", "size_key"], sort=True).agg(
+        bytes=("bytes", "first"), ranks=("rank", "nunique"), count=("count", "sum"),
+        weighted=("weighted", "sum"), time_min=("time_min", "min"), time_max=("time_max", "max"),
+        peers=("pair", lambda pairs: _listing(sorted(set(pairs))))).reset_index()
+    rows["time"] = rows.pop("weighted") / rows["count"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rows["algbw"] = np.where(rows["time"] > 0, rows["bytes"] / rows["time"] / 1e9, np.nan)
+    rows["busbw"] = rows["algbw"]  # nccl-tests' sendrecv: bus bandwidth = algorithm bandwidth
+    rows["time_last_in"] = np.nan
+    rows["skew"] = np.nan
+    rows["ranks"] = rows["ranks"].astype(np.int64)
+    rows["count"] = rows["count"].astype(np.int64)
+    return rows[list(TABLE_COLUMNS)]
+
+
+def _listing(items: list[str], shown: int = 6) -> str:
+    more = len(items) - shown
+    return ", ".join(items[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 def compare_collectives(table: pd.DataFrame, *, bandwidth: float, latency: float,

@@ -45,8 +45,10 @@ from ..errors import DlexploreError
 
 __all__ = [
     "COLUMNS",
+    "MEMORY_COLUMNS",
     "CATEGORIES",
     "COLLECTIVES",
+    "POINT_TO_POINT",
     "Trace",
     "empty_events",
     "make_events",
@@ -64,6 +66,17 @@ COLUMNS: dict[str, tuple[str, str, str]] = {
     "bytes": ("float64", "bytes", "message size or bytes copied"),
     "collective": ("category", "", "collective operation"),
     "step": ("Int64", "1", "training step"),
+}
+
+#: Columns of :attr:`Trace.memory`: units and long name.
+MEMORY_COLUMNS: dict[str, tuple[str, str]] = {
+    "rank": ("1", "process rank"),
+    "device": ("", "device the memory belongs to (cpu, cuda:0 ...)"),
+    "time": ("s", "time of the allocation or release, on the events' axis"),
+    "bytes": ("bytes", "bytes allocated (> 0) or released (< 0)"),
+    "allocated": ("bytes", "allocator's total allocated after the event"),
+    "reserved": ("bytes", "allocator's total reserved after the event"),
+    "address": ("1", "address of the block"),
 }
 
 CATEGORIES = (
@@ -91,7 +104,12 @@ COLLECTIVES = (
     "recv",
     "gather",
     "scatter",
+    "sendrecv",
 )
+
+#: Point-to-point operations: they join two ranks, not a group (NCCL's ``SendRecv`` kernel and
+#: ``MPI_Sendrecv`` do both directions at once).
+POINT_TO_POINT = ("send", "recv", "sendrecv")
 
 # Longest first, on names lowered with separators removed: "reducescatter" before "reduce".
 _COLLECTIVE_PATTERNS = (
@@ -102,7 +120,7 @@ _COLLECTIVE_PATTERNS = (
     ("broadcast", "broadcast"),
     ("bcast", "broadcast"),
     ("barrier", "barrier"),
-    ("sendrecv", "send"),
+    ("sendrecv", "sendrecv"),
     ("send", "send"),
     ("recv", "recv"),
     ("gather", "gather"),
@@ -117,7 +135,8 @@ def normalize_collective_name(name: str) -> str:
 
     ``ncclDevKernel_AllReduce_Sum_f32_RING_LL``, ``gloo:all_reduce``, ``c10d::allreduce_``,
     ``MPI_Allreduce``, ``NCCL_ALLREDUCE`` -> ``allreduce``; ``ReduceScatter`` ->
-    ``reduce_scatter``; ``MPI_Isend`` -> ``send``. Apply it only to events already known to be
+    ``reduce_scatter``; ``MPI_Isend`` -> ``send``; ``ncclKernel_SendRecv``, ``MPI_Sendrecv`` ->
+    ``sendrecv``. Apply it only to events already known to be
     communication: ``aten::gather`` is an indexing operator, not a collective.
     """
     key = _SEPARATORS.sub("", str(name).lower())
@@ -185,7 +204,14 @@ class Trace:
     world_size:
         Ranks in the job, when the trace says (else the number of ranks seen).
     meta:
-        What else the files say (per-rank metadata, device properties, clock notes).
+        What else the files say (per-rank metadata, device properties, clock notes;
+        ``missing_ranks`` when ranks of the world were not given).
+    memory:
+        The memory allocator's events when the trace has them (PyTorch's ``profile_memory=True``),
+        else None: one row per allocation (``bytes`` > 0) or release (< 0) with columns
+        :data:`MEMORY_COLUMNS` (``rank``, ``device``, ``time`` [s, the events' axis], ``bytes``,
+        ``allocated`` and ``reserved`` [bytes, the allocator's totals after the event, NaN where the
+        trace does not say], ``address``).
     """
 
     events: pd.DataFrame
@@ -193,6 +219,7 @@ class Trace:
     files: tuple[str, ...] = ()
     world_size: int | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    memory: pd.DataFrame | None = None
 
     def __post_init__(self) -> None:
         if self.world_size is None and len(self.events):
@@ -235,6 +262,13 @@ class Trace:
 
         return collective_table(self, **kwargs)
 
+    def point_to_point(self) -> pd.DataFrame:
+        """Send, recv and sendrecv operations per rank, peer and size
+        (:func:`dlexplore.traces.collectives.point_to_point`)."""
+        from .collectives import point_to_point
+
+        return point_to_point(self)
+
     def stragglers(self, **kwargs: Any) -> pd.DataFrame:
         """Ranks slower than the rest (:func:`dlexplore.traces.breakdown.stragglers`)."""
         from .breakdown import stragglers
@@ -253,7 +287,10 @@ class Trace:
             keep &= self.events["category"].isin(list(categories)).to_numpy()
         events = self.events[keep].reset_index(drop=True)
         events.attrs = dict(self.events.attrs)
-        return Trace(events, self.format, self.files, self.world_size, dict(self.meta))
+        memory = self.memory
+        if memory is not None and ranks is not None:
+            memory = memory[memory["rank"].isin(list(ranks))].reset_index(drop=True)
+        return Trace(events, self.format, self.files, self.world_size, dict(self.meta), memory)
 
 
 # Files that travel with traces in a folder (the collector's manifest, notes) but are not traces.
