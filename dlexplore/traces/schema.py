@@ -264,8 +264,8 @@ class Trace:
 
     def point_to_point(self) -> pd.DataFrame:
         """Send, recv and sendrecv operations per rank, peer and size
-        (:func:`dlexplore.traces.collectives.point_to_point`)."""
-        from .collectives import point_to_point
+        (:func:`dlexplore.traces.p2p.point_to_point`)."""
+        from .p2p import point_to_point
 
         return point_to_point(self)
 
