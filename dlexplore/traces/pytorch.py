@@ -69,8 +69,11 @@ allgather and gather (whose outputs are that much larger than their inputs).
 
 Steps: a host event belongs to the ``ProfilerStep#N`` interval of its rank that contains its
 start. A GPU event belongs to the step of the launch (the ``cuda_runtime``/``cuda_driver`` event
-with the same ``correlation``), else of the host op with its ``External id``, else to the last
-step that started before it (GPU work trails the host).
+with the same ``correlation``), else of the host op with its ``External id``; one whose launch is
+not in any step (launched before the profiler started, or before the first step) has none (<NA>);
+one that nothing links to a launch (no correlation id, or no launch events in the trace) belongs
+to the last step that started before it (GPU work trails the host). The breakdown counts all of
+them by time (:mod:`dlexplore.traces.breakdown`).
 
 Extra columns: ``correlation`` (CUDA correlation id of kernels, copies and launches),
 ``group_size``, ``process_group`` and ``dtype`` (for collectives, when the trace says), ``peer``
@@ -814,7 +817,9 @@ def _nullable(step: np.ndarray) -> pd.arrays.IntegerArray:
 
 
 def _device_steps(device: np.ndarray, rank, start, step, category, corr, ext, on_gpu, begins, numbers):
-    """Steps of GPU rows: the launch's step by correlation, else the op's by External id, else time."""
+    """Steps of GPU rows: the launch's step by correlation, else the op's by External id, else (rows
+    that no launch could name: no correlation id, or a rank without launch events) by time. A row
+    whose launch is known to be outside every step (before the trace or the first step) has none."""
     r = rank[device[0]]
     mine = np.flatnonzero((rank == r) & ~on_gpu & (step >= 0))
     runtime = mine[category[mine] == CATEGORIES.index("runtime")]
@@ -834,7 +839,7 @@ def _device_steps(device: np.ndarray, rank, start, step, category, corr, ext, on
         fill = np.where(need)[0]
         ok = ~np.isnan(found)
         result[fill[ok]] = found[ok].astype(np.int64)
-    need = result < 0
+    need = (result < 0) & ((corr[device] < 0) | (not len(runtime)))
     if need.any():
         slot = np.searchsorted(begins, start[device[need]], side="right") - 1
         result[np.where(need)[0][slot >= 0]] = numbers[slot[slot >= 0]]
