@@ -304,33 +304,39 @@ def _companion(path: Path) -> bool:
             or path.suffix.lower() in _COMPANION_SUFFIXES)
 
 
-def as_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
-    """Paths from one path, a folder (its files, sorted), a glob pattern, or a list of these.
-
-    A folder's hidden files and the files that accompany traces (``manifest.json``, ``README*``,
-    ``*.txt``, ``*.md``, ``*.log``) are skipped; files named directly are always kept.
-    """
+def expand_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[tuple[Path, bool]]:
+    """Like :func:`as_paths`, each path with whether it was found by listing a folder (True) rather
+    than named (a file, a glob match: False). A folder's stray files can be skipped; named ones not."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    found: list[Path] = []
+    found: list[tuple[Path, bool]] = []
     for item in paths:
         text = os.fspath(item)
         path = Path(text)
         if path.is_dir():
             anchors = sorted(path.glob("*.otf2"))
             if anchors:  # an OTF2 archive: its anchor file stands for the whole folder
-                found.extend(anchors)
+                found.extend((a, False) for a in anchors)
                 continue
-            found.extend(sorted(p for p in path.iterdir() if p.is_file() and not _companion(p)))
+            found.extend((p, True) for p in sorted(path.iterdir()) if p.is_file() and not _companion(p))
         elif any(ch in text for ch in "*?[") and not path.exists():
             import glob
 
             matches = sorted(Path(p) for p in glob.glob(text))
             if not matches:
                 raise DlexploreError(f"{text}: no file matches this pattern")
-            found.extend(matches)
+            found.extend((m, False) for m in matches)
         else:
-            found.append(path)
+            found.append((path, False))
     if not found:
         raise DlexploreError("no trace files given")
     return found
+
+
+def as_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
+    """Paths from one path, a folder (its files, sorted), a glob pattern, or a list of these.
+
+    A folder's hidden files and the files that accompany traces (``manifest.json``, ``README*``,
+    ``*.txt``, ``*.md``, ``*.log``) are skipped; files named directly are always kept.
+    """
+    return [path for path, _ in expand_paths(paths)]
