@@ -30,10 +30,12 @@ what happened on the rank *during the step's window* (whichever step an event wa
     the host op, or of the launch for GPU work).
 
 Which streams count: on a rank whose trace has device streams (``cuda:<device>:<stream>``, and
-other devices' ``mtia:``, ``hpu:``), compute, communication, memcpy and memset count only on device
-streams (the GPU's work; host-side launch calls, ``nccl:*`` annotations and
-``record_param_comms`` are not the work itself), while ``data`` (data loading, a host activity)
-counts on every stream. On a CPU-only rank every thread counts.
+other devices' ``mtia:``, ``hpu:``), compute, memcpy and memset count only on device streams (the
+GPU's work; host-side launch calls are not the work itself), while ``data`` (data loading, a host
+activity) counts on every stream. Communication counts on device streams on a rank whose device
+runs communication (NCCL kernels: the host's ``nccl:*`` annotations and ``record_param_comms``
+only launch them), and on the host otherwise (MPI calls, gloo). On a CPU-only rank every thread
+counts.
 
 Time before a rank's first step (set-up) and after its last is left out; the events that carry no
 step are in ``attrs["events_outside_steps"]``. A trace that marks no step at all is taken as one
@@ -267,12 +269,16 @@ def _coverage(events: pd.DataFrame, rank_coords: np.ndarray, w_rank: np.ndarray,
     known = (position < len(rank_coords)) & np.isfinite(start_all) & np.isfinite(end_all)
     known[known] &= rank_coords[position[known]] == rank_all[known]
     on_device = device_streams(events)
-    # A rank is a GPU rank when any of its events is on a device stream.
+    category = events["category"]
+    where = np.minimum(position, len(rank_coords) - 1)
+    # A rank is a GPU rank when any of its events is on a device stream; its communication is the
+    # device's when any of its communication events is (NCCL); else the host's (MPI, gloo).
     gpu_rank = np.bincount(position[on_device & known], minlength=len(rank_coords)) > 0
-    counts_as_device = on_device | ~gpu_rank[np.minimum(position, len(rank_coords) - 1)]
+    is_comm = _category_mask(category, ("communication",))
+    device_comm_rank = np.bincount(position[on_device & known & is_comm], minlength=len(rank_coords)) > 0
+    counts_as_device = on_device | np.where(is_comm, ~device_comm_rank[where], ~gpu_rank[where])
     origin = float(min(start_all[known].min(), begin.min())) if known.any() else float(begin.min())
     span = float(max(end_all[known].max() if known.any() else 0.0, end.max()) - origin)
-    category = events["category"]
 
     def covered(names: tuple[str, ...]) -> np.ndarray:
         selected = _category_mask(category, names) & known
