@@ -269,6 +269,45 @@ class Trace:
 
         return point_to_point(self)
 
+    def temporal_breakdown(self, **kwargs: Any):
+        """Device time per rank: compute, non-compute, idle, as HTA's temporal breakdown
+        (:func:`dlexplore.traces.temporal.temporal_breakdown`)."""
+        from .temporal import temporal_breakdown
+
+        return temporal_breakdown(self, **kwargs)
+
+    def critical_path(self, **kwargs: Any) -> pd.DataFrame:
+        """The events that set one step's length (:func:`dlexplore.traces.critical_path.critical_path`)."""
+        from .critical_path import critical_path
+
+        return critical_path(self, **kwargs)
+
+    def launch_stats(self) -> pd.DataFrame:
+        """Each device event with its launch: delay, short kernels
+        (:func:`dlexplore.traces.launches.launch_stats`)."""
+        from .launches import launch_stats
+
+        return launch_stats(self)
+
+    def queue_length(self) -> pd.DataFrame:
+        """Operations queued per stream over time (:func:`dlexplore.traces.launches.queue_length`)."""
+        from .launches import queue_length
+
+        return queue_length(self)
+
+    def memory_timeline(self) -> pd.DataFrame:
+        """Memory in use per device over time (:func:`dlexplore.traces.memory.memory_timeline`)."""
+        from .memory import memory_timeline
+
+        return memory_timeline(self)
+
+    def diff(self, test: Trace) -> pd.DataFrame:
+        """Operators and kernels of ``test`` against this trace, the control
+        (:func:`dlexplore.traces.diff.trace_diff`)."""
+        from .diff import trace_diff
+
+        return trace_diff(self, test)
+
     def stragglers(self, **kwargs: Any) -> pd.DataFrame:
         """Ranks slower than the rest (:func:`dlexplore.traces.breakdown.stragglers`)."""
         from .breakdown import stragglers
