@@ -8,7 +8,9 @@ flow (``s``/``f``), metadata (``M``) events and Kineto's ``Trace`` spans do not.
 ``[memory]`` instant events (``profile_memory=True``) become :attr:`Trace.memory`.
 Timestamps (µs in the file) become seconds; ``start`` is ``ts`` plus the file's
 ``baseTimeNanoseconds`` less the earliest one of the set, so ranks share one time axis
-(``trace.meta["epoch_ns"]`` is its zero in Unix nanoseconds).
+(``trace.meta["epoch_ns"]`` is its zero in Unix nanoseconds). Files without
+``baseTimeNanoseconds`` hold Unix times in µs. Times count from the set's first whole microsecond
+(so a 1.7e9 s Unix time keeps nanoseconds).
 
 Rank and world size come from the ``ranks=`` option (one per file), else the top-level
 ``distributedInfo`` (``rank``, ``world_size``, ``backend``), else a rank the file name states
@@ -203,6 +205,7 @@ class _RankFile:
         self.rank_known = True
         self.world_size: int | None = None
         self.memory: list[tuple] = []
+        self.ts_origin = 0.0  # µs subtracted from ts (files without baseTimeNanoseconds)
         self.backend: str | None = None
 
     # -- reading ---------------------------------------------------------------------------
@@ -596,10 +599,19 @@ def _assemble(
     bases = [f.meta.get("baseTimeNanoseconds") for f in files]
     epoch_ns = None
     shift = np.zeros(len(files))
+    ts = column("ts", np.float64)
+    # Count from the set's first whole µs: times of 1.7e9 s (Unix time) or 4e6 s (a device clock)
+    # would otherwise keep only 0.2 µs or 1 ns of resolution, and durations from differences less
+    origin = float(np.floor(ts.min())) if len(ts) else 0.0
+    ts = ts - origin
+    for file in files:
+        file.ts_origin = origin
     if all(isinstance(b, int) and not isinstance(b, bool) for b in bases):
-        epoch_ns = min(bases)
-        shift = np.asarray([(b - epoch_ns) * 1e-9 for b in bases])
-    start = column("ts", np.float64) * 1e-6 + np.repeat(shift, counts)
+        epoch_ns = min(bases) + int(origin) * 1000
+        shift = np.asarray([(b - min(bases)) * 1e-9 for b in bases])
+    elif origin > 1e14:  # after 1973: the file's times are Unix times in µs
+        epoch_ns = int(origin) * 1000
+    start = ts * 1e-6 + np.repeat(shift, counts)
     duration = column("dur", np.float64) * 1e-6
     cat_code = column("cat", np.int32)
     name_code = column("name", np.int32)
@@ -692,7 +704,8 @@ def _memory_table(files: list[_RankFile], shift: np.ndarray) -> pd.DataFrame | N
         labels = [n if n == "cpu" else f"{n}:{int(d)}" for n, d in zip(names, ids, strict=True)]
         parts.append(pd.DataFrame({
             "rank": np.full(len(ts), file.rank, dtype=np.int32), "device": labels,
-            "time": ts * 1e-6 + offset, "bytes": delta, "allocated": allocated, "reserved": reserved,
+            "time": (ts - file.ts_origin) * 1e-6 + offset, "bytes": delta, "allocated": allocated,
+            "reserved": reserved,
             "address": pd.array(np.where(np.isnan(address), 0, address).astype(np.int64), dtype="Int64"),
         }))
         parts[-1].loc[np.isnan(address), "address"] = pd.NA
