@@ -79,11 +79,14 @@ def _as_hta(trace, rounding: bool, syncs: bool):
 
     events = trace.events.copy()
     if rounding:
-        start_us = np.round(events["start"].to_numpy() * 1e6, 3)
-        end_us = np.round((events["start"] + events["duration"]).to_numpy() * 1e6, 3)
-        start = np.ceil(start_us)
-        events["start"] = start * 1e-6
-        events["duration"] = np.maximum(np.floor(end_us) - start, 0.0) * 1e-6
+        # back to the file's own µs (HTA works on them): ts = start + (zero - baseTimeNanoseconds)
+        (info,) = trace.meta["ranks"].values()
+        offset = ((trace.meta["epoch_ns"] or 0) - (info["baseTimeNanoseconds"] or 0)) / 1000
+        ts = np.round(events["start"].to_numpy() * 1e6, 3) + offset
+        end = ts + np.round(events["duration"].to_numpy() * 1e6, 3)  # float64 at the file's scale, as HTA
+        start = np.ceil(ts)
+        events["start"] = (start - offset) * 1e-6
+        events["duration"] = np.maximum(np.floor(end) - start, 0.0) * 1e-6
     if syncs:
         name = events["name"].astype(str)
         on_device = ~events["stream"].astype(str).str.startswith("cpu:")

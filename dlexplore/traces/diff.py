@@ -72,7 +72,8 @@ def trace_diff(control: Trace | pd.DataFrame, test: Trace | pd.DataFrame) -> pd.
     """Per operator and kernel name: counts and times of ``test`` against ``control`` (module
     docstring); :data:`DIFF_COLUMNS`, with ``attrs`` naming both sources and their divisors."""
     before, after = op_stats(control), op_stats(test)
-    joined = before.join(after, how="outer", lsuffix="_control", rsuffix="_test")
+    joined = before.merge(after, how="outer", left_index=True, right_index=True,
+                          suffixes=("_control", "_test"))
     present_before = joined["count_control"].notna().to_numpy()
     present_after = joined["count_test"].notna().to_numpy()
     joined = joined.fillna(0.0).reset_index()
