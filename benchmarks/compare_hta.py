@@ -64,11 +64,15 @@ def hta_figures(path: Path) -> dict[str, float] | str:
     def union(kind: str) -> float:
         return float(kinds.loc[kinds["kernel_type"].str.contains(kind), "sum"].sum())
 
-    return {"rank": int(temporal["rank"]), "idle": float(temporal["idle_time(us)"]),
-            "compute": float(temporal["compute_time(us)"]),
-            "non_compute": float(temporal["non_compute_time(us)"]),
-            "span": float(temporal["kernel_time(us)"]), "comm": union("COMMUNICATION"),
-            "memory": union("MEMORY")}
+    return {
+        "rank": int(temporal["rank"]),
+        "idle": float(temporal["idle_time(us)"]),
+        "compute": float(temporal["compute_time(us)"]),
+        "non_compute": float(temporal["non_compute_time(us)"]),
+        "span": float(temporal["kernel_time(us)"]),
+        "comm": union("COMMUNICATION"),
+        "memory": union("MEMORY"),
+    }
 
 
 def _as_hta(trace, rounding: bool, syncs: bool):
@@ -113,9 +117,15 @@ def dlexplore_figures(path: Path, rounding: bool = False, syncs: bool = False) -
     if not ds.sizes["rank"]:
         return {}
     cell = ds.isel(rank=0)
-    values = {"rank": int(cell["rank"]), "idle": cell.time_idle, "compute": cell.time_compute,
-              "non_compute": cell.time_non_compute, "span": cell.time_span, "comm": cell.time_comm,
-              "memory": cell.time_memcpy}
+    values = {
+        "rank": int(cell["rank"]),
+        "idle": cell.time_idle,
+        "compute": cell.time_compute,
+        "non_compute": cell.time_non_compute,
+        "span": cell.time_span,
+        "comm": cell.time_comm,
+        "memory": cell.time_memcpy,
+    }
     return {k: (v if k == "rank" else float(v) * 1e6) for k, v in values.items()}
 
 
@@ -144,8 +154,9 @@ def main() -> None:
         return
     if not args.hta_python:
         sys.exit("give --hta-python (see the docstring for installing HTA)")
-    run = subprocess.run([args.hta_python, __file__, "--hta-only"], capture_output=True, text=True,
-                         check=True)
+    run = subprocess.run(
+        [args.hta_python, __file__, "--hta-only"], capture_output=True, text=True, check=True
+    )
     hta = json.loads(run.stdout.strip().splitlines()[-1])
     rows = []
     for path in files:
@@ -157,17 +168,29 @@ def main() -> None:
         ours = dlexplore_figures(path)
         adjusted = dlexplore_figures(path, rounding=fractional, syncs=syncs) if fractional or syncs else ours
         reason = ", ".join(r for r, on in (("us", fractional), ("sync", syncs)) if on) or "-"
-        rows.append({"file": path.name, "rank": theirs["rank"], "reason": reason, "hta": theirs,
-                     "dlexplore": ours, "dlexplore_as_hta": adjusted})
-    print(f"{'file':46} {'quantity':12} {'HTA µs':>12} {'dlexplore µs':>13} {'err %span':>9} "
-          f"{'as HTA µs':>12} {'err %span':>9}  why")
+        rows.append(
+            {
+                "file": path.name,
+                "rank": theirs["rank"],
+                "reason": reason,
+                "hta": theirs,
+                "dlexplore": ours,
+                "dlexplore_as_hta": adjusted,
+            }
+        )
+    print(
+        f"{'file':46} {'quantity':12} {'HTA µs':>12} {'dlexplore µs':>13} {'err %span':>9} "
+        f"{'as HTA µs':>12} {'err %span':>9}  why"
+    )
     for row in rows:
         span = row["hta"]["span"]
         for key in HTA_KEYS:
             h, d, a = row["hta"][key], row["dlexplore"][key], row["dlexplore_as_hta"][key]
             e1, e2 = (100 * (x - h) / span if span else math.nan for x in (d, a))
-            print(f"{row['file'][:46]:46} {key:12} {h:12.0f} {d:13.0f} {e1:9.3f} {a:12.0f} {e2:9.3f}  "
-                  f"{row['reason']}")
+            print(
+                f"{row['file'][:46]:46} {key:12} {h:12.0f} {d:13.0f} {e1:9.3f} {a:12.0f} {e2:9.3f}  "
+                f"{row['reason']}"
+            )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 

@@ -22,8 +22,10 @@ def real(relative: str) -> Path:
     path = REAL / relative
     if path.exists():
         return path
-    message = (f"{path} is missing: the real traces live in ../shared/traces-real beside the "
-               "repository (see SOURCES.tsv there)")
+    message = (
+        f"{path} is missing: the real traces live in ../shared/traces-real beside the "
+        "repository (see SOURCES.tsv there)"
+    )
     if os.environ.get("CI") == "true":
         pytest.fail(message)
     pytest.skip(message)

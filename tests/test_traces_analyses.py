@@ -31,32 +31,62 @@ P = "pytorch/HolisticTraceAnalysis__"
 #: times to whole µs (start up, end down), "sync" HTA counts cuda_sync events as device work.
 HTA = {
     P + "amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz": (
-        dict(idle=8780, compute=96, non_compute=35, span=8911, comm=0, memory=35), "us"),
+        dict(idle=8780, compute=96, non_compute=35, span=8911, comm=0, memory=35),
+        "us",
+    ),
     P + "critical_path__alexnet__benchmark_result_2869224_1695835535_trace.json.gz": (
-        dict(idle=12929684, compute=10637, non_compute=55690, span=12996011, comm=0, memory=55511), "sync"),
+        dict(idle=12929684, compute=10637, non_compute=55690, span=12996011, comm=0, memory=55511),
+        "sync",
+    ),
     P + "df_index_resolver__df_index_resolver.json.gz": (
-        dict(idle=643612, compute=496485, non_compute=256572, span=1396669, comm=238274, memory=18298), ""),
+        dict(idle=643612, compute=496485, non_compute=256572, span=1396669, comm=238274, memory=18298),
+        "",
+    ),
     P + "nccl_parser_config__nccl_data.json.gz": (
-        dict(idle=338781, compute=75169, non_compute=21636, span=435586, comm=24278, memory=1015), "us"),
+        dict(idle=338781, compute=75169, non_compute=21636, span=435586, comm=24278, memory=1015),
+        "us",
+    ),
     P + "negative_queue_length_values_check__rank0.json.gz": (
-        dict(idle=705853, compute=143836, non_compute=166865, span=1016554, comm=136490, memory=36011), ""),
+        dict(idle=705853, compute=143836, non_compute=166865, span=1016554, comm=136490, memory=36011),
+        "",
+    ),
     P + "ns_resolution_trace__rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz": (
-        dict(idle=10113, compute=372150, non_compute=2371, span=384634, comm=0, memory=2371), "us"),
+        dict(idle=10113, compute=372150, non_compute=2371, span=384634, comm=0, memory=2371),
+        "us",
+    ),
     P + "trace_diff__control__control.json.gz": (
-        dict(idle=62119, compute=234760, non_compute=86525, span=383404, comm=132510, memory=45338), ""),
+        dict(idle=62119, compute=234760, non_compute=86525, span=383404, comm=132510, memory=45338),
+        "",
+    ),
     P + "trace_diff__test__test.json.gz": (
-        dict(idle=46910, compute=429216, non_compute=152245, span=628371, comm=190234, memory=130628), ""),
+        dict(idle=46910, compute=429216, non_compute=152245, span=628371, comm=190234, memory=130628),
+        "",
+    ),
     P + "trace_filter__sampled_rank-0.json.gz": (
-        dict(idle=321378, compute=106252, non_compute=172428, span=600058, comm=195327, memory=662), ""),
+        dict(idle=321378, compute=106252, non_compute=172428, span=600058, comm=195327, memory=662),
+        "",
+    ),
     P + "trace_filter__sampled_rank-1.json.gz": (
-        dict(idle=328671, compute=135548, non_compute=136455, span=600674, comm=168027, memory=2667), ""),
+        dict(idle=328671, compute=135548, non_compute=136455, span=600674, comm=168027, memory=2667),
+        "",
+    ),
     "pytorch/kineto__tb_plugin__samples__resnet50_num_workers_0__worker0.1623143089861.pt.trace.json.gz": (
-        dict(idle=327463, compute=492891, non_compute=10140, span=830494, comm=0, memory=10140), ""),
+        dict(idle=327463, compute=492891, non_compute=10140, span=830494, comm=0, memory=10140),
+        "",
+    ),
     "pytorch/kineto__tb_plugin__samples__resnet50_num_workers_4__worker0.1623212756351.pt.trace.json.gz": (
-        dict(idle=164699, compute=495912, non_compute=16562, span=677173, comm=0, memory=16562), ""),
+        dict(idle=164699, compute=495912, non_compute=16562, span=677173, comm=0, memory=16562),
+        "",
+    ),
 }
-_VARIABLES = dict(idle="time_idle", compute="time_compute", non_compute="time_non_compute", span="time_span",
-                  comm="time_comm", memory="time_memcpy")
+_VARIABLES = dict(
+    idle="time_idle",
+    compute="time_compute",
+    non_compute="time_non_compute",
+    span="time_span",
+    comm="time_comm",
+    memory="time_memcpy",
+)
 
 
 def quiet(path, **options):
@@ -102,8 +132,11 @@ def test_trace_diff_on_the_hta_pair():
     compiled = diff.loc[("operator", "CompiledFunction")]
     assert compiled["status"] == "added" and compiled["count_test"] == 1.0 and compiled["time_control"] == 0
     # the time deltas come from the events' durations: aten::copy_ in the test trace, by hand
-    durations = [e["dur"] for e in events_of(real(P + "trace_diff__test__test.json.gz"))
-                 if e.get("cat") == "cpu_op" and e.get("name") == "aten::copy_"]
+    durations = [
+        e["dur"]
+        for e in events_of(real(P + "trace_diff__test__test.json.gz"))
+        if e.get("cat") == "cpu_op" and e.get("name") == "aten::copy_"
+    ]
     assert copy["time_test"] == pytest.approx(sum(durations) * 1e-6 / 6)
     assert set(diff["status"]) == {"added", "removed", "changed", "same"}
     assert diff.attrs["units"]["time_delta"] == "s"
@@ -138,8 +171,9 @@ def test_launch_statistics_and_queue_length():
 
 
 def test_launches_need_correlation_ids():
-    events = make_events(dict(rank=[0], stream=["cpu:1:1"], name=["x"], category=["compute"], start=[0.0],
-                              duration=[1.0]))
+    events = make_events(
+        dict(rank=[0], stream=["cpu:1:1"], name=["x"], category=["compute"], start=[0.0], duration=[1.0])
+    )
     with pytest.raises(Exception, match="no correlation ids"):
         launch_stats(Trace(events, "horovod"))
 
@@ -160,14 +194,20 @@ def test_memory_timeline_from_the_allocator_events():
     assert int(gpu.relative) == 0 and summary.peak_allocated.attrs["units"] == "bytes"
     # a 2021 trace gives only the changes: the level counts from the first event; by hand, the
     # running sum of "Bytes" of the Device Type 1 events in time order peaks at the summary's peak
-    old_path = real("pytorch/kineto__tb_plugin__samples__resnet50_num_workers_0__worker0.1623143089861"
-                    ".pt.trace.json.gz")
+    old_path = real(
+        "pytorch/kineto__tb_plugin__samples__resnet50_num_workers_0__worker0.1623143089861.pt.trace.json.gz"
+    )
     old = memory_timeline(quiet(old_path))
-    gpu_events = sorted((e["ts"], i, e["args"]["Bytes"]) for i, e in enumerate(events_of(old_path))
-                        if e.get("name") == "[memory]" and e["args"]["Device Type"] == 1)
+    gpu_events = sorted(
+        (e["ts"], i, e["args"]["Bytes"])
+        for i, e in enumerate(events_of(old_path))
+        if e.get("name") == "[memory]" and e["args"]["Device Type"] == 1
+    )
     assert old["relative"].all()
-    assert memory_summary(old).peak_allocated.sel(rank=0, device="cuda:0").item() == \
-        np.cumsum([b for _, _, b in gpu_events]).max()
+    assert (
+        memory_summary(old).peak_allocated.sel(rank=0, device="cuda:0").item()
+        == np.cumsum([b for _, _, b in gpu_events]).max()
+    )
     with pytest.raises(Exception, match="no memory events.*profile_memory=True"):
         memory_timeline(quiet(real(P + "trace_filter__sampled_rank-0.json.gz"), allow_missing_ranks=True))
 
@@ -185,28 +225,57 @@ def test_critical_path_by_hand():
     (the op before the launch, aten::after), runtime 0.125, idle 0.125 (launch end 0.375 to kernel
     start 0.5), compute 2.5, sync 0.125 (3.0 to 3.125): 3.5 s.
     """
-    rows = [("cpu:1:1", "ProfilerStep#0", "step", 0.0, 3.5, np.nan),
-            ("cpu:1:1", "aten::op", "cpu", 0.0, 1.0, np.nan),
-            ("cpu:1:1", "cudaLaunchKernel", "runtime", 0.25, 0.375, 1),
-            ("cuda:0:7", "gemm", "compute", 0.5, 3.0, 1),
-            ("cpu:1:1", "cudaDeviceSynchronize", "runtime", 1.0, 3.125, 2),
-            ("cpu:1:1", "aten::after", "cpu", 3.125, 3.5, np.nan)]
+    rows = [
+        ("cpu:1:1", "ProfilerStep#0", "step", 0.0, 3.5, np.nan),
+        ("cpu:1:1", "aten::op", "cpu", 0.0, 1.0, np.nan),
+        ("cpu:1:1", "cudaLaunchKernel", "runtime", 0.25, 0.375, 1),
+        ("cuda:0:7", "gemm", "compute", 0.5, 3.0, 1),
+        ("cpu:1:1", "cudaDeviceSynchronize", "runtime", 1.0, 3.125, 2),
+        ("cpu:1:1", "aten::after", "cpu", 3.125, 3.5, np.nan),
+    ]
     stream, name, category, start, end, corr = (list(c) for c in zip(*rows, strict=True))
-    events = make_events(dict(rank=[0] * 6, stream=stream, name=name, category=category, start=start,
-                              duration=np.subtract(end, start), step=pd.array([0] * 6, dtype="Int64"),
-                              correlation=pd.array(corr, dtype="Float64").astype("Int64")))
+    events = make_events(
+        dict(
+            rank=[0] * 6,
+            stream=stream,
+            name=name,
+            category=category,
+            start=start,
+            duration=np.subtract(end, start),
+            step=pd.array([0] * 6, dtype="Int64"),
+            correlation=pd.array(corr, dtype="Float64").astype("Int64"),
+        )
+    )
     path = critical_path(Trace(events, "pytorch"))
-    assert path["name"].tolist() == ["aten::op", "cudaLaunchKernel", "gemm", "cudaDeviceSynchronize",
-                                     "aten::after"]
+    assert path["name"].tolist() == [
+        "aten::op",
+        "cudaLaunchKernel",
+        "gemm",
+        "cudaDeviceSynchronize",
+        "aten::after",
+    ]
     summary = critical_path_summary(path).time.to_series()
-    assert summary.to_dict() == {"compute": 2.5, "communication": 0.0, "memcpy": 0.0, "memset": 0.0,
-                                 "cpu": 0.625, "runtime": 0.125, "sync": 0.125, "data": 0.0, "idle": 0.125}
+    assert summary.to_dict() == {
+        "compute": 2.5,
+        "communication": 0.0,
+        "memcpy": 0.0,
+        "memset": 0.0,
+        "cpu": 0.625,
+        "runtime": 0.125,
+        "sync": 0.125,
+        "data": 0.0,
+        "idle": 0.125,
+    }
 
 
-@pytest.mark.parametrize("relative", [P + "trace_diff__control__control.json.gz",
-                                      P + "negative_queue_length_values_check__rank0.json.gz",
-                                      "pytorch/kineto__tb_plugin__samples__resnet50_num_workers_0__worker0"
-                                      ".1623143089861.pt.trace.json.gz"])
+@pytest.mark.parametrize(
+    "relative",
+    [
+        P + "trace_diff__control__control.json.gz",
+        P + "negative_queue_length_values_check__rank0.json.gz",
+        "pytorch/kineto__tb_plugin__samples__resnet50_num_workers_0__worker0.1623143089861.pt.trace.json.gz",
+    ],
+)
 def test_critical_path_of_real_steps_adds_up_to_the_step(relative):
     trace = quiet(real(relative))
     path = critical_path(trace)

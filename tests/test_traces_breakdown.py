@@ -148,8 +148,8 @@ def four_ranks_one_slow(steps: int = 3) -> Trace:
 
     Step s starts at T = 1.6 s on every rank, back to back; compute [T, T + c]; the allreduce runs
     from the end of compute to T + 1.6 (the slow rank arrives at T + 1.5, then 0.1 s of transfer);
-    step windows are [T, T + 1.6] everywhere. Per step: fast ranks expose 0.6 s of communication, the slow one 0.1 s,
-    so ``time_work`` = 1.6 - exposed is 1.0 on fast ranks and 1.5 on the slow one.
+    step windows are [T, T + 1.6] everywhere. Per step: fast ranks expose 0.6 s of communication,
+    the slow one 0.1 s, so ``time_work`` = 1.6 - exposed is 1.0 on fast ranks and 1.5 on the slow one.
     """
     rows = []
     for s in range(steps):
@@ -287,7 +287,7 @@ def test_union_matches_a_slow_reference_on_random_intervals(markers):
         for s in range(4):
             lo, hi = begins[s], ends[s]
 
-            def pick(*cats, lo=lo, hi=hi):
+            def pick(*cats, mine=mine):
                 return [(a, b) for a, b, c in zip(start[mine], end[mine], category[mine], strict=True)
                         if c in cats]
             compute = _union_within(pick("compute"), lo, hi)

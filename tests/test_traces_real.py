@@ -28,8 +28,10 @@ NS = "pytorch/HolisticTraceAnalysis__ns_resolution_trace__rank-0.Apr_03_18_51_38
 NEGQ = "pytorch/HolisticTraceAnalysis__negative_queue_length_values_check__rank0.json.gz"
 NCCL = "pytorch/HolisticTraceAnalysis__nccl_parser_config__nccl_data.json.gz"
 CONTROL = "pytorch/HolisticTraceAnalysis__trace_diff__control__control.json.gz"
-SAMPLED = ["pytorch/HolisticTraceAnalysis__trace_filter__sampled_rank-0.json.gz",
-           "pytorch/HolisticTraceAnalysis__trace_filter__sampled_rank-1.json.gz"]
+SAMPLED = [
+    "pytorch/HolisticTraceAnalysis__trace_filter__sampled_rank-0.json.gz",
+    "pytorch/HolisticTraceAnalysis__trace_filter__sampled_rank-1.json.gz",
+]
 AMD = "pytorch/HolisticTraceAnalysis__amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz"
 NSYS = "nsys/pipit__saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
 SUPERBENCH = "nccl-tests/superbenchmark__nccl_{}.log"
@@ -66,7 +68,8 @@ def test_2021_kineto_categories_steps_copies_and_data_loading():
     # each step runs from its ProfilerStep to the next one: ts differences 176,146 174,061
     # 176,987 181,327 176,535 us
     assert ds.step_time.sel(rank=0).values[:5] * 1e6 == pytest.approx(
-        [176146, 174061, 176987, 181327, 176535], abs=0.5)
+        [176146, 174061, 176987, 181327, 176535], abs=0.5
+    )
     assert float(ds.time_memcpy.sum()) == pytest.approx(11_492e-6, rel=1e-6)
     assert float(ds.time_data.sum()) == pytest.approx(415_791e-6, rel=1e-6)
     # 12,838 "[memory]" instants: 8,220 on CUDA (Device Type 1), 4,618 on the CPU
@@ -76,8 +79,10 @@ def test_2021_kineto_categories_steps_copies_and_data_loading():
 # -- 2. ranks -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name, rank", [("host_1016005.pt.trace.json", None), ("job_rank_3.json", 3),
-                                        ("rank-12.1016005.pt.trace.json", 12)])
+@pytest.mark.parametrize(
+    "name, rank",
+    [("host_1016005.pt.trace.json", None), ("job_rank_3.json", 3), ("rank-12.1016005.pt.trace.json", 12)],
+)
 def test_rank_only_from_distributed_info_or_an_explicit_rank_pattern(tmp_path, name, rank):
     # the 2021 trace has no distributedInfo; only its file name can say a rank
     (tmp_path / name).write_bytes(gzip.open(real(TB0)).read())
@@ -124,12 +129,29 @@ def test_kernel_arguments_give_collective_bytes_and_group():
     # hand count (json): the 21 NCCL kernels carry Collective name, In msg nelems, dtype and
     # Process Group Name "0": allreduce of 6,637,568 / 2,431,040 / 2,049,000 / 7,875,584 /
     # 6,563,840 Float (4 B), broadcast of 53,120 Float and of 53 Long (8 B), 3 of each
-    got = sorted(zip(kernels["collective"].astype(str), kernels["bytes"],
-                     kernels["process_group"].astype(str), strict=True))
-    expected = sorted([(c, b, "0") for c, b in [("allreduce", 26550272), ("allreduce", 9724160),
-                                                 ("allreduce", 8196000), ("allreduce", 31502336),
-                                                 ("allreduce", 26255360), ("broadcast", 212480),
-                                                 ("broadcast", 424)] for _ in range(3)])
+    got = sorted(
+        zip(
+            kernels["collective"].astype(str),
+            kernels["bytes"],
+            kernels["process_group"].astype(str),
+            strict=True,
+        )
+    )
+    expected = sorted(
+        [
+            (c, b, "0")
+            for c, b in [
+                ("allreduce", 26550272),
+                ("allreduce", 9724160),
+                ("allreduce", 8196000),
+                ("allreduce", 31502336),
+                ("allreduce", 26255360),
+                ("broadcast", 212480),
+                ("broadcast", 424),
+            ]
+            for _ in range(3)
+        ]
+    )
     assert got == expected
 
 
@@ -141,8 +163,16 @@ def test_ncclDevKernel_Generic_takes_everything_from_record_param_comms(tmp_path
     for event in document["traceEvents"]:
         if event.get("cat") == "kernel" and event.get("name", "").startswith("ncclKernel"):
             event["name"] = "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)"
-            for key in ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype",
-                        "Process Group Name", "Process Group Ranks", "Process Group Description"):
+            for key in (
+                "Collective name",
+                "In msg nelems",
+                "Out msg nelems",
+                "Group size",
+                "dtype",
+                "Process Group Name",
+                "Process Group Ranks",
+                "Process Group Description",
+            ):
                 event["args"].pop(key, None)
     path = tmp_path / "generic.json"
     path.write_text(json.dumps(document))
@@ -169,7 +199,9 @@ def test_point_to_point_peers_from_the_call(tmp_path):
     # 6 broadcast kernels: 3 of 53,120 Float (212,480 B) and 3 of 53 Long (424 B), now sends from
     # rank 0 to rank 1
     assert p2p[["rank", "peer", "collective", "bytes", "count"]].values.tolist() == [
-        [0, 1, "send", 424.0, 3], [0, 1, "send", 212480.0, 3]]
+        [0, 1, "send", 424.0, 3],
+        [0, 1, "send", 212480.0, 3],
+    ]
     table = quiet_load(path).collectives()
     assert set(table.loc[table["collective"] == "send", "peers"]) == {"0->1"}
 
@@ -184,7 +216,8 @@ def test_steps_partition_the_timeline():
     # ...5502094.5, 5537248.25, 5609361.75, 5705090.25, 5800675.0 us: differences 35,153.75,
     # 72,113.5, 95,728.5, 95,584.75 us
     assert ds.step_time.sel(rank=0).values[:4] * 1e6 == pytest.approx(
-        [35153.75, 72113.5, 95728.5, 95584.75], abs=0.01)
+        [35153.75, 72113.5, 95728.5, 95584.75], abs=0.01
+    )
     # the windows tile the rank's timeline: their sum is the span from the first step's start to
     # the end of the last window, less than the device's whole span plus the host's lead
     starts = trace.events.loc[trace.events["category"] == "step", "start"]
@@ -229,8 +262,9 @@ def test_nccl_tests_repeated_zero_rows_and_blank_redop():
     assert points.sizes == {"point": 34, "placement": 2}
 
 
-@pytest.mark.parametrize("name", ["allgather", "allreduce", "alltoall", "broadcast", "reduce",
-                                  "reducescatter"])
+@pytest.mark.parametrize(
+    "name", ["allgather", "allreduce", "alltoall", "broadcast", "reduce", "reducescatter"]
+)
 def test_every_superbenchmark_log_reads(name):
     with pytest.warns(UserWarning, match="taken from the file name"):
         ds = load(real(SUPERBENCH.format(name)))
@@ -245,12 +279,18 @@ def test_launcher_prefixes_and_several_tests(tmp_path):
     labelled.write_text("".join(f"0: {line}\n" for line in text.splitlines()))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        plain, prefixed = nccl_tests.read(real(SUPERBENCH.format("allreduce"))), nccl_tests.read(labelled,
-                                                                                                 collective="allreduce")
+        plain, prefixed = (
+            nccl_tests.read(real(SUPERBENCH.format("allreduce"))),
+            nccl_tests.read(labelled, collective="allreduce"),
+        )
     assert (plain.busbw == prefixed.busbw).all()
     both = tmp_path / "two.log"
-    both.write_text("# all_reduce_perf\n" + text + "\n# all_gather_perf\n"
-                    + real(SUPERBENCH.format("allgather")).read_text())
+    both.write_text(
+        "# all_reduce_perf\n"
+        + text
+        + "\n# all_gather_perf\n"
+        + real(SUPERBENCH.format("allgather")).read_text()
+    )
     ds = nccl_tests.read_tests(both)
     assert ds.collective.values.tolist() == ["allreduce", "allgather"] and ds.sizes["test"] == 2
 
@@ -271,8 +311,10 @@ def test_measured_show_keeps_bytes_and_placement(capsys):
 def test_nsys_mpi_ranges_are_communication():
     path = real(NSYS)
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
-        ranges = db.execute("SELECT s.value, e.end - e.start FROM NVTX_EVENTS AS e JOIN StringIds AS s "
-                            "ON s.id = e.textId WHERE s.value IN ('MPI_Send', 'MPI_Recv')").fetchall()
+        ranges = db.execute(
+            "SELECT s.value, e.end - e.start FROM NVTX_EVENTS AS e JOIN StringIds AS s "
+            "ON s.id = e.textId WHERE s.value IN ('MPI_Send', 'MPI_Recv')"
+        ).fetchall()
     sends = [d for n, d in ranges if n == "MPI_Send"]
     recvs = [d for n, d in ranges if n == "MPI_Recv"]
     assert (len(sends), len(recvs)) == (10, 5)
@@ -351,9 +393,15 @@ def test_one_load_for_every_format():
     assert isinstance(load(real(NS)), dlexplore.Trace)
 
 
-@pytest.mark.parametrize("relative", ["darshan/darshan__tests__input__sample.darshan",
-                                      "dlio/storage_results_v1.0__HPE__Cray_C500_4xHDR200_1host__resnet50_h100__run-1__summary.json",
-                                      "nccl-tests/superbenchmark__nccl_broadcast.log", NSYS])
+@pytest.mark.parametrize(
+    "relative",
+    [
+        "darshan/darshan__tests__input__sample.darshan",
+        "dlio/storage_results_v1.0__HPE__Cray_C500_4xHDR200_1host__resnet50_h100__run-1__summary.json",
+        "nccl-tests/superbenchmark__nccl_broadcast.log",
+        NSYS,
+    ],
+)
 def test_trace_summary_reads_every_format(relative, capsys):
     if relative.endswith(".darshan"):
         pytest.importorskip("darshan")
@@ -366,7 +414,7 @@ def test_stray_files_in_a_rank_folder_are_skipped(tmp_path, capsys):
     for relative in SAMPLED:
         (tmp_path / real(relative).name).symlink_to(real(relative))
     (tmp_path / "config.json").write_text('{"lr": 0.1, "batch_size": 32}')
-    (tmp_path / "metadata.json").write_text('[1, 2, 3]')
+    (tmp_path / "metadata.json").write_text("[1, 2, 3]")
     skipped = r"skipped 2 file\(s\) that are not traces.*config\.json.*metadata\.json"
     with pytest.warns(UserWarning, match=skipped):
         trace = load_trace(tmp_path, allow_missing_ranks=True)

@@ -85,13 +85,22 @@ def _nodes(events: pd.DataFrame, rank: int, begin: float, end: float) -> pd.Data
     inside = (events["rank"].to_numpy() == rank) & (stop > begin) & (start < end)
     chosen = inside & ((on_device & np.isin(category, _DEVICE)) | (~on_device & np.isin(category, _HOST)))
     rows = np.flatnonzero(chosen)
-    frame = pd.DataFrame({
-        "row": rows, "start": start[rows], "end": stop[rows],
-        "lane": events["stream"].astype(str).to_numpy()[rows], "category": category[rows],
-        "device": on_device[rows], "name": events["name"].astype(str).to_numpy()[rows],
-        "correlation": (events["correlation"].to_numpy(dtype=float, na_value=np.nan)[rows]
-                        if "correlation" in events.columns else np.full(len(rows), np.nan)),
-    })
+    frame = pd.DataFrame(
+        {
+            "row": rows,
+            "start": start[rows],
+            "end": stop[rows],
+            "lane": events["stream"].astype(str).to_numpy()[rows],
+            "category": category[rows],
+            "device": on_device[rows],
+            "name": events["name"].astype(str).to_numpy()[rows],
+            "correlation": (
+                events["correlation"].to_numpy(dtype=float, na_value=np.nan)[rows]
+                if "correlation" in events.columns
+                else np.full(len(rows), np.nan)
+            ),
+        }
+    )
     device = frame[frame["device"]]
     pieces = [_exclusive(part) for _, part in frame[~frame["device"]].groupby("lane", sort=False)]
     nodes = pd.concat([device, *pieces], ignore_index=True)
@@ -129,8 +138,9 @@ def _exclusive(ops: pd.DataFrame) -> pd.DataFrame:
     return out[out["end"] > out["start"]]
 
 
-def critical_path(trace: Trace | pd.DataFrame, *, rank: int | None = None,
-                  step: int | None = None) -> pd.DataFrame:
+def critical_path(
+    trace: Trace | pd.DataFrame, *, rank: int | None = None, step: int | None = None
+) -> pd.DataFrame:
     """The events on the critical path of one step on one rank, in time order (module docstring).
 
     ``rank`` defaults to the lowest, ``step`` to the rank's middle step. Columns: ``name``,
@@ -147,10 +157,15 @@ def critical_path(trace: Trace | pd.DataFrame, *, rank: int | None = None,
     if not len(nodes):
         raise DlexploreError(f"rank {r} step {s}: no host operation or device work in the step")
     path = _walk(nodes, begin, end)
-    path.attrs.update(source=source, kind="measured", rank=r, step=s, window=(begin, end),
-                      title=f"critical path of step {s} on rank {r}",
-                      units={"start": "s", "end": "s", "gate_end": "s", "critical": "s",
-                             "idle_before": "s"})
+    path.attrs.update(
+        source=source,
+        kind="measured",
+        rank=r,
+        step=s,
+        window=(begin, end),
+        title=f"critical path of step {s} on rank {r}",
+        units={"start": "s", "end": "s", "gate_end": "s", "critical": "s", "idle_before": "s"},
+    )
     return path
 
 
@@ -162,8 +177,11 @@ def _walk(nodes: pd.DataFrame, begin: float, end: float) -> pd.DataFrame:
     names = nodes["name"].to_numpy()
     previous = np.where(np.append(False, lane[1:] == lane[:-1]), np.arange(len(nodes)) - 1, -1)
     launch_of = _launches(nodes)
-    sync = ~device & (category == "runtime") & np.array(
-        [any(k in n for k in _SYNC) and _ASYNC not in n for n in names], dtype=bool)
+    sync = (
+        ~device
+        & (category == "runtime")
+        & np.array([any(k in n for k in _SYNC) and _ASYNC not in n for n in names], dtype=bool)
+    )
     device_rows = np.flatnonzero(device)
     device_by_end = device_rows[np.argsort(stop[device_rows], kind="stable")]
     ends_sorted = stop[device_by_end]
@@ -186,8 +204,9 @@ def _walk(nodes: pd.DataFrame, begin: float, end: float) -> pd.DataFrame:
         k = int(np.searchsorted(stop_sorted, start[current], side="right")) - 1
         if k >= 0:
             candidates.append(int(by_end[k]))
-        candidates = [c for c in candidates
-                      if c >= 0 and stop[c] <= stop[current] and start[c] < stop[current]]
+        candidates = [
+            c for c in candidates if c >= 0 and stop[c] <= stop[current] and start[c] < stop[current]
+        ]
         gate = max(candidates, key=lambda c: stop[c]) if candidates else -1
         chain.append(current)
         gates.append(gate)
@@ -200,9 +219,19 @@ def _walk(nodes: pd.DataFrame, begin: float, end: float) -> pd.DataFrame:
     critical = np.clip(np.minimum(stop[order], end) - np.maximum(gate_end, own_start), 0.0, None)
     idle = np.clip(own_start - gate_end, 0.0, None)
     part = [_part(category[i], device[i], sync[i], names[i]) for i in order]
-    out = pd.DataFrame({"name": names[order], "lane": lane[order], "category": category[order], "part": part,
-                        "start": start[order], "end": stop[order], "gate_end": gate_end,
-                        "critical": critical, "idle_before": idle})
+    out = pd.DataFrame(
+        {
+            "name": names[order],
+            "lane": lane[order],
+            "category": category[order],
+            "part": part,
+            "start": start[order],
+            "end": stop[order],
+            "gate_end": gate_end,
+            "critical": critical,
+            "idle_before": idle,
+        }
+    )
     out.attrs["tail_idle"] = max(end - float(stop[order[-1]]), 0.0) if order else end - begin
     return out
 
@@ -210,12 +239,16 @@ def _walk(nodes: pd.DataFrame, begin: float, end: float) -> pd.DataFrame:
 def _launches(nodes: pd.DataFrame) -> dict[int, int]:
     """Device node -> the runtime node that launched it (same correlation)."""
     corr = nodes["correlation"].to_numpy()
-    runtime = np.flatnonzero(~nodes["device"].to_numpy() & (nodes["category"].to_numpy() == "runtime")
-                             & ~np.isnan(corr))
+    runtime = np.flatnonzero(
+        ~nodes["device"].to_numpy() & (nodes["category"].to_numpy() == "runtime") & ~np.isnan(corr)
+    )
     by_corr = dict(zip(corr[runtime].tolist(), runtime.tolist(), strict=True))
     device = np.flatnonzero(nodes["device"].to_numpy() & ~np.isnan(corr))
-    return {int(d): by_corr[c] for d, c in zip(device.tolist(), corr[device].tolist(), strict=True)
-            if c in by_corr}
+    return {
+        int(d): by_corr[c]
+        for d, c in zip(device.tolist(), corr[device].tolist(), strict=True)
+        if c in by_corr
+    }
 
 
 def _part(category: str, device: bool, sync: bool, name: str) -> str:
@@ -238,12 +271,19 @@ def critical_path_summary(path: pd.DataFrame) -> xr.Dataset:
     values = seconds.to_numpy(dtype=float)
     fraction = values / window if window > 0 else np.full(len(values), np.nan)
     ds = xr.Dataset(
-        {"time": ("part", values, {"units": "s", "long_name": "time on the critical path"}),
-         "fraction": ("part", fraction, {"units": "1", "long_name": "fraction of the step time"})},
+        {
+            "time": ("part", values, {"units": "s", "long_name": "time on the critical path"}),
+            "fraction": ("part", fraction, {"units": "1", "long_name": "fraction of the step time"}),
+        },
         coords={"part": ("part", list(PATH_PARTS), {"long_name": "what the time is spent on"})},
     )
     ds["step_time"] = xr.DataArray(window, attrs={"units": "s", "long_name": "step window"})
-    ds.attrs.update(source=path.attrs.get("source", ""), kind="measured", rank=path.attrs.get("rank"),
-                    step=path.attrs.get("step"), title=path.attrs.get("title", "critical path"),
-                    events_on_path=len(path))
+    ds.attrs.update(
+        source=path.attrs.get("source", ""),
+        kind="measured",
+        rank=path.attrs.get("rank"),
+        step=path.attrs.get("step"),
+        title=path.attrs.get("title", "critical path"),
+        events_on_path=len(path),
+    )
     return ds

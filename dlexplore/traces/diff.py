@@ -57,12 +57,18 @@ def op_stats(trace: Trace | pd.DataFrame) -> pd.DataFrame:
     kernels = on_device & _category_mask(category, _DEVICE_WORK)
     kind = np.where(kernels, "kernel", np.where(host_ops, "operator", ""))
     keep = kind != ""
-    frame = pd.DataFrame({"kind": kind[keep], "name": events["name"].astype(str).to_numpy()[keep],
-                          "duration": events["duration"].to_numpy(dtype=float)[keep]})
+    frame = pd.DataFrame(
+        {
+            "kind": kind[keep],
+            "name": events["name"].astype(str).to_numpy()[keep],
+            "duration": events["duration"].to_numpy(dtype=float)[keep],
+        }
+    )
     ranks = max(len(np.unique(rank)), 1)
     steps = max(int(events["step"].nunique()), 1)
-    stats = frame.groupby(["kind", "name"], sort=True).agg(count=("duration", "size"),
-                                                            time=("duration", "sum"))
+    stats = frame.groupby(["kind", "name"], sort=True).agg(
+        count=("duration", "size"), time=("duration", "sum")
+    )
     stats = stats / (ranks * steps)
     stats.attrs.update(source=source, ranks=ranks, steps=steps)
     return stats
@@ -72,27 +78,32 @@ def trace_diff(control: Trace | pd.DataFrame, test: Trace | pd.DataFrame) -> pd.
     """Per operator and kernel name: counts and times of ``test`` against ``control`` (module
     docstring); :data:`DIFF_COLUMNS`, with ``attrs`` naming both sources and their divisors."""
     before, after = op_stats(control), op_stats(test)
-    joined = before.merge(after, how="outer", left_index=True, right_index=True,
-                          suffixes=("_control", "_test"))
+    joined = before.merge(
+        after, how="outer", left_index=True, right_index=True, suffixes=("_control", "_test")
+    )
     present_before = joined["count_control"].notna().to_numpy()
     present_after = joined["count_test"].notna().to_numpy()
     joined = joined.fillna(0.0).reset_index()
     joined["count_delta"] = joined["count_test"] - joined["count_control"]
     joined["time_delta"] = joined["time_test"] - joined["time_control"]
     with np.errstate(divide="ignore", invalid="ignore"):
-        joined["time_ratio"] = np.where(joined["time_control"] > 0,
-                                        joined["time_test"] / joined["time_control"], np.nan)
+        joined["time_ratio"] = np.where(
+            joined["time_control"] > 0, joined["time_test"] / joined["time_control"], np.nan
+        )
     changed = ~np.isclose(joined["count_test"], joined["count_control"], rtol=1e-9, atol=1e-12)
-    joined["status"] = np.where(~present_before, "added", np.where(~present_after, "removed",
-                                                                    np.where(changed, "changed", "same")))
+    joined["status"] = np.where(
+        ~present_before, "added", np.where(~present_after, "removed", np.where(changed, "changed", "same"))
+    )
     order = np.argsort(-np.abs(joined["time_delta"].to_numpy()), kind="stable")
     table = joined.iloc[order].reset_index(drop=True)[list(DIFF_COLUMNS)]
     table.attrs.update(
-        kind="measured", title="trace diff: test against control",
+        kind="measured",
+        title="trace diff: test against control",
         source=f"control: {before.attrs['source']}; test: {after.attrs['source']}",
-        control=before.attrs["source"], test=after.attrs["source"],
+        control=before.attrs["source"],
+        test=after.attrs["source"],
         per=f"per rank and step: control {before.attrs['ranks']} rank(s) x {before.attrs['steps']} "
-            f"step(s), test {after.attrs['ranks']} rank(s) x {after.attrs['steps']} step(s)",
+        f"step(s), test {after.attrs['ranks']} rank(s) x {after.attrs['steps']} step(s)",
         units={n: u for n, (u, _) in DIFF_COLUMNS.items()},
         long_names={n: long for n, (_, long) in DIFF_COLUMNS.items()},
     )

@@ -42,17 +42,59 @@ __all__ = ["DTYPE_BYTES", "CommArgs", "Labels", "CommColumns", "resolve_communic
 #: Bytes per element for the dtype names in traces: c10 ScalarType names (``record_param_comms``'s
 #: ``dtype``) and C++ type names (``Input type`` with ``record_shapes=True``).
 DTYPE_BYTES: dict[str, int] = {
-    "Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
-    "Byte": 1, "Bool": 1, "ComplexHalf": 4, "ComplexFloat": 8, "ComplexDouble": 16, "UInt16": 2,
-    "UInt32": 4, "UInt64": 8, "QInt8": 1, "QUInt8": 1, "QInt32": 4, "Float8_e4m3fn": 1,
-    "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1,
-    "float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "long": 8,
-    "int64_t": 8, "int": 4, "short int": 2, "short": 2, "signed char": 1, "unsigned char": 1,
-    "bool": 1, "unsigned short": 2, "unsigned int": 4, "unsigned long": 8,
-    "c10::complex<c10::Half>": 4, "c10::complex<float>": 8, "c10::complex<double>": 16,
-    "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1,
-    "float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
-    "int8": 1, "uint8": 1,
+    "Float": 4,
+    "Double": 8,
+    "Half": 2,
+    "BFloat16": 2,
+    "Long": 8,
+    "Int": 4,
+    "Short": 2,
+    "Char": 1,
+    "Byte": 1,
+    "Bool": 1,
+    "ComplexHalf": 4,
+    "ComplexFloat": 8,
+    "ComplexDouble": 16,
+    "UInt16": 2,
+    "UInt32": 4,
+    "UInt64": 8,
+    "QInt8": 1,
+    "QUInt8": 1,
+    "QInt32": 4,
+    "Float8_e4m3fn": 1,
+    "Float8_e5m2": 1,
+    "Float8_e4m3fnuz": 1,
+    "Float8_e5m2fnuz": 1,
+    "float": 4,
+    "double": 8,
+    "c10::Half": 2,
+    "c10::BFloat16": 2,
+    "long int": 8,
+    "long": 8,
+    "int64_t": 8,
+    "int": 4,
+    "short int": 2,
+    "short": 2,
+    "signed char": 1,
+    "unsigned char": 1,
+    "bool": 1,
+    "unsigned short": 2,
+    "unsigned int": 4,
+    "unsigned long": 8,
+    "c10::complex<c10::Half>": 4,
+    "c10::complex<float>": 8,
+    "c10::complex<double>": 16,
+    "c10::Float8_e4m3fn": 1,
+    "c10::Float8_e5m2": 1,
+    "float32": 4,
+    "float64": 8,
+    "float16": 2,
+    "bfloat16": 2,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
 }
 
 RPC = "record_param_comms"
@@ -93,8 +135,22 @@ class Labels:
 class CommArgs:
     """The arguments of one event that may describe communication or a copy."""
 
-    __slots__ = ("row", "bytes", "collective", "in_nelems", "out_nelems", "dtype", "group_size", "group",
-                 "group_ranks", "dims", "types", "src", "dst", "peer_rank")
+    __slots__ = (
+        "row",
+        "bytes",
+        "collective",
+        "in_nelems",
+        "out_nelems",
+        "dtype",
+        "group_size",
+        "group",
+        "group_ranks",
+        "dims",
+        "types",
+        "src",
+        "dst",
+        "peer_rank",
+    )
 
     def __init__(self, row: int, args: dict[str, Any]):
         get = args.get
@@ -115,8 +171,15 @@ class CommArgs:
 
     #: Arguments read as counts: an integer beyond 64 bits would overflow the int64 and float64
     #: columns (silently, or deep inside numpy), so it is refused where the event is known.
-    _COUNTS = {"bytes": "bytes", "in_nelems": "In msg nelems", "out_nelems": "Out msg nelems",
-               "group_size": "Group size", "src": "Src Rank", "dst": "Dst Rank", "peer_rank": "Rank"}
+    _COUNTS = {
+        "bytes": "bytes",
+        "in_nelems": "In msg nelems",
+        "out_nelems": "Out msg nelems",
+        "group_size": "Group size",
+        "src": "Src Rank",
+        "dst": "Dst Rank",
+        "peer_rank": "Rank",
+    }
 
     def oversized(self) -> str | None:
         """The name of the first count argument that does not fit 64 bits, or None."""
@@ -146,8 +209,13 @@ class CommColumns:
 
     @classmethod
     def empty(cls, n: int) -> CommColumns:
-        columns = cls(np.full(n, np.nan), np.full(n, -1, np.int64), np.full(n, -1, np.int64),
-                      np.zeros(n, np.int32), np.zeros(n, np.int32))
+        columns = cls(
+            np.full(n, np.nan),
+            np.full(n, -1, np.int64),
+            np.full(n, -1, np.int64),
+            np.zeros(n, np.int32),
+            np.zeros(n, np.int32),
+        )
         columns.dtypes.code("")
         columns.groups.code("")
         return columns
@@ -272,8 +340,15 @@ class EventColumns:
     ext: np.ndarray
 
 
-def resolve_communication(columns: EventColumns, infos: Iterable[CommArgs], *, kernel_cats: frozenset,
-                          runtime_cats: frozenset, copy_cats: frozenset, world_size: int) -> CommColumns:
+def resolve_communication(
+    columns: EventColumns,
+    infos: Iterable[CommArgs],
+    *,
+    kernel_cats: frozenset,
+    runtime_cats: frozenset,
+    copy_cats: frozenset,
+    world_size: int,
+) -> CommColumns:
     """Sizes of copies and the collective, size, group and peer of communication events (module
     docstring). ``infos`` are the arguments kept while reading, ``row`` in the assembled order."""
     n = len(columns.rank)
@@ -347,8 +422,14 @@ def _host_sources(columns: EventColumns, by_row: dict[int, CommArgs]) -> dict[tu
     groups: dict[tuple[int, int], tuple] = {}
     if not len(rows):
         return groups
-    frame = pd.DataFrame({"row": rows, "rank": columns.rank[rows], "stream": columns.stream[rows],
-                          "start": columns.start[rows]}).sort_values("start", kind="stable")
+    frame = pd.DataFrame(
+        {
+            "row": rows,
+            "rank": columns.rank[rows],
+            "stream": columns.stream[rows],
+            "start": columns.start[rows],
+        }
+    ).sort_values("start", kind="stable")
     for (rank, stream), part in frame.groupby(["rank", "stream"], sort=False):
         r = part["row"].to_numpy()
         groups[(int(rank), int(stream))] = (r, columns.start[r], columns.end[r], priority[r])
@@ -366,8 +447,14 @@ def _priority(name: str) -> int:
     return -1
 
 
-def _link_by_launch(out: CommColumns, columns: EventColumns, pending: np.ndarray,
-                    by_row: dict[int, CommArgs], runtime_cats: frozenset, done: np.ndarray) -> None:
+def _link_by_launch(
+    out: CommColumns,
+    columns: EventColumns,
+    pending: np.ndarray,
+    by_row: dict[int, CommArgs],
+    runtime_cats: frozenset,
+    done: np.ndarray,
+) -> None:
     """Kernels described by the host ops that enclose their launch (module docstring, 2)."""
     rows = np.flatnonzero(pending)
     if not len(rows):
@@ -392,8 +479,9 @@ def _link_by_launch(out: CommColumns, columns: EventColumns, pending: np.ndarray
             continue
         ordered = sorted(enclosing, key=lambda item: item[0])  # by priority, innermost first within
         chosen = [(r, by_row.get(r) or CommArgs(r, {})) for _, r in ordered]
-        chosen = [(r, info) for r, info in chosen
-                  if names[columns.name[r]] != RPC or info.collective_name()]  # not "wait", "barrier"
+        chosen = [
+            (r, info) for r, info in chosen if names[columns.name[r]] != RPC or info.collective_name()
+        ]  # not "wait", "barrier"
         if own := by_row.get(row):
             chosen.insert(0, (row, own))
         if chosen:
@@ -412,8 +500,9 @@ def _enclosing(group: tuple, start: float, end: float) -> list[tuple[int, int]]:
     return found
 
 
-def _link_by_order(out: CommColumns, columns: EventColumns, pending: np.ndarray,
-                   by_row: dict[int, CommArgs]) -> None:
+def _link_by_order(
+    out: CommColumns, columns: EventColumns, pending: np.ndarray, by_row: dict[int, CommArgs]
+) -> None:
     """The rest: the record_param_comms with the kernel's External id, else the same position."""
     rows = np.flatnonzero(pending)
     rpc = {r: i for r, i in by_row.items() if columns.names.values[columns.name[r]] == RPC}
@@ -432,9 +521,14 @@ def _link_by_order(out: CommColumns, columns: EventColumns, pending: np.ndarray,
         used.add(source)
     for r in np.unique(columns.rank[left]).tolist() if left else []:
         kernels = sorted((row for row in left if columns.rank[row] == r), key=lambda row: columns.start[row])
-        sources = sorted((s for s, info in rpc.items()
-                          if columns.rank[s] == r and s not in used and info.collective_name()),
-                         key=lambda s: columns.start[s])
+        sources = sorted(
+            (
+                s
+                for s, info in rpc.items()
+                if columns.rank[s] == r and s not in used and info.collective_name()
+            ),
+            key=lambda s: columns.start[s],
+        )
         if len(kernels) != len(sources):
             continue  # no safe pairing
         for row, source in zip(kernels, sources, strict=True):

@@ -61,9 +61,11 @@ def launch_stats(trace: Trace | pd.DataFrame) -> pd.DataFrame:
     """
     events, source, fmt = _events_of(trace)
     if "correlation" not in events.columns:
-        raise DlexploreError(f"{source}: this trace has no correlation ids (format {fmt or 'unknown'}), so "
-                             "launches cannot be linked to device work; expected a PyTorch profiler or "
-                             "Nsight Systems trace")
+        raise DlexploreError(
+            f"{source}: this trace has no correlation ids (format {fmt or 'unknown'}), so "
+            "launches cannot be linked to device work; expected a PyTorch profiler or "
+            "Nsight Systems trace"
+        )
     corr = events["correlation"].to_numpy(dtype=np.float64, na_value=np.nan)
     on_device = device_streams(events)
     device = np.flatnonzero(on_device & _category_mask(events["category"], _DEVICE_WORK) & ~np.isnan(corr))
@@ -76,27 +78,34 @@ def launch_stats(trace: Trace | pd.DataFrame) -> pd.DataFrame:
     device, launch = device[linked], found[linked].astype(np.int64)
     start = events["start"].to_numpy(dtype=float)
     duration = events["duration"].to_numpy(dtype=float)
-    table = pd.DataFrame({
-        "rank": rank[device],
-        "stream": events["stream"].to_numpy()[device],
-        "name": events["name"].to_numpy()[device],
-        "category": events["category"].to_numpy()[device],
-        "step": events["step"].array[launch],
-        "launch": events["name"].to_numpy()[launch],
-        "launch_start": start[launch],
-        "launch_duration": duration[launch],
-        "start": start[device],
-        "duration": duration[device],
-    })
+    table = pd.DataFrame(
+        {
+            "rank": rank[device],
+            "stream": events["stream"].to_numpy()[device],
+            "name": events["name"].to_numpy()[device],
+            "category": events["category"].to_numpy()[device],
+            "step": events["step"].array[launch],
+            "launch": events["name"].to_numpy()[launch],
+            "launch_start": start[launch],
+            "launch_duration": duration[launch],
+            "start": start[device],
+            "duration": duration[device],
+        }
+    )
     table["launch_delay"] = table["start"] - table["launch_start"]
     table["short"] = table["duration"].to_numpy() < table["launch_duration"].to_numpy()
     for name in ("stream", "name", "category", "launch"):
         table[name] = table[name].astype(str).astype("category")
     table = table.sort_values(["rank", "launch_start"], kind="stable").reset_index(drop=True)
-    table.attrs.update(source=source, format=fmt, kind="measured", title="kernel launches",
-                       units={n: u for n, (u, _) in LAUNCH_COLUMNS.items()},
-                       long_names={n: long for n, (_, long) in LAUNCH_COLUMNS.items()},
-                       unlinked=int((~linked).sum()))
+    table.attrs.update(
+        source=source,
+        format=fmt,
+        kind="measured",
+        title="kernel launches",
+        units={n: u for n, (u, _) in LAUNCH_COLUMNS.items()},
+        long_names={n: long for n, (_, long) in LAUNCH_COLUMNS.items()},
+        unlinked=int((~linked).sum()),
+    )
     return table
 
 
@@ -112,27 +121,38 @@ def launch_summary(trace: Trace | pd.DataFrame | pd.DataFrame, *, by: str = "ran
         raise DlexploreError(f"launch_summary by must be 'rank' or 'name', got {by!r}")
     table = _launches(trace)
     grouped = table.groupby(by, observed=True, sort=True)
-    frame = pd.DataFrame({
-        "launches": grouped.size(),
-        "launch_duration_median": grouped["launch_duration"].median(),
-        "launch_delay_median": grouped["launch_delay"].median(),
-        "launch_delay_p95": grouped["launch_delay"].quantile(0.95),
-        "short_kernels": grouped["short"].sum().astype(np.int64),
-        "time_short": table.assign(t=table["duration"].where(table["short"], 0.0)).groupby(
-            by, observed=True, sort=True)["t"].sum(),
-        "time_device": grouped["duration"].sum(),
-    })
+    frame = pd.DataFrame(
+        {
+            "launches": grouped.size(),
+            "launch_duration_median": grouped["launch_duration"].median(),
+            "launch_delay_median": grouped["launch_delay"].median(),
+            "launch_delay_p95": grouped["launch_delay"].quantile(0.95),
+            "short_kernels": grouped["short"].sum().astype(np.int64),
+            "time_short": table.assign(t=table["duration"].where(table["short"], 0.0))
+            .groupby(by, observed=True, sort=True)["t"]
+            .sum(),
+            "time_device": grouped["duration"].sum(),
+        }
+    )
     frame["short_fraction"] = frame["short_kernels"] / frame["launches"]
-    units = {"launches": "count", "launch_duration_median": "s", "launch_delay_median": "s",
-             "launch_delay_p95": "s", "short_kernels": "count", "short_fraction": "1", "time_short": "s",
-             "time_device": "s"}
+    units = {
+        "launches": "count",
+        "launch_duration_median": "s",
+        "launch_delay_median": "s",
+        "launch_delay_p95": "s",
+        "short_kernels": "count",
+        "short_fraction": "1",
+        "time_short": "s",
+        "time_device": "s",
+    }
     ds = xr.Dataset.from_dataframe(frame.rename_axis(by))
     if by == "name":
         ds = ds.assign_coords(name=ds["name"].astype(str))
     for name, unit in units.items():
         ds[name].attrs.update(units=unit, long_name=name.replace("_", " "))
-    ds.attrs.update(source=table.attrs.get("source", ""), kind="measured",
-                    title=f"kernel launch statistics per {by}")
+    ds.attrs.update(
+        source=table.attrs.get("source", ""), kind="measured", title=f"kernel launch statistics per {by}"
+    )
     return ds
 
 
@@ -144,22 +164,29 @@ def queue_length(trace: Trace | pd.DataFrame) -> pd.DataFrame:
     """
     table = _launches(trace)
     n = len(table)
-    frame = pd.DataFrame({
-        "rank": np.concatenate([table["rank"].to_numpy(), table["rank"].to_numpy()]),
-        "stream": np.concatenate([table["stream"].astype(str).to_numpy()] * 2),
-        "time": np.concatenate([table["launch_start"].to_numpy(),
-                                (table["start"] + table["duration"]).to_numpy()]),
-        "change": np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)]),
-    })
+    frame = pd.DataFrame(
+        {
+            "rank": np.concatenate([table["rank"].to_numpy(), table["rank"].to_numpy()]),
+            "stream": np.concatenate([table["stream"].astype(str).to_numpy()] * 2),
+            "time": np.concatenate(
+                [table["launch_start"].to_numpy(), (table["start"] + table["duration"]).to_numpy()]
+            ),
+            "change": np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64)]),
+        }
+    )
     # at equal times the launch counts first, so the count never dips below zero at a tie
-    frame = frame.sort_values(["rank", "stream", "time", "change"], ascending=[True, True, True, False],
-                              kind="stable")
+    frame = frame.sort_values(
+        ["rank", "stream", "time", "change"], ascending=[True, True, True, False], kind="stable"
+    )
     frame["queue_length"] = frame.groupby(["rank", "stream"], sort=False)["change"].cumsum()
     out = frame.drop(columns="change").reset_index(drop=True)
     out["stream"] = out["stream"].astype("category")
-    out.attrs.update(source=table.attrs.get("source", ""), kind="measured",
-                     title="operations queued on each stream (launched, not finished)",
-                     units={"rank": "1", "stream": "", "time": "s", "queue_length": "count"})
+    out.attrs.update(
+        source=table.attrs.get("source", ""),
+        kind="measured",
+        title="operations queued on each stream (launched, not finished)",
+        units={"rank": "1", "stream": "", "time": "s", "queue_length": "count"},
+    )
     return out
 
 
@@ -173,8 +200,11 @@ def _launches(trace: Trace | pd.DataFrame) -> pd.DataFrame:
 def queue_summary(trace: Trace | pd.DataFrame, **kwargs: Any) -> xr.Dataset:
     """Per (rank, stream): the largest and the time-weighted mean queue length (count), from
     :func:`queue_length`."""
-    series = trace if isinstance(trace, pd.DataFrame) and "queue_length" in trace.columns else \
-        queue_length(trace, **kwargs)
+    series = (
+        trace
+        if isinstance(trace, pd.DataFrame) and "queue_length" in trace.columns
+        else queue_length(trace, **kwargs)
+    )
     rows = []
     for (rank, stream), part in series.groupby(["rank", "stream"], observed=True, sort=True):
         time = part["time"].to_numpy()

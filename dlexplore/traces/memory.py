@@ -37,23 +37,40 @@ def memory_timeline(trace: Trace) -> pd.DataFrame:
     """
     memory = getattr(trace, "memory", None)
     if memory is None or not len(memory):
-        raise DlexploreError(f"{getattr(trace, 'source', 'this trace')}: no memory events; record them "
-                             "with torch.profiler.profile(profile_memory=True)")
+        raise DlexploreError(
+            f"{getattr(trace, 'source', 'this trace')}: no memory events; record them "
+            "with torch.profiler.profile(profile_memory=True)"
+        )
     table = memory.sort_values(["rank", "device", "time"], kind="stable").reset_index(drop=True)
     running = table.groupby(["rank", "device"], observed=True, sort=False)["bytes"].cumsum()
     relative = table["allocated"].isna().to_numpy()
     allocated = np.where(relative, running.to_numpy(dtype=float), table["allocated"].to_numpy(dtype=float))
-    out = pd.DataFrame({
-        "rank": table["rank"].to_numpy(), "device": table["device"], "time": table["time"].to_numpy(),
-        "bytes": table["bytes"].to_numpy(dtype=float), "allocated": allocated,
-        "reserved": table["reserved"].to_numpy(dtype=float), "relative": relative,
-    })
+    out = pd.DataFrame(
+        {
+            "rank": table["rank"].to_numpy(),
+            "device": table["device"],
+            "time": table["time"].to_numpy(),
+            "bytes": table["bytes"].to_numpy(dtype=float),
+            "allocated": allocated,
+            "reserved": table["reserved"].to_numpy(dtype=float),
+            "relative": relative,
+        }
+    )
     out.attrs.update(
-        source=getattr(trace, "source", ""), kind="measured", title="memory in use per device",
-        units={"rank": "1", "device": "", "time": "s", "bytes": "bytes", "allocated": "bytes",
-               "reserved": "bytes", "relative": "bool"},
+        source=getattr(trace, "source", ""),
+        kind="measured",
+        title="memory in use per device",
+        units={
+            "rank": "1",
+            "device": "",
+            "time": "s",
+            "bytes": "bytes",
+            "allocated": "bytes",
+            "reserved": "bytes",
+            "relative": "bool",
+        },
         baseline="allocated is the allocator's total where the trace gives it, else the running sum "
-                 "of the events since the first one (relative = True)",
+        "of the events since the first one (relative = True)",
     )
     return out
 
@@ -63,18 +80,26 @@ def memory_summary(trace: Trace | pd.DataFrame) -> xr.Dataset:
     ``events`` (count) and ``relative`` (1 when the levels count from the first event)."""
     timeline = trace if isinstance(trace, pd.DataFrame) else memory_timeline(trace)
     grouped = timeline.groupby(["rank", "device"], observed=True, sort=True)
-    frame = pd.DataFrame({
-        "peak_allocated": grouped["allocated"].max(),
-        "min_allocated": grouped["allocated"].min(),
-        "peak_reserved": grouped["reserved"].max(),
-        "events": grouped.size().astype(np.int64),
-        "relative": grouped["relative"].any().astype(np.int64),
-    })
+    frame = pd.DataFrame(
+        {
+            "peak_allocated": grouped["allocated"].max(),
+            "min_allocated": grouped["allocated"].min(),
+            "peak_reserved": grouped["reserved"].max(),
+            "events": grouped.size().astype(np.int64),
+            "relative": grouped["relative"].any().astype(np.int64),
+        }
+    )
     frame.index = frame.index.set_levels(frame.index.levels[1].astype(str), level=1)
     ds = xr.Dataset.from_dataframe(frame)
-    for name, units in (("peak_allocated", "bytes"), ("min_allocated", "bytes"), ("peak_reserved", "bytes"),
-                        ("events", "count"), ("relative", "1")):
+    for name, units in (
+        ("peak_allocated", "bytes"),
+        ("min_allocated", "bytes"),
+        ("peak_reserved", "bytes"),
+        ("events", "count"),
+        ("relative", "1"),
+    ):
         ds[name].attrs.update(units=units, long_name=name.replace("_", " "))
-    ds.attrs.update(source=timeline.attrs.get("source", ""), kind="measured",
-                    title="memory per rank and device")
+    ds.attrs.update(
+        source=timeline.attrs.get("source", ""), kind="measured", title="memory per rank and device"
+    )
     return ds

@@ -42,8 +42,9 @@ def communication_events(events: pd.DataFrame, *, point_to_point: bool) -> pd.Da
     """Communication events with a collective name, group ones or point-to-point ones, that ran on a
     device stream (on ranks that have them) or anywhere (CPU-only ranks)."""
     if not len(events):
-        return pd.DataFrame({"rank": [], "stream": [], "name": [], "collective": [], "start": [],
-                             "end": [], "bytes": []})
+        return pd.DataFrame(
+            {"rank": [], "stream": [], "name": [], "collective": [], "start": [], "end": [], "bytes": []}
+        )
     category = events["category"].astype(str).to_numpy()
     collective = events["collective"].astype(str).to_numpy()
     start = events["start"].to_numpy(dtype=float)
@@ -55,15 +56,17 @@ def communication_events(events: pd.DataFrame, *, point_to_point: bool) -> pd.Da
     on_device = device_streams(events)
     gpu_ranks = np.unique(rank[on_device & keep])
     keep &= on_device | ~np.isin(rank, gpu_ranks)
-    table = pd.DataFrame({
-        "rank": rank[keep],
-        "stream": events["stream"].astype(str).to_numpy()[keep],
-        "name": events["name"].astype(str).to_numpy()[keep],
-        "collective": collective[keep],
-        "start": start[keep],
-        "end": end[keep],
-        "bytes": events["bytes"].to_numpy(dtype=float)[keep],
-    })
+    table = pd.DataFrame(
+        {
+            "rank": rank[keep],
+            "stream": events["stream"].astype(str).to_numpy()[keep],
+            "name": events["name"].astype(str).to_numpy()[keep],
+            "collective": collective[keep],
+            "start": start[keep],
+            "end": end[keep],
+            "bytes": events["bytes"].to_numpy(dtype=float)[keep],
+        }
+    )
     for extra in (*OP_ID_COLUMNS, "fusion_bytes", "group_size", "process_group", "peer"):
         if extra in events.columns:
             table[extra] = events[extra].to_numpy()[keep]
@@ -86,33 +89,65 @@ def point_to_point(trace: Trace | pd.DataFrame) -> pd.DataFrame:
         out = pd.DataFrame({name: pd.Series(dtype=float) for name in names})
         out["collective"] = out["collective"].astype(object)
     else:
-        peer = (pd.array(table["peer"], dtype="Int64") if "peer" in table
-                else pd.array([pd.NA] * len(table), dtype="Int64"))
-        table = table.assign(peer=peer, peer_key=peer.fillna(-1), size_key=table["bytes"].fillna(-1.0),
-                             duration=table["end"] - table["start"])
-        out = table.groupby(["rank", "collective", "peer_key", "size_key"], sort=True).agg(
-            peer=("peer", "first"), bytes=("bytes", "first"), count=("duration", "size"),
-            time=("duration", "mean"), time_min=("duration", "min"), time_max=("duration", "max"),
-            time_total=("duration", "sum")).reset_index()
+        peer = (
+            pd.array(table["peer"], dtype="Int64")
+            if "peer" in table
+            else pd.array([pd.NA] * len(table), dtype="Int64")
+        )
+        table = table.assign(
+            peer=peer,
+            peer_key=peer.fillna(-1),
+            size_key=table["bytes"].fillna(-1.0),
+            duration=table["end"] - table["start"],
+        )
+        out = (
+            table.groupby(["rank", "collective", "peer_key", "size_key"], sort=True)
+            .agg(
+                peer=("peer", "first"),
+                bytes=("bytes", "first"),
+                count=("duration", "size"),
+                time=("duration", "mean"),
+                time_min=("duration", "min"),
+                time_max=("duration", "max"),
+                time_total=("duration", "sum"),
+            )
+            .reset_index()
+        )
         with np.errstate(divide="ignore", invalid="ignore"):
             out["algbw"] = np.where(out["time"] > 0, out["bytes"] / out["time"] / 1e9, np.nan)
         out["count"] = out["count"].astype(np.int64)
         out = out[names]
-    out.attrs.update(source=source, format=fmt, kind="measured", title="measured point-to-point operations",
-                     units={n: u for n, (u, _) in P2P_COLUMNS.items()},
-                     long_names={n: long for n, (_, long) in P2P_COLUMNS.items()})
+    out.attrs.update(
+        source=source,
+        format=fmt,
+        kind="measured",
+        title="measured point-to-point operations",
+        units={n: u for n, (u, _) in P2P_COLUMNS.items()},
+        long_names={n: long for n, (_, long) in P2P_COLUMNS.items()},
+    )
     return out
 
 
 def p2p_table_rows(p2p: pd.DataFrame) -> pd.DataFrame:
     """:func:`point_to_point` as collective-table rows: one per kind and size, the pairs in ``peers``."""
-    frame = p2p.assign(size_key=p2p["bytes"].fillna(-1.0), weighted=p2p["time"] * p2p["count"],
-                       pair=[f"{r}->{'?' if p is pd.NA else p}" for r, p in zip(p2p["rank"], p2p["peer"],
-                                                                                 strict=True)])
-    rows = frame.groupby(["collective", "size_key"], sort=True).agg(
-        bytes=("bytes", "first"), ranks=("rank", "nunique"), count=("count", "sum"),
-        weighted=("weighted", "sum"), time_min=("time_min", "min"), time_max=("time_max", "max"),
-        peers=("pair", lambda pairs: _listing(sorted(set(pairs))))).reset_index()
+    frame = p2p.assign(
+        size_key=p2p["bytes"].fillna(-1.0),
+        weighted=p2p["time"] * p2p["count"],
+        pair=[f"{r}->{'?' if p is pd.NA else p}" for r, p in zip(p2p["rank"], p2p["peer"], strict=True)],
+    )
+    rows = (
+        frame.groupby(["collective", "size_key"], sort=True)
+        .agg(
+            bytes=("bytes", "first"),
+            ranks=("rank", "nunique"),
+            count=("count", "sum"),
+            weighted=("weighted", "sum"),
+            time_min=("time_min", "min"),
+            time_max=("time_max", "max"),
+            peers=("pair", lambda pairs: _listing(sorted(set(pairs)))),
+        )
+        .reset_index()
+    )
     rows["time"] = rows.pop("weighted") / rows["count"]
     with np.errstate(divide="ignore", invalid="ignore"):
         rows["algbw"] = np.where(rows["time"] > 0, rows["bytes"] / rows["time"] / 1e9, np.nan)

@@ -60,8 +60,9 @@ TEMPORAL_VARIABLES: dict[str, tuple[str, str]] = {
 _DEVICE_WORK = ("compute", "communication", "memcpy", "memset")
 
 
-def temporal_breakdown(trace: Trace | pd.DataFrame, *, steps: Any = None,
-                       exclude_last_step: bool = False) -> xr.Dataset:
+def temporal_breakdown(
+    trace: Trace | pd.DataFrame, *, steps: Any = None, exclude_last_step: bool = False
+) -> xr.Dataset:
     """Per rank, the device's span split into compute, non-compute and idle time (module docstring).
 
     Parameters
@@ -80,14 +81,20 @@ def temporal_breakdown(trace: Trace | pd.DataFrame, *, steps: Any = None,
         left out (a CPU-only trace gives an empty dataset, said in ``attrs["note"]``).
     """
     events, source, fmt = _events_of(trace)
-    keep = device_streams(events) & _category_mask(events["category"], _DEVICE_WORK) if len(events) else \
-        np.zeros(0, dtype=bool)
+    keep = (
+        device_streams(events) & _category_mask(events["category"], _DEVICE_WORK)
+        if len(events)
+        else np.zeros(0, dtype=bool)
+    )
     start = events["start"].to_numpy(dtype=float)
     end = start + events["duration"].to_numpy(dtype=float)
     keep &= np.isfinite(start) & np.isfinite(end)
     rank = events["rank"].to_numpy(dtype=np.int64)
-    step = events["step"].to_numpy(dtype=np.int64, na_value=np.iinfo(np.int64).min) if len(events) else \
-        np.zeros(0, dtype=np.int64)
+    step = (
+        events["step"].to_numpy(dtype=np.int64, na_value=np.iinfo(np.int64).min)
+        if len(events)
+        else np.zeros(0, dtype=np.int64)
+    )
     if steps is not None:
         keep &= np.isin(step, np.asarray(list(steps), dtype=np.int64))
     if exclude_last_step and keep.any():
@@ -120,16 +127,25 @@ def temporal_breakdown(trace: Trace | pd.DataFrame, *, steps: Any = None,
         rest = data["time_span"] - data["time_idle"] - data["time_compute"]
         data["time_non_compute"] = np.maximum(rest, 0.0)
         with np.errstate(divide="ignore", invalid="ignore"):
-            for name, part in (("idle_fraction", "time_idle"), ("compute_fraction", "time_compute"),
-                               ("non_compute_fraction", "time_non_compute")):
+            for name, part in (
+                ("idle_fraction", "time_idle"),
+                ("compute_fraction", "time_compute"),
+                ("non_compute_fraction", "time_non_compute"),
+            ):
                 data[name] = np.where(data["time_span"] > 0, data[part] / data["time_span"], np.nan)
-    variables = {name: ("rank", data.get(name, np.zeros(0)), {"units": units, "long_name": long_name})
-                 for name, (units, long_name) in TEMPORAL_VARIABLES.items()}
+    variables = {
+        name: ("rank", data.get(name, np.zeros(0)), {"units": units, "long_name": long_name})
+        for name, (units, long_name) in TEMPORAL_VARIABLES.items()
+    }
     ds = xr.Dataset(variables, coords={"rank": ("rank", ranks, {"units": "1", "long_name": "process rank"})})
-    ds.attrs.update(source=source, kind="measured", format=fmt,
-                    title="device time per rank: compute, non-compute (communication, copies) and idle",
-                    device_events="compute, communication, memcpy, memset events on device streams",
-                    steps="all" if steps is None else str(sorted(set(steps))),
-                    exclude_last_step=int(bool(exclude_last_step)),
-                    note="" if len(ranks) else "no device events: a CPU-only trace")
+    ds.attrs.update(
+        source=source,
+        kind="measured",
+        format=fmt,
+        title="device time per rank: compute, non-compute (communication, copies) and idle",
+        device_events="compute, communication, memcpy, memset events on device streams",
+        steps="all" if steps is None else str(sorted(set(steps))),
+        exclude_last_step=int(bool(exclude_last_step)),
+        note="" if len(ranks) else "no device events: a CPU-only trace",
+    )
     return ds
