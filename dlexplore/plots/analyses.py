@@ -125,7 +125,7 @@ def diff_columns(diff: pd.DataFrame | None, *, top: int = 20) -> dict[str, np.nd
     if diff is None or not len(diff):
         return {n: np.array([], dtype=object if n in ("label", "status", "color") else float) for n in names}
     head = diff.head(top).iloc[::-1]
-    labels = [f"{k[0]}: {n[:48]}" for k, n in zip(head["kind"], head["name"], strict=True)]
+    labels = [f"{k}: {n[:48]}" for k, n in zip(head["kind"], head["name"], strict=True)]
     # identical names in the two kinds stay distinct factors
     delta = head["time_delta"].to_numpy() * 1e3
     return {
