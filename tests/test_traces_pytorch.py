@@ -68,9 +68,9 @@ def test_gloo_ranks_world_size_and_metadata(gloo):
     assert [Path(f).name for f in gloo.files] == ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]
     assert gloo.meta["backend"] == "gloo"
     assert gloo.meta["device"] == "cpu"
-    # baseTimeNanoseconds 1790857026000000000 (both files) plus the first whole µs of the set,
-    # rank 1's first event at "ts": 4439954776597.228
-    assert gloo.meta["epoch_ns"] == 1790857026000000000 + 4439954776597 * 1000
+    # baseTimeNanoseconds 1790857026000000000 (both files) plus the whole number of 2**30 us before
+    # the set's first event (rank 1's, "ts": 4439954776597.228): 4135 * 2**30 = 4439913545728 us
+    assert gloo.meta["epoch_ns"] == 1790857026000000000 + 4135 * 2**30 * 1000
     info = gloo.meta["ranks"][1]["distributedInfo"]
     assert info["rank"] == 1 and info["world_size"] == 2
     assert gloo.meta["ranks"][0]["events_read"] == 648
@@ -89,7 +89,7 @@ def test_gloo_steps_and_times(gloo):
     assert steps["name"].tolist() == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"] * 2
     assert steps["step"].tolist() == [2, 3, 4, 2, 3, 4]
     first = steps.iloc[0]  # rank 0: "ts": 4439954778186.109, "dur": 1924.971 (µs) in the file
-    assert first["start"] == pytest.approx((4439954778186.109 - 4439954776597) * 1e-6, abs=1e-12)
+    assert first["start"] == pytest.approx((4439954778186.109 - 4135 * 2**30) * 1e-6, abs=1e-12)
     assert first["duration"] == pytest.approx(1924.971e-6, abs=1e-12)
     # Every event of these traces happens inside one of the three steps.
     assert ev["step"].notna().all()

@@ -15,6 +15,7 @@ import sqlite3
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 from _real_traces import document_of, events_of, real
 
@@ -432,3 +433,21 @@ def test_damaged_real_trace_names_the_file(tmp_path):
     cut.write_bytes(raw[: len(raw) // 2])
     with pytest.raises(DlexploreError, match=r"control\.json\.gz.*gzip stream is truncated"):
         load_trace(cut)
+
+
+def test_converted_trace_keeps_memory_events(tmp_path):
+    from dlexplore.traces import write_netcdf
+
+    trace = quiet_load(real("pytorch/HolisticTraceAnalysis__df_index_resolver__df_index_resolver.json.gz"))
+    back = load_trace(write_netcdf(trace, tmp_path / "run.nc"))
+    pd.testing.assert_frame_equal(back.memory, trace.memory)
+    pd.testing.assert_frame_equal(back.events, trace.events)
+
+
+def test_an_implausible_world_size_is_an_error_naming_the_file(tmp_path):
+    document = document_of(real(NS))
+    document["distributedInfo"]["world_size"] = 18446744073709551615
+    path = tmp_path / "huge.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(DlexploreError, match=r"huge\.json: .*expected fewer than 4,194,304 ranks"):
+        load_trace(path)

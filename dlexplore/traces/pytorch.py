@@ -9,8 +9,8 @@ flow (``s``/``f``), metadata (``M``) events and Kineto's ``Trace`` spans do not.
 Timestamps (µs in the file) become seconds; ``start`` is ``ts`` plus the file's
 ``baseTimeNanoseconds`` less the earliest one of the set, so ranks share one time axis
 (``trace.meta["epoch_ns"]`` is its zero in Unix nanoseconds). Files without
-``baseTimeNanoseconds`` hold Unix times in µs. Times count from the set's first whole microsecond
-(so a 1.7e9 s Unix time keeps nanoseconds).
+``baseTimeNanoseconds`` hold Unix times in µs. Times count from a whole number of 2**30 µs before
+the set's first event (so that a 1.7e9 s Unix time keeps its nanoseconds).
 
 Rank and world size come from the ``ranks=`` option (one per file), else the top-level
 ``distributedInfo`` (``rank``, ``world_size``, ``backend``), else a rank the file name states
@@ -165,6 +165,8 @@ _STEP_RE = re.compile(r"ProfilerStep#(\d+)$")
 _DATA_PREFIX = "enumerate(DataLoader)"
 _REQUIRED_KEYS = ("ts", "dur", "cat", "name", "pid", "tid")
 _REQUIRED = itemgetter(*_REQUIRED_KEYS)
+_ORIGIN_GRID = 2.0**30  # µs
+_MAX_WORLD = 1 << 22  # ranks: far beyond any job, well within the int32 rank column
 _MEMORY_ARGS = ("Device Type", "Device Id", "Bytes", "Total Allocated", "Total Reserved", "Addr")
 _get = dict.get
 
@@ -567,6 +569,10 @@ def _assign_ranks(files: list[_RankFile], allow_missing: bool, ranks: Any = None
             )
         by_rank[file.rank] = file
     world_size = sizes.pop() if sizes else max(by_rank) + 1
+    if world_size > _MAX_WORLD:
+        big = max(files, key=lambda f: max(f.rank or 0, f.world_size or 0))
+        raise DlexploreError(f"{big.path}: rank {big.rank} of world size {world_size}; expected fewer than "
+                             f"{_MAX_WORLD:,} ranks")
     beyond = sorted(r for r in by_rank if r >= world_size)
     if beyond:
         raise DlexploreError(
@@ -600,9 +606,11 @@ def _assemble(
     epoch_ns = None
     shift = np.zeros(len(files))
     ts = column("ts", np.float64)
-    # Count from the set's first whole µs: times of 1.7e9 s (Unix time) or 4e6 s (a device clock)
-    # would otherwise keep only 0.2 µs or 1 ns of resolution, and durations from differences less
-    origin = float(np.floor(ts.min())) if len(ts) else 0.0
+    # Count from a whole number of 2**30 µs (18 minutes) before the set's first event: times of
+    # 1.7e9 s (Unix time) or 4e6 s (a device clock) would otherwise keep only 0.2 µs or 1 ns of
+    # resolution. A coarse origin is the same for one rank's file alone as for the whole set, so
+    # both give the same numbers (dlexplore.traces.summarize reads one file at a time).
+    origin = float(np.floor(ts.min() / _ORIGIN_GRID) * _ORIGIN_GRID) if len(ts) else 0.0
     ts = ts - origin
     for file in files:
         file.ts_origin = origin
