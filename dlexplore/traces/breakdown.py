@@ -34,8 +34,8 @@ other devices' ``mtia:``, ``hpu:``), compute, memcpy and memset count only on de
 GPU's work; host-side launch calls are not the work itself), while ``data`` (data loading, a host
 activity) counts on every stream. Communication counts on device streams on a rank whose device
 runs communication (NCCL kernels: the host's ``nccl:*`` annotations and ``record_param_comms``
-only launch them), and on the host otherwise (MPI calls, gloo). On a CPU-only rank every thread
-counts.
+only launch them), and otherwise on the host where the event names its collective (MPI calls,
+gloo). On a CPU-only rank every thread counts.
 
 Time before a rank's first step (set-up) and after its last is left out; the events that carry no
 step are in ``attrs["events_outside_steps"]``. A trace that marks no step at all is taken as one
@@ -57,7 +57,7 @@ import pandas as pd
 import xarray as xr
 
 from ..errors import DlexploreError
-from .schema import Trace
+from .schema import COLLECTIVES, Trace
 
 __all__ = ["BREAKDOWN_VARIABLES", "DEVICE_STREAM_PREFIXES", "BusyTime", "breakdown", "step_windows",
            "stragglers"]
@@ -276,7 +276,12 @@ def _coverage(events: pd.DataFrame, rank_coords: np.ndarray, w_rank: np.ndarray,
     gpu_rank = np.bincount(position[on_device & known], minlength=len(rank_coords)) > 0
     is_comm = _category_mask(category, ("communication",))
     device_comm_rank = np.bincount(position[on_device & known & is_comm], minlength=len(rank_coords)) > 0
-    counts_as_device = on_device | np.where(is_comm, ~device_comm_rank[where], ~gpu_rank[where])
+    # host communication that does the work names its collective (MPI_Send, gloo:all_reduce); the
+    # host's NCCL calls (nccl:*, c10d::*, record_param_comms) name none: they only launch kernels
+    names_collective = _category_mask(events["collective"], tuple(c for c in COLLECTIVES)) \
+        if "collective" in events.columns else np.zeros(len(events), dtype=bool)
+    host_comm_ok = ~device_comm_rank[where] & (names_collective | ~gpu_rank[where])
+    counts_as_device = on_device | np.where(is_comm, host_comm_ok, ~gpu_rank[where])
     origin = float(min(start_all[known].min(), begin.min())) if known.any() else float(begin.min())
     span = float(max(end_all[known].max() if known.any() else 0.0, end.max()) - origin)
 
