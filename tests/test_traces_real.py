@@ -35,6 +35,7 @@ SAMPLED = [
 ]
 AMD = "pytorch/HolisticTraceAnalysis__amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz"
 NSYS = "nsys/pipit__saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
+CPU_ONLY = "pytorch/HolisticTraceAnalysis__cpu_only__rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
 SUPERBENCH = "nccl-tests/superbenchmark__nccl_{}.log"
 
 
@@ -97,7 +98,7 @@ def test_rank_only_from_distributed_info_or_an_explicit_rank_pattern(tmp_path, n
 
 
 def test_distributed_info_wins_over_the_name():
-    path = real("pytorch/HolisticTraceAnalysis__cpu_only__rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
+    path = real(CPU_ONLY)
     trace, info = load_trace(path), document_of(path)
     assert trace.ranks.tolist() == [info["distributedInfo"]["rank"]] == [34]
     assert trace.world_size == 300
@@ -438,14 +439,15 @@ def test_damaged_real_trace_names_the_file(tmp_path):
 def test_converted_trace_keeps_memory_events(tmp_path):
     from dlexplore.traces import write_netcdf
 
-    trace = quiet_load(real("pytorch/HolisticTraceAnalysis__df_index_resolver__df_index_resolver.json.gz"))
+    trace = quiet_load(real(AMD))
+    trace.memory = quiet_load(real(TB0)).memory  # the AMD trace has none: borrow a real table
     back = load_trace(write_netcdf(trace, tmp_path / "run.nc"))
     pd.testing.assert_frame_equal(back.memory, trace.memory)
     pd.testing.assert_frame_equal(back.events, trace.events)
 
 
 def test_an_implausible_world_size_is_an_error_naming_the_file(tmp_path):
-    document = document_of(real(NS))
+    document = document_of(real(CPU_ONLY))
     document["distributedInfo"]["world_size"] = 18446744073709551615
     path = tmp_path / "huge.json"
     path.write_text(json.dumps(document))
