@@ -292,3 +292,22 @@ def test_critical_path_of_real_steps_adds_up_to_the_step(relative):
     names = set(trace.events["name"].astype(str))
     assert set(path["name"]) <= names
     json.dumps(summary.attrs, default=str)
+
+
+def test_critical_path_of_a_replayed_scenario():
+    """The what-if replay's events have a critical path too: at unchanged parameters the same as
+    the trace's; with compute twice as fast, a shorter compute part on the path (the collector's
+    real gloo sample: CPU-only ranks compute on the host)."""
+    from pathlib import Path
+
+    from dlexplore.sim.replay import Scenario, replay, replay_events
+
+    trace = load_trace(Path(__file__).parents[1] / "data" / "traces" / "gloo-mlp-2rank")
+    result = replay(trace, [Scenario(), Scenario(compute=2.0)])
+    measured = critical_path_summary(critical_path(trace, rank=0, step=3))
+    same = critical_path_summary(critical_path(replay_events(result, 0), rank=0, step=3))
+    faster = critical_path_summary(critical_path(replay_events(result, 1), rank=0, step=3))
+    np.testing.assert_allclose(same.time.values, measured.time.values, atol=1e-9)
+    assert float(measured.time.sel(part="compute")) > 0
+    assert float(faster.time.sel(part="compute")) < float(measured.time.sel(part="compute"))
+    assert float(faster.step_time) < float(measured.step_time)

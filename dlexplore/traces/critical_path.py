@@ -24,8 +24,10 @@ time is made of: ``cpu`` (host operators), ``runtime`` (CUDA runtime and driver 
 allocations, context set-up), ``sync`` (host waiting in a synchronising call), ``compute``,
 ``communication``, ``memcpy``, ``memset`` (device work), ``data`` (data loading), ``idle``.
 
-:func:`dlexplore.sim` replays whole traces; the critical path says which events a what-if changes
-the step time through: speeding up an event off the path does not shorten the step.
+The what-if replay (:mod:`dlexplore.sim`) moves every event of a trace under changed parameters;
+the critical path of a replayed scenario, ``critical_path(replay_events(result, k))``, shows how
+the chain changes (speeding up work off the path does not shorten the step; speeding up the path
+may move it elsewhere).
 """
 
 from __future__ import annotations
@@ -252,8 +254,8 @@ def _launches(nodes: pd.DataFrame) -> dict[int, int]:
 
 
 def _part(category: str, device: bool, sync: bool, name: str) -> str:
-    if device:
-        return category
+    if device or category in ("compute", "communication", "memcpy", "memset"):
+        return category  # on the host too: CPU-only ranks compute there, gloo communicates there
     if category == "runtime":
         return "sync" if sync else "runtime"
     if category == "data":
