@@ -311,3 +311,13 @@ def test_critical_path_of_a_replayed_scenario():
     assert float(measured.time.sel(part="compute")) > 0
     assert float(faster.time.sel(part="compute")) < float(measured.time.sel(part="compute"))
     assert float(faster.step_time) < float(measured.step_time)
+
+
+def test_trace_report_carries_the_analyses(tmp_path):
+    from dlexplore.report import write_trace_report
+
+    trace = quiet(real(P + "amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz"))
+    text = write_trace_report(tmp_path / "report.html", trace).read_text()
+    summary = critical_path_summary(critical_path(trace))
+    assert "trace_critical_path" in text and "trace_launches" in text
+    assert f"Critical path of step {summary.attrs['step']} on rank 0" in text
