@@ -67,8 +67,9 @@ def _window(events: pd.DataFrame, rank: int | None, step: int | None) -> tuple[i
             raise DlexploreError(f"no rank {rank} in the trace's steps")
     r = int(windows["rank"].iloc[0])
     mine = windows[windows["rank"] == r]
-    if step is None:  # the middle step: first and last steps are often warm-up and tear-down
-        row = mine.iloc[len(mine) // 2]
+    if step is None:  # the middle step but the last, which the profiler may have cut short
+        full = mine.iloc[:-1] if len(mine) > 1 else mine
+        row = full.iloc[len(full) // 2]
     else:
         chosen = mine[mine["step"] == step]
         if not len(chosen):
@@ -145,7 +146,8 @@ def critical_path(
 ) -> pd.DataFrame:
     """The events on the critical path of one step on one rank, in time order (module docstring).
 
-    ``rank`` defaults to the lowest, ``step`` to the rank's middle step. Columns: ``name``,
+    ``rank`` defaults to the lowest, ``step`` to the rank's middle step (leaving out the last, which
+    the profiler may have cut short). Columns: ``name``,
     ``lane`` (thread or stream), ``category``, ``part`` (what its time counts as:
     :data:`PATH_PARTS`), ``start``, ``end`` (s), ``gate_end`` (s, when what it waited for ended),
     ``critical`` (s, its contribution), ``idle_before`` (s, gap before it). ``attrs``: ``rank``,

@@ -85,7 +85,7 @@ class TraceView:
         operators and kernels whose time changed most (:func:`dlexplore.traces.diff.trace_diff`).
 
     Below the timeline, tabs show the analyses (:mod:`dlexplore.plots.analyses`): the critical path of
-    the step shown (the middle step when all are), kernel launches (launch delay against device
+    the step shown (the middle step but the last when all are), kernel launches (launch delay against device
     time, short kernels in red), operations queued per stream, memory allocated per device (traces
     recorded with ``profile_memory=True``), each for the first rank selected; an analysis the trace
     cannot give says why in the status line.
