@@ -171,11 +171,17 @@ def _built_seeds(workdir: Path) -> dict[str, list[Path]]:
     return seeds
 
 
+REAL = Path(__file__).resolve().parents[1].parent / "shared" / "traces-real"
+
+
 def seed_files(workdir: Path) -> dict[str, list[Path]]:
     """The seed files of every reader (real test data; built ones written under ``workdir``)."""
     seeds = {
         "pytorch": (_glob(TRACES / "pytorch", "*/rank0.pt.trace.json.gz")
-                    + _glob(DATA / "traces", "*/rank0.json.gz")),
+                    + _glob(DATA / "traces", "*/rank0.json.gz")
+                    # real traces of other runs when ../shared/traces-real is there: NCCL calls and
+                    # kernels, ROCm, memory events
+                    + _glob(REAL / "pytorch", "*amd_trace*", "*trace_filter__sampled_rank-0*")),
         "horovod": _glob(TRACES / "horovod", "*.json", "*.json.gz"),
         "nccl_tests": _glob(TRACES / "nccl-tests", "*.out", "*.txt", "*.log"),
         "darshan": _glob(TRACES / "darshan", "*.txt"),

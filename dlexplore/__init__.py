@@ -22,7 +22,7 @@ from ._version import __version__
 from .errors import DlexploreError, InputFileError, UnknownNameError
 from .fit import Calibration, calibrate, calibrate_from_trace, compare, predict_points
 from .model import predict, predict_comm, predict_parallel
-from .traces import Trace, load_trace
+from .traces import Trace, load, load_trace
 
 __all__ = [
     "__version__",
@@ -42,6 +42,7 @@ __all__ = [
     "calibrate",
     "calibrate_from_trace",
     "Calibration",
+    "load",
     "load_trace",
     "Trace",
     "DlexploreError",

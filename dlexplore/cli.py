@@ -13,6 +13,7 @@ import math
 import os
 import re
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -411,9 +412,16 @@ def _cmd_measured(args: argparse.Namespace) -> None:
         return
     if not args.name:
         raise _UsageError("measured show needs a dataset NAME (see: dlexplore measured list)")
-    ds = measured.load(args.name)
-    frame = ds.reset_coords().to_dataframe().reset_index(drop=True)
-    title = f"measured: {ds.attrs.get('title', args.name)}"
+    ds = measured.load(args.name, by=args.by)
+    _show_measured(ds, args, f"measured: {ds.attrs.get('title', args.name)}")
+
+
+def _show_measured(ds: xr.Dataset, args: argparse.Namespace, title: str) -> None:
+    """A measured dataset as a table: its dimensions (bytes, placement, test ...) then variables."""
+    frame = (ds.reset_coords().to_dataframe().reset_index() if ds.dims else
+             pd.DataFrame([{name: ds[name].item() for name in ds.variables}]))
+    if "point" in frame.columns and "point" not in ds.coords:
+        frame = frame.drop(columns="point")  # a bare row number
     if args.format == "table":
         header = f"# source: {ds.attrs.get('source', '')}\n"
         if ds.attrs.get("setup"):
@@ -432,19 +440,43 @@ TRACE_SUMMARY_COLUMNS = (
 )
 
 
-def _load_trace(args: argparse.Namespace):
-    from .traces import load_trace
+def _load_trace(args: argparse.Namespace, *, any_format: bool = False):
+    """The trace the command names (with ``any_format``, or a measured table: nccl-tests ...)."""
+    from .traces import load, load_trace
 
-    return load_trace(args.paths, format=args.trace_format)
+    options = {"allow_missing_ranks": True} if getattr(args, "allow_missing_ranks", False) else {}
+    if not any_format:
+        return load_trace(args.paths, format=args.trace_format, **options)
+    if getattr(args, "by", None):
+        options["by"] = args.by
+    return load(args.paths, format=args.trace_format, **options)
+
+
+def _trace_notes(trace) -> str:
+    """What the title says besides the trace: ranks left out, files skipped, ranks unknown."""
+    notes = []
+    if trace.meta.get("missing_ranks"):
+        missing = trace.meta["missing_ranks"]
+        notes.append(f"{len(missing)} of {trace.world_size} ranks missing: "
+                     + ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else ""))
+    if trace.meta.get("skipped_files"):
+        notes.append("skipped (not traces): " + "; ".join(trace.meta["skipped_files"]))
+    if trace.meta.get("rank_unknown"):
+        notes.append("the trace does not say its rank (shown as 0)")
+    return "".join(f"\n# {n}" for n in notes)
 
 
 def _cmd_trace_summary(args: argparse.Namespace) -> None:
     if args.dask is None and args.scheduler_address is None:
         if args.workers is not None:
             raise _UsageError("--workers goes with --dask threads|processes")
-        trace = _load_trace(args)
+        trace = _load_trace(args, any_format=True)
+        if not hasattr(trace, "breakdown"):  # a measured table (nccl-tests, Darshan, DLIO)
+            ds = getattr(trace, "summary", trace)
+            _show_measured(ds, args, str(ds.attrs.get("title") or ds.attrs.get("source", "")))
+            return
         ds = trace.breakdown()
-        title = f"measured breakdown per rank and step: {trace!r}"
+        title = f"measured breakdown per rank and step: {trace!r}{_trace_notes(trace)}"
     else:
         ds = _summarize_on_dask(args)
         title = f"measured breakdown per rank and step ({ds.sizes['rank']} ranks, read on Dask)"
@@ -496,7 +528,8 @@ def _cmd_trace_collectives(args: argparse.Namespace) -> None:
                                       if u and u not in ("1", "count") and c in table})
         with pd.option_context("display.max_columns", None, "display.width", 250):
             body = shown.to_string(index=False, float_format=lambda v: f"{v:.4g}")
-        _write(f"# collectives: {trace!r}\n# source: {trace.source}\n{body}\n", args.output)
+        _write(f"# collectives: {trace!r}{_trace_notes(trace)}\n# source: {trace.source}\n{body}\n",
+               args.output)
         return
     _emit_frame(table, args, f"collectives: {trace.source}")
 
@@ -656,6 +689,11 @@ def _add_output(parser: argparse.ArgumentParser, formats: Sequence[str] = FORMAT
                         help="write to FILE (atomically) instead of standard output")
 
 
+def _add_trace_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--allow-missing-ranks", action="store_true",
+                        help="read per-rank files that leave ranks of the world out (the output lists them)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``dlexplore`` command."""
     parser = _Parser(
@@ -763,6 +801,8 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("measured", help="list or show published measurements")
     m.add_argument("action", choices=("list", "show"))
     m.add_argument("name", nargs="?", help="dataset name (for show) or a CSV file")
+    m.add_argument("--by", choices=("bytes", "point"), default="bytes",
+                   help="nccl-tests output: one row per size (repeats averaged) or per result row")
     _add_output(m)
     m.set_defaults(func=_cmd_measured)
 
@@ -822,6 +862,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "combination is a scenario; the first row replays the trace as measured.")
     w.add_argument("paths", nargs="+", metavar="TRACE", help="trace file, folder or glob")
     w.add_argument("--trace-format", help="skip format detection: pytorch, horovod, nsys, otf2")
+    _add_trace_options(w)
     w.add_argument("--bandwidth", default="x1", help="network bandwidth factor(s): x2, or x1,x2,x4")
     w.add_argument("--latency", default="x1", help="network latency factor(s): x0.5")
     w.add_argument("--compute", default="x1", help="compute speed factor(s): x1.5")
@@ -846,8 +887,12 @@ def build_parser() -> argparse.ArgumentParser:
         a = tsub.add_parser(action, help=helptext, description=helptext)
         a.add_argument("paths", nargs="+", metavar="PATH", help="trace file, folder or glob")
         a.add_argument("--trace-format", help="skip format detection: pytorch, horovod, nsys, otf2")
+        _add_trace_options(a)
         _add_output(a, ("table", "csv", "json") if action == "collectives" else FORMATS)
         if action == "summary":
+            a.add_argument("--by", choices=("bytes", "point"),
+                           help="nccl-tests output: one row per size (repeats averaged, the default) or "
+                           "per result row")
             a.add_argument("--dask", choices=("threads", "processes", "sync"),
                            help="read the files one at a time on local Dask workers (for thousands "
                            "of ranks: never all events in memory)")
@@ -865,12 +910,14 @@ def build_parser() -> argparse.ArgumentParser:
     h = tsub.add_parser("report", help="write the timeline, breakdown and collectives as one HTML page")
     h.add_argument("paths", nargs="+", metavar="PATH", help="trace file, folder or glob")
     h.add_argument("--trace-format", help="skip format detection")
+    _add_trace_options(h)
     h.add_argument("--title", help="page title")
     h.add_argument("-o", "--output", required=True, metavar="FILE.html", help="the page to write")
     h.set_defaults(func=_cmd_trace_report)
     v = tsub.add_parser("convert", help="write the event table to netCDF (reload with load_trace)")
     v.add_argument("paths", nargs="+", metavar="PATH", help="trace file, folder or glob")
     v.add_argument("--trace-format", help="skip format detection")
+    _add_trace_options(v)
     v.add_argument("-o", "--output", required=True, metavar="FILE.nc", help="netCDF file to write")
     v.set_defaults(func=_cmd_trace_convert)
 
@@ -906,7 +953,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             for path in args.catalog:
                 load_file(path)
-        args.func(args)
+        with warnings.catch_warnings():
+            # a reader's warning (a rank taken from a file name, files skipped) is one line too
+            warnings.showwarning = lambda message, *_, **__: print(f"dlexplore: warning: {message}",
+                                                                   file=sys.stderr)
+            args.func(args)
         return 0
     except DlexploreError as err:
         print(f"dlexplore: error: {err}", file=sys.stderr)

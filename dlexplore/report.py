@@ -272,19 +272,53 @@ def trace_report(
            f"{embed_events:,}): open it in TraceView to see each event.")
         + " Bars: the mean per step of each rank; pick a step to see it alone. Hover for values with units."
     )
+    analyses = _analyses_layout(trace, index, width, attempt)
     notes_html = "".join(f"<br><small>{html.escape(n)}</small>" for n in notes)
     heading = html.escape(title or "dlexplore: measured trace")
     head = Div(text=f"<h2>{heading}</h2><p style='font-size:13px'>{'; '.join(facts)}</p>"
                     f"<p style='font-size:12px;color:#555'>{html.escape(how)}{notes_html}</p>",
                width=width, name="trace_report_header")
-    page = column(head, row(selector, boxes), figures.layout, name="trace_report")
+    page = column(head, row(selector, boxes), figures.layout, analyses, name="trace_report")
     name = title or f"dlexplore trace report: {trace.source}"
     return file_html(page, resources=INLINE, title=name)
 
 
+def _analyses_layout(trace: Any, index: Any, width: int, attempt) -> Any:
+    """The analyses' tabs (:class:`dlexplore.plots.analyses.AnalysisFigures`) of the lowest rank: the
+    critical path of its middle step, kernel launches, stream queues, memory."""
+    from .plots.analyses import (
+        AnalysisFigures,
+        critical_path_columns,
+        launch_columns,
+        memory_columns,
+        queue_columns,
+    )
+    from .traces.critical_path import critical_path, critical_path_summary
+    from .traces.launches import queue_length
+
+    figures = AnalysisFigures(width=width)
+    rank = int(index.ranks[0]) if len(index.ranks) else None
+    summary = attempt("critical path", lambda: critical_path_summary(critical_path(trace, rank=rank)))
+    if summary is not None:
+        figures.show_path(critical_path_columns(summary), title=(
+            f"Critical path of step {summary.attrs['step']} on rank {summary.attrs['rank']} (the middle "
+            f"step): {float(summary.step_time) * 1e3:,.3f} ms"))
+    launches = attempt("kernel launches", trace.launch_stats) if "correlation" in trace.events else None
+    if launches is not None:
+        figures.show_launches(launch_columns(launches))
+        figures.show_queue(queue_columns(queue_length(launches), rank=rank, origin=index.t0_s),
+                           title=f"Operations queued per stream on rank {rank} (launched, not finished)")
+    if trace.memory is not None:
+        memory = attempt("memory timeline", trace.memory_timeline)
+        figures.show_memory(memory_columns(memory, rank=rank, origin=index.t0_s),
+                            title=f"Memory allocated per device on rank {rank}")
+    return figures.layout
+
+
 def write_trace_report(path: str | os.PathLike, trace: Any, **kwargs: Any) -> Path:
-    """Write a measured trace's timeline, breakdown per rank and collective table to ``path`` as one
-    standalone HTML page (BokehJS inlined: it opens offline).
+    """Write a measured trace's timeline, breakdown per rank, collective table and analyses (critical
+    path, kernel launches, stream queues, memory) to ``path`` as one standalone HTML page (BokehJS
+    inlined: it opens offline).
 
     ``trace`` is a :class:`dlexplore.traces.Trace` or what :func:`dlexplore.load_trace` reads.
     Keywords: ``title``; ``breakdown`` and ``collectives`` to show instead of the trace's own;

@@ -107,7 +107,7 @@ def _trace(ds: xr.Dataset, path: Path) -> Trace:
             if str(events[name].dtype) != dtype:
                 events[name] = events[name].astype(dtype)
         events.attrs = dict(trace.events.attrs)
-        trace = Trace(events, trace.format, trace.files, trace.world_size, trace.meta)
+        trace = Trace(events, trace.format, trace.files, trace.world_size, trace.meta, trace.memory)
     return trace
 
 

@@ -146,14 +146,14 @@ def test_gpu_rank_counts_device_streams_only():
 def four_ranks_one_slow(steps: int = 3) -> Trace:
     """4 ranks in lockstep; rank 2 computes 1.5 s a step, the others 1 s, and all wait in the allreduce.
 
-    Step s starts at T = 2 s on every rank; compute [T, T + c]; the allreduce runs from the end of
-    compute to T + 1.6 (the slow rank arrives at T + 1.5, then 0.1 s of transfer); step windows are
-    [T, T + 1.6] everywhere. Per step: fast ranks expose 0.6 s of communication, the slow one 0.1 s,
-    so ``time_work`` = 1.6 - exposed is 1.0 on fast ranks and 1.5 on the slow one.
+    Step s starts at T = 1.6 s on every rank, back to back; compute [T, T + c]; the allreduce runs
+    from the end of compute to T + 1.6 (the slow rank arrives at T + 1.5, then 0.1 s of transfer);
+    step windows are [T, T + 1.6] everywhere. Per step: fast ranks expose 0.6 s of communication,
+    the slow one 0.1 s, so ``time_work`` = 1.6 - exposed is 1.0 on fast ranks and 1.5 on the slow one.
     """
     rows = []
     for s in range(steps):
-        t = 2.0 * s
+        t = 1.6 * s
         for rank in range(4):
             c = 1.5 if rank == 2 else 1.0
             rows += [
@@ -238,46 +238,71 @@ def test_empty_and_no_communication():
         breakdown([1, 2, 3])
 
 
-def test_union_matches_a_slow_reference_on_random_intervals():
-    """The vectorised sweep against a plain per-group merge, on random nested and disjoint intervals."""
+def _union_within(intervals, lo, hi):
+    """Length of the union of ``intervals`` clipped to [lo, hi], by a plain merge."""
+    total, cur_s, cur_e = 0.0, None, None
+    for s, e in sorted((max(s, lo), min(e, hi)) for s, e in intervals if e > lo and s < hi):
+        if cur_e is None or s > cur_e:
+            total += 0.0 if cur_e is None else cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    return total + (0.0 if cur_e is None else cur_e - cur_s)
+
+
+@pytest.mark.parametrize("markers", [False, True], ids=["steps-from-labels", "steps-from-markers"])
+def test_union_matches_a_slow_reference_on_random_intervals(markers):
+    """The vectorised sweep against a plain per-window merge, on random nested and disjoint intervals
+    whose step labels overlap in time (as GPU work of one step overlaps the next on the host)."""
     rng = np.random.default_rng(4)
     n = 3000
     start = np.round(rng.uniform(0, 50, n), 3)
     end = start + np.round(rng.exponential(1.0, n), 3)
     rank = rng.integers(0, 3, n)
     step = rng.integers(0, 4, n)
-    category = rng.choice(["compute", "communication", "memcpy", "data", "cpu"], n)
-    frame = make_events(dict(rank=rank, stream=[f"cpu:{r}:1" for r in rank], name=["e"] * n,
+    category = rng.choice(["compute", "communication", "memcpy", "data", "cpu"], n).astype(object)
+    if markers:  # one marker per (rank, step), at a random place, nested or overlapping others
+        mr, ms = np.repeat(np.arange(3), 4), np.tile(np.arange(4), 3)
+        m_start = np.round(rng.uniform(0, 40, 12), 3)
+        m_end = m_start + np.round(rng.uniform(0, 20, 12), 3)
+        rank, step = np.append(rank, mr), np.append(step, ms)
+        start, end = np.append(start, m_start), np.append(end, m_end)
+        category = np.append(category, ["step"] * 12)
+    frame = make_events(dict(rank=rank, stream=[f"cpu:{r}:1" for r in rank], name=["e"] * len(rank),
                              category=category, start=start, duration=end - start,
                              step=pd.array(step, dtype="Int64")))
     ds = breakdown(frame)
 
-    def union(intervals):
-        total, cur_s, cur_e = 0.0, None, None
-        for s, e in sorted(intervals):
-            if cur_e is None or s > cur_e:
-                total += 0.0 if cur_e is None else cur_e - cur_s
-                cur_s, cur_e = s, e
-            else:
-                cur_e = max(cur_e, e)
-        return total + (0.0 if cur_e is None else cur_e - cur_s)
-
     for r in range(3):
+        mine = rank == r
+        # the windows by hand: each step begins at its marker (else its first event), ends where the
+        # next begins; the last ends at its last event or marker end
+        begins = {}
         for s in range(4):
-            sel = (rank == r) & (step == s)
-            def pick(*cats, sel=sel):
-                return [(a, b) for a, b, c in zip(start[sel], end[sel], category[sel], strict=True)
+            sel = mine & (step == s) & ((category == "step") if markers else True)
+            begins[s] = start[sel].min()
+        order = sorted(begins, key=lambda s: (begins[s], s))
+        ends = {s: begins[order[i + 1]] for i, s in enumerate(order[:-1])}
+        ends[order[-1]] = end[mine & (step == order[-1])].max()
+        for s in range(4):
+            lo, hi = begins[s], ends[s]
+
+            def pick(*cats, mine=mine):
+                return [(a, b) for a, b, c in zip(start[mine], end[mine], category[mine], strict=True)
                         if c in cats]
-            compute, comm = union(pick("compute")), union(pick("communication"))
-            both = union(pick("compute", "communication"))
-            busy = union(pick("compute", "communication", "memcpy", "data"))
-            window = end[sel].max() - start[sel].min()
+            compute = _union_within(pick("compute"), lo, hi)
+            comm = _union_within(pick("communication"), lo, hi)
+            both = _union_within(pick("compute", "communication"), lo, hi)
+            busy = _union_within(pick("compute", "communication", "memcpy", "data"), lo, hi)
             cell = ds.sel(rank=r, step=s)
+            assert float(cell.step_time) == pytest.approx(hi - lo, abs=1e-9)
             assert float(cell.time_compute) == pytest.approx(compute, abs=1e-9)
             assert float(cell.time_comm) == pytest.approx(comm, abs=1e-9)
             assert float(cell.time_comm_exposed) == pytest.approx(both - compute, abs=1e-9)
-            assert float(cell.time_idle) == pytest.approx(window - busy, abs=1e-9)
-            assert int(cell.events) == sel.sum()
+            assert float(cell.time_idle) == pytest.approx(hi - lo - busy, abs=1e-9)
+            assert int(cell.events) == (mine & (step == s)).sum()
+        # the windows tile the rank's timeline: their sum is its span from the first step on
+        assert float(ds.step_time.sel(rank=r).sum()) == pytest.approx(ends[order[-1]] - begins[order[0]])
 
 
 def _real_trace(folder: Path) -> Trace:

@@ -148,12 +148,17 @@ def test_dispatcher_ops_and_enclosing_events_are_not_counted_twice():
         (0, "cpu:0:1", "c10d::allreduce_", "communication", 4.5, 4.625, 1e6, "allreduce"),
         # a Horovod-style ALLREDUCE around rank 3's first NCCL_ALLREDUCE-like event on its stream
         (3, "cpu:3:2", "ALLREDUCE", "communication", 0.0 + 2.0, 2.25 + 2.0, 1e6, "allreduce"),
-        # point-to-point: not in the table
+        # point-to-point: a row of its own, not matched with the group's operations
         (1, "cpu:1:2", "gloo:send", "communication", 10.0, 11.0, 1e6, "send"),
     ]
     plain = four_rank_trace().collectives()
     table = four_rank_trace(extra_rows=extra).collectives()
-    pd.testing.assert_frame_equal(table, plain)
+    pd.testing.assert_frame_equal(table[table["collective"] != "send"], plain)
+    send = table[table["collective"] == "send"].iloc[0]
+    # 1e6 bytes in 1 s = 0.001 GB/s; the peer is not in the event: "?"
+    assert (send["bytes"], send["count"], send["ranks"], send["time"]) == (1e6, 1, 1, 1.0)
+    assert send["algbw"] == pytest.approx(0.001) and send["busbw"] == pytest.approx(0.001)
+    assert send["peers"] == "1->?"
 
 
 def test_op_column_matches_events_across_ranks():

@@ -116,9 +116,15 @@ def test_old_format_without_root_and_with_error_column():
     assert ds.attrs["title"] == "nccl-tests all_reduce_perf on 12 GPUs"
 
 
-def test_repeated_sizes_need_points():
-    with pytest.raises(InputFileError, match=r"line 22: size 0 bytes appears on lines 21 and 22.*by='point'"):
-        nccl_tests.read(WOHLBIER, collective="allgather")
+def test_repeated_sizes_aggregate_or_stay_points():
+    ds = nccl_tests.read(WOHLBIER, collective="allgather")
+    # size 0 on lines 21-23: out of place 57.30, 57.12, 57.20 us, in place 57.09, 57.62, 57.31 us
+    zero = ds.sel(bytes=0)
+    assert zero.time.values.tolist() == pytest.approx([171.62e-6 / 3, 172.02e-6 / 3])
+    assert int(zero.rows) == 3 and int(ds.rows.sel(bytes=48)) == 1
+    assert zero.error.values.tolist() == [0.0, 0.0]
+    assert ds.sizes == {"bytes": 29, "placement": 2} and ds.bytes.values[:2].tolist() == [0, 48]
+    assert ds.attrs["aggregated_lines"] == "0 B: lines 21, 22, 23"
     ds = nccl_tests.read(WOHLBIER, collective="allgather", by="point")
     assert ds.sizes == {"point": 31, "placement": 2}
     assert ds.bytes.values[:4].tolist() == [0, 0, 0, 48]

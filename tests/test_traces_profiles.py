@@ -46,6 +46,10 @@ def test_tau_mpi_profile_hand_counts():
     assert parts["time_comm"].attrs["units"] == "s"
     allreduce = prof.sel(user_event="Message size for all-reduce", rank=0, thread=0)
     assert float(allreduce["event_count"]) == 34 and float(allreduce["event_sumsqr"]) == 544
+    # dlexplore.load routes a TAU folder, and one profile file, to the same reader.
+    for path in (TAU_MPI, TAU_MPI / "profile.0.0.0"):
+        routed = dlexplore.load(path)
+        assert float(routed["calls"].sel(rank=0, thread=0, function="MPI_Barrier()")) == 1530
 
 
 def test_tau_multi_metric_folders():
@@ -122,6 +126,9 @@ def test_nccl_log_bad_line_and_routing(tmp_path):
         read_nccl_log(bad)
     with pytest.raises(DlexploreError, match="read_nccl_log"):
         dlexplore.load_trace(NCCL / "rccl-issue-429.log")
+    # dlexplore.load is the one door for every format: it routes the log to its reader.
+    routed = dlexplore.load(NCCL / "rccl-issue-429.log")
+    assert routed["op_count"].tolist() == [652, 653, 652, 653]
     empty = tmp_path / "none.log"
     empty.write_text("hello\n")
     with pytest.raises(InputFileError, match="no NCCL collective lines"):
@@ -147,6 +154,7 @@ def runs(tmp_path_factory):
 
 def test_tensorboard_scalars(runs):
     ds = read_tensorboard(runs)
+    assert dlexplore.load(runs / "bs64")["run"].values.tolist() == ["bs64"]
     assert list(ds["run"].values) == ["bs1024", "bs256", "bs64"]
     assert ds.sizes["step"] == 40 and ds["step"].values[-1] == 390
     loss = ds["train.loss"].sel(run="bs256")

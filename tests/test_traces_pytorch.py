@@ -68,7 +68,9 @@ def test_gloo_ranks_world_size_and_metadata(gloo):
     assert [Path(f).name for f in gloo.files] == ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]
     assert gloo.meta["backend"] == "gloo"
     assert gloo.meta["device"] == "cpu"
-    assert gloo.meta["epoch_ns"] == 1790857026000000000
+    # baseTimeNanoseconds 1790857026000000000 (both files) plus the whole number of 2**30 us before
+    # the set's first event (rank 1's, "ts": 4439954776597.228): 4135 * 2**30 = 4439913545728 us
+    assert gloo.meta["epoch_ns"] == 1790857026000000000 + 4135 * 2**30 * 1000
     info = gloo.meta["ranks"][1]["distributedInfo"]
     assert info["rank"] == 1 and info["world_size"] == 2
     assert gloo.meta["ranks"][0]["events_read"] == 648
@@ -87,7 +89,7 @@ def test_gloo_steps_and_times(gloo):
     assert steps["name"].tolist() == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"] * 2
     assert steps["step"].tolist() == [2, 3, 4, 2, 3, 4]
     first = steps.iloc[0]  # rank 0: "ts": 4439954778186.109, "dur": 1924.971 (µs) in the file
-    assert first["start"] == pytest.approx(4439954.778186109, abs=1e-9)
+    assert first["start"] == pytest.approx((4439954778186.109 - 4135 * 2**30) * 1e-6, abs=1e-12)
     assert first["duration"] == pytest.approx(1924.971e-6, abs=1e-12)
     # Every event of these traces happens inside one of the three steps.
     assert ev["step"].notna().all()
@@ -267,10 +269,17 @@ def test_rank_from_file_name_with_a_warning(tmp_path):
         ("rank3.json", 3),
         ("rank_3.pt.trace.json.gz", 3),
         ("RANK-12.json", 12),
-        ("trace-5.json", 5),
-        ("host_7.pt.trace.json.gz", 7),
+        ("job_rank_3.json", 3),
+        ("rank-3.Jul_15_10_52_41.1074.pt.trace.json.gz", 3),
+        # numbers that are not ranks: process ids, time stamps, hosts (issue 20: a process id
+        # 1016005 once became rank 1016005)
+        ("trace-5.json", None),
+        ("host_7.pt.trace.json.gz", None),
+        ("host_1016005.pt.trace.json", None),
         ("host_1234.1700000000123.pt.trace.json", None),
+        ("worker0.1623143089861.pt.trace.json.gz", None),
         ("frank.json", None),
+        ("ranks.json", None),
     ],
 )
 def test_rank_from_filename(name, rank):
@@ -281,9 +290,10 @@ def test_single_file_without_rank_is_rank_zero(tmp_path):
     path = write(
         tmp_path / "profile.json", _without_distributed_info(text_of(GLOO / "rank1.pt.trace.json.gz"))
     )
-    with pytest.warns(UserWarning, match="read as rank 0"):
+    with pytest.warns(UserWarning, match="the rank is unknown.*shown as rank 0"):
         trace = load_trace(path)
     assert list(trace.ranks) == [0] and trace.world_size == 1
+    assert trace.meta["rank_unknown"] == [0]
 
 
 def test_one_rank_of_a_larger_job(tmp_path):
@@ -462,7 +472,20 @@ def test_missing_ranks(tmp_path):
 
 def test_unknown_option():
     with pytest.raises(DlexploreError, match="unknown option"):
-        load_trace(GLOO, ranks=[0])
+        load_trace(GLOO, rank=[0])
+
+
+def test_ranks_option_sets_and_checks_ranks(tmp_path):
+    for rank in (0, 1):
+        text = text_of(GLOO / f"rank{rank}.pt.trace.json.gz")
+        write(tmp_path / f"worker{rank}.json", _without_distributed_info(text))
+    with pytest.raises(DlexploreError, match=r"worker0\.json: the rank is unknown.*pass ranks="):
+        load_trace(tmp_path)
+    trace = load_trace(sorted(tmp_path.iterdir()), ranks=[1, 0])
+    first = trace.events[trace.events["rank"] == 1]
+    assert len(first) == len(load_trace(GLOO / "rank0.pt.trace.json.gz").events)
+    with pytest.raises(DlexploreError, match=r"ranks= must give one rank .* per file.*\(2\); got \[0\]"):
+        load_trace(tmp_path, ranks=[0])
 
 
 def test_extra_data_and_trailing_comma(tmp_path):

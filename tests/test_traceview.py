@@ -535,3 +535,24 @@ def test_traceview_on_a_real_trace(folder, tmp_path):
     assert np.all(np.asarray(shown["right"]) > x0) and np.all(np.asarray(shown["left"]) < x1)
     target = write_trace_report(tmp_path / "real.html", trace)
     assert target.stat().st_size > 500_000
+
+
+def test_analyses_tabs_say_what_the_trace_cannot_give(tmp_path):
+    """A trace without correlation ids or memory events (this module's hand-made one): the launch
+    and queue figures stay empty, the memory figure says how to record memory, the critical path of
+    the middle step adds up to its window; compare= adds the diff tab with the largest changes."""
+    from dlexplore.plots.analyses import ANALYSIS_SOURCE_NAMES
+    from dlexplore.traces.diff import trace_diff
+
+    trace = hand_trace()
+    view = TraceView(trace, compare=trace.select(ranks=[0]))
+    assert set(ANALYSIS_SOURCE_NAMES) <= set(view.sources)
+    assert view.launches is None and view.memory is None
+    assert len(view.sources["trace_launches"].data["delay_us"]) == 0
+    assert "no memory events" in view.analysis_figures.memory.title.text
+    path = view.sources["trace_critical_path"].data
+    middle = view.breakdown.step.values[(len(view.breakdown.step) - 1) // 2]  # the middle but the last
+    window = float(view.breakdown.step_time.sel(rank=0, step=middle))
+    assert sum(path["time_ms"]) == pytest.approx(window * 1e3)
+    expected = trace_diff(trace, trace.select(ranks=[0]))["time_delta"].to_numpy()[:20][::-1] * 1e3
+    assert view.sources["trace_diff"].data["delta_ms"].tolist() == pytest.approx(expected.tolist())

@@ -137,11 +137,12 @@ def read_csv(path: str | Path) -> xr.Dataset:
     return read_table(path)
 
 
-def load(name: str | Path) -> xr.Dataset:
+def load(name: str | Path, *, by: str = "bytes") -> xr.Dataset:
     """Load a bundled measured dataset by name (see :func:`available`), or a CSV file by path.
 
-    A path to nccl-tests output returns :func:`dlexplore.traces.nccl_tests.read`'s dataset (dims
-    ``bytes``, ``placement``).
+    A path to nccl-tests output returns :func:`dlexplore.traces.nccl_tests.read_tests`'s dataset
+    (dims ``bytes`` or, with ``by="point"``, ``point``; ``placement``; ``test`` when the file holds
+    several results).
 
     An unknown name raises :class:`~dlexplore.errors.UnknownNameError` with the nearest names.
     """
@@ -165,9 +166,9 @@ def load(name: str | Path) -> xr.Dataset:
         except DlexploreError:
             kind = None  # not a trace either: the CSV reader below says what is wrong
         if kind == "nccl-tests":
-            from ..traces.nccl_tests import read as read_nccl_tests
+            from ..traces.nccl_tests import read_tests
 
-            return read_nccl_tests(path)
+            return read_tests(path, by=by)
     # Anything that looks like a path is read as one, so that a typo in a path says "no such
     # file" rather than suggesting bundled dataset names.
     if path.is_file() or path.suffix.lower() == ".csv" or len(path.parts) > 1:

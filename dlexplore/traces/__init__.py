@@ -7,24 +7,27 @@
 
 Formats, detected from the files' contents: PyTorch profiler Chrome traces (``.json``,
 ``.json.gz``), Horovod timelines, Nsight Systems SQLite exports, Score-P OTF2 archives (optional
-extra ``otf2``). nccl-tests output is a measured communication dataset rather than a trace: read it
-with :func:`read_nccl_tests` (or ``dlexplore.measured.load``).
+extra ``otf2``). nccl-tests output, Darshan logs and DLIO / MLPerf Storage summaries are measured
+tables rather than traces: :func:`load` reads every format and gives those as datasets
+(:func:`read_nccl_tests`, :func:`read_darshan`, :func:`read_dlio_summary` read one kind each).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from ..errors import DlexploreError
-from .detect import FORMATS, detect_format
+from .detect import FORMATS, MEASURED_FORMATS, detect_format
 from .netcdf import write_netcdf
-from .schema import CATEGORIES, COLLECTIVES, COLUMNS, Trace, as_paths, make_events
+from .schema import CATEGORIES, COLLECTIVES, COLUMNS, Trace, expand_paths, make_events
 
 __all__ = [
+    "load",
     "load_trace",
     "read_nccl_tests",
     "summarize",
@@ -38,6 +41,7 @@ __all__ = [
     "detect_format",
     "Trace",
     "FORMATS",
+    "MEASURED_FORMATS",
     "COLUMNS",
     "CATEGORIES",
     "COLLECTIVES",
@@ -64,22 +68,29 @@ def load_trace(
     """Read a trace: one file, a folder of per-rank files, a glob pattern, or a list of these.
 
     ``format`` (``pytorch``, ``horovod``, ``nsys``, ``otf2``, ``netcdf`` for a converted trace)
-    skips detection; otherwise every file's
-    format is detected from its contents and all must agree. Every problem with the input is a
-    :class:`~dlexplore.errors.DlexploreError` naming the file and the position or event.
+    skips detection; otherwise every file's format is detected from its contents and all must
+    agree. Files of a folder that are not traces (a run's configuration, a metadata JSON, a
+    benchmark table) are skipped with a warning naming them (``trace.meta["skipped_files"]``);
+    files named directly are never skipped. ``allow_missing_ranks=True`` reads a set of per-rank
+    files that leaves ranks of the world out (``trace.meta["missing_ranks"]``). Every problem with
+    the input is a :class:`~dlexplore.errors.DlexploreError` naming the file and the position or
+    event.
     """
-    files = as_paths(paths)
+    entries = expand_paths(paths)
+    files = [path for path, _ in entries]
+    skipped: list[str] = []
     if format is None:
-        found = {path: detect_format(path) for path in files}
+        found, skipped = _detect_all(entries)
+        files = list(found)
         kinds = sorted(set(found.values()))
         if len(kinds) > 1:
             listing = "; ".join(f"{p.name}: {k}" for p, k in list(found.items())[:6])
             raise DlexploreError(f"these files hold different formats ({', '.join(kinds)}): {listing}")
         format = kinds[0]
-    if format == "nccl-tests":
+    if format in MEASURED_FORMATS:
         raise DlexploreError(
-            f"{files[0]}: this is nccl-tests output, a measured communication dataset rather than a "
-            "trace; read it with dlexplore.traces.read_nccl_tests(path) or dlexplore.measured.load(path)"
+            f"{files[0]}: this is {format} output, a measured table rather than a trace; read it with "
+            "dlexplore.load(path) (or dlexplore.traces.read_nccl_tests, read_darshan, read_dlio_summary)"
         )
     if format in _PROFILES:
         raise DlexploreError(
@@ -88,8 +99,93 @@ def load_trace(
         )
     if format not in _READERS:
         raise DlexploreError(f"unknown trace format {format!r}; expected one of {sorted(_READERS)}")
+    if format != "pytorch":
+        options.pop("allow_missing_ranks", None)  # other readers take whatever ranks they are given
     reader = importlib.import_module(_READERS[format], __name__)
-    return reader.read(files, **options)
+    trace = reader.read(files, **options)
+    if skipped:
+        trace.meta["skipped_files"] = skipped
+    return trace
+
+
+def _detect_all(entries: list[tuple[Path, bool]], *, warn: bool = True) -> tuple[dict[Path, str], list[str]]:
+    """Each file's format; files a folder listing found that are not traces of the set are skipped
+    (with a warning naming them), as long as some trace remains."""
+    found: dict[Path, str] = {}
+    reasons: dict[Path, str] = {}
+    for path, listed in entries:
+        try:
+            found[path] = detect_format(path)
+        except DlexploreError as err:
+            if not listed:
+                raise
+            reasons[path] = str(err).replace(f"{path}: ", "").replace(f"{path}", "").strip(" :")
+    traces = {p: k for p, k in found.items() if k not in MEASURED_FORMATS}
+    if traces:
+        listed = {p for p, flag in entries if flag}
+        for path, kind in found.items():
+            if kind in MEASURED_FORMATS and path in listed:
+                reasons[path] = f"{kind} output, not a trace"
+        found = {p: k for p, k in found.items() if p not in reasons}
+    elif reasons and not found:
+        first = next(iter(reasons))
+        raise DlexploreError(f"{first.parent}: no trace among its files ("
+                             + "; ".join(f"{p.name}: {r[:80]}" for p, r in list(reasons.items())[:4]) + ")")
+    skipped = [f"{p.name}: {r}" for p, r in reasons.items()]
+    if skipped and warn:
+        folder = next(iter(reasons)).parent
+        warnings.warn(f"{folder}: skipped {len(skipped)} file(s) that are not traces of this set: "
+                      + "; ".join(s[:120] for s in skipped[:5]) + (" ..." if len(skipped) > 5 else ""),
+                      stacklevel=3)
+    return found, skipped
+
+
+def load(
+    paths: str | os.PathLike | Iterable[str | os.PathLike],
+    *,
+    format: str | None = None,  # noqa: A002 - the natural name for users
+    **options: Any,
+) -> Any:
+    """Read any file dlexplore understands, whatever it holds.
+
+    Traces (PyTorch profiler, Horovod, Nsight Systems, OTF2, converted netCDF) give a
+    :class:`Trace` (:func:`load_trace`, same options). Measured tables give what their reader
+    gives: nccl-tests output an ``xarray.Dataset`` (every test in the file, along ``test`` when
+    there are several; ``by="bytes"`` aggregates repeated sizes, ``by="point"`` keeps each row; see
+    :mod:`dlexplore.traces.nccl_tests`), a Darshan log (binary, or darshan-parser's text) a
+    :class:`~dlexplore.traces.darshan.DarshanLog`, a DLIO / MLPerf Storage ``summary.json`` an
+    ``xarray.Dataset``. Profiles and logs give their readers' results: TensorBoard event files
+    (:func:`read_tensorboard`), TAU profiles (:func:`read_tau_profile`), NCCL debug logs
+    (:func:`read_nccl_log`).
+    """
+    entries = expand_paths(paths)
+    kind = format
+    if kind is None:
+        kinds = {detect_format(p) for p, listed in entries if not listed} or \
+            _detect_all(entries, warn=False)[0].values()
+        measured = sorted(set(kinds) & (set(MEASURED_FORMATS) | set(_PROFILES)))
+        kind = measured[0] if measured and len(set(kinds)) == 1 else None
+    if kind in _PROFILES:
+        readers = {"tensorboard": read_tensorboard, "tau": read_tau_profile, "nccl-log": read_nccl_log}
+        return readers[kind](paths, **options)
+    if kind not in MEASURED_FORMATS:
+        return load_trace(paths, format=kind, **options)
+    if len(entries) != 1:
+        raise DlexploreError(f"{kind} output is read one file at a time; got {len(entries)} files")
+    path = entries[0][0]
+    if kind == "nccl-tests":
+        from .nccl_tests import read_tests
+
+        return read_tests(path, **options)
+    if options:
+        raise DlexploreError(f"{kind} files take no options, got {sorted(options)}")
+    if kind == "darshan":
+        return read_darshan(path)
+    if kind == "darshan-text":
+        from .darshan import read_darshan_parser_text
+
+        return read_darshan_parser_text(path)
+    return read_dlio_summary(path)
 
 
 # Formats that are not event traces (no start times): their own readers give datasets or tables.

@@ -1,16 +1,20 @@
 """Where each rank's step time goes, measured from a trace: an ``xarray.Dataset`` on (rank, step).
 
-Definitions, per rank ``r`` and step ``s`` (all times in seconds, on the rank's own clock):
+**Steps partition each rank's timeline** (:func:`step_windows`): step ``s`` on rank ``r`` runs from
+the start of its marker (``ProfilerStep#s``; a reader that marks no step events gives the step's
+earliest event) to the start of the rank's next step; the last step runs to the later of its
+marker's end and its last event's end. Nested or overlapping markers, and GPU work that runs on
+while the host has moved to the next step, thus count once: the windows tile the timeline, and the
+sum of ``step_time`` over steps is the rank's span from its first step to the end of its last.
+
+Definitions, per rank ``r`` and step ``s`` (all times in seconds, on the rank's own clock), over
+what happened on the rank *during the step's window* (whichever step an event was launched in):
 
 ``step_time``
-    The step's window: from the earliest start to the latest end of the rank's events that carry
-    step ``s`` (the ``ProfilerStep#s`` event included, so on GPU traces the window runs from the
-    step's CPU start to the end of its last kernel, memcpy or collective). On GPU traces the
-    device's work for step ``s`` may run on while the host is in step ``s + 1``, so windows of
-    consecutive steps can overlap and their sum can exceed the run's wall time.
+    The window's length.
 ``time_compute``, ``time_comm``, ``time_memcpy``, ``time_memset``, ``time_data``
-    The length of the *union* of the step's intervals of that category (``compute``,
-    ``communication``, ``memcpy``, ``memset``, ``data``), so nested CPU operators
+    The length of the *union* of the rank's intervals of that category (``compute``,
+    ``communication``, ``memcpy``, ``memset``, ``data``) within the window, so nested CPU operators
     (``aten::linear`` inside ``aten::addmm`` ...) and work on parallel streams or threads count once.
 ``time_comm_exposed``
     Communication not overlapped by compute on that rank: the length of ``comm \\ compute``,
@@ -20,24 +24,26 @@ Definitions, per rank ``r`` and step ``s`` (all times in seconds, on the rank's 
     NaN when the step has no communication.
 ``time_idle``
     ``step_time`` minus the union of all busy intervals (compute, communication, memcpy,
-    memset, data) of that rank and step.
+    memset, data) of that rank in the window.
 ``events``
-    How many events carry that step on that rank (all categories).
+    How many events carry step ``s`` on that rank (all categories; the reader's label: the step of
+    the host op, or of the launch for GPU work).
 
-Which streams count: on a rank whose trace has device streams (``cuda:<device>:<stream>``), compute,
-communication, memcpy and memset count only on device streams (the GPU's work; host-side launch
-calls, ``nccl:*`` annotations and ``record_param_comms`` are not the work itself), while ``data``
-(data loading, a host activity) counts on every stream. On a CPU-only rank every thread counts.
+Which streams count: on a rank whose trace has device streams (``cuda:<device>:<stream>``, and
+other devices' ``mtia:``, ``hpu:``), compute, memcpy and memset count only on device streams (the
+GPU's work; host-side launch calls are not the work itself), while ``data`` (data loading, a host
+activity) counts on every stream. Communication counts on device streams on a rank whose device
+runs communication (NCCL kernels: the host's ``nccl:*`` annotations and ``record_param_comms``
+only launch them), and otherwise on the host where the event names its collective (MPI calls,
+gloo). On a CPU-only rank every thread counts.
 
-Events whose ``step`` is <NA> (outside every step: set-up, the profiler's own events, work after
-the last step) are left out; their number is in ``attrs["events_outside_steps"]``. A trace that marks
-no step at all is taken as one step, numbered 0, spanning the whole trace on each rank (said in
-``attrs["steps_note"]``).
+Time before a rank's first step (set-up) and after its last is left out; the events that carry no
+step are in ``attrs["events_outside_steps"]``. A trace that marks no step at all is taken as one
+step, numbered 0, spanning the whole trace on each rank (said in ``attrs["steps_note"]``).
 
-Every interval union is computed in one vectorised pass: the events are sorted once by
-(rank, step, start); for each category set, a running maximum of end times within each (rank, step)
-finds where a new disjoint segment begins (start > every earlier end), and the segments' lengths
-are summed with ``numpy.bincount``. No Python loop runs per event or per step.
+Every union is computed without a Python loop per event or step (:class:`BusyTime`): each rank's
+intervals of a category set are merged once into disjoint segments, and the busy time within any
+window is the difference of two binary-searched cumulative sums.
 
 :func:`stragglers` compares ranks on the per-rank mean of one of these variables.
 """
@@ -51,17 +57,18 @@ import pandas as pd
 import xarray as xr
 
 from ..errors import DlexploreError
-from .schema import Trace
+from .schema import COLLECTIVES, Trace
 
-__all__ = ["BREAKDOWN_VARIABLES", "DEVICE_STREAM_PREFIXES", "breakdown", "stragglers"]
+__all__ = ["BREAKDOWN_VARIABLES", "DEVICE_STREAM_PREFIXES", "BusyTime", "breakdown", "step_windows",
+           "stragglers"]
 
 #: Streams that are a device's (GPU) queues, as the readers name them.
-DEVICE_STREAM_PREFIXES = ("cuda:",)
+DEVICE_STREAM_PREFIXES = ("cuda:", "mtia:", "hpu:")
 
 #: Breakdown variables: units and long name. The names are the model's (DESIGN.md), so a measured
 #: breakdown lays over :func:`dlexplore.predict` output.
 BREAKDOWN_VARIABLES: dict[str, tuple[str, str]] = {
-    "step_time": ("s", "time per training step (first event start to last event end on the rank)"),
+    "step_time": ("s", "time per training step (the step's window on the rank's timeline)"),
     "time_compute": ("s", "compute time per step (union of compute intervals)"),
     "time_comm": ("s", "communication time per step (union of communication intervals)"),
     "time_comm_exposed": ("s", "communication time not overlapped by compute on the rank"),
@@ -110,64 +117,88 @@ def device_streams(events: pd.DataFrame) -> np.ndarray:
     return np.append(on_device, False)[stream.cat.codes.to_numpy()]
 
 
-def _index(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The sorted distinct values and each element's position among them (``np.unique``'s inverse)."""
-    if values.size == 0:
-        return values[:0], np.zeros(0, dtype=np.int64)
-    low, high = int(values.min()), int(values.max())
-    if high - low <= 4 * values.size:  # ranks and steps: a small range, so a lookup table is quickest
-        present = np.zeros(high - low + 1, dtype=bool)
-        present[values - low] = True
-        coords = np.flatnonzero(present) + low
-        lookup = np.cumsum(present) - 1
-        return coords.astype(np.int64), lookup[values - low].astype(np.int64)
-    coords, inverse = np.unique(values, return_inverse=True)
-    return coords, inverse.astype(np.int64)
+class BusyTime:
+    """Time covered by intervals, per group, between any two instants: ``covered(groups, t0, t1)``.
 
-
-class _Unions:
-    """Lengths of interval unions per group, for any subset of a fixed set of intervals.
-
-    The intervals are sorted once by (group, start). An exact running maximum of end times within
-    each group comes from ``numpy.maximum.accumulate`` on an integer key ``group * (n + 1) +
-    rank of the end among all ends``: group-major, so a group's maximum never leaks into the next,
-    and integers, so no rounding merges or splits intervals.
+    The intervals of each group (a rank) are merged once into disjoint segments; the busy time up
+    to ``t`` is then the cumulative length of the segments before ``t`` plus the part of the one
+    that holds ``t``, found by binary search. All groups share one sorted array: a group's times are
+    shifted by ``group x (span + 1)`` so they never interleave with another group's. Every interval
+    union in this module is a difference of two such lookups: no Python loop per event or step.
     """
 
-    def __init__(self, group: np.ndarray, start: np.ndarray, end: np.ndarray, n_groups: int):
-        order = np.argsort(start)
-        # Then a stable sort by group: numpy radix-sorts 16-bit integers, far quicker than lexsort.
-        small = np.uint16 if n_groups <= np.iinfo(np.uint16).max else np.int64
-        order = order[np.argsort(group[order].astype(small), kind="stable")]
-        self.order = order
-        self.group = group[order].astype(np.int64)
-        self.start = start[order]
-        self.end = end[order]
-        self.n = len(order)
-        self.n_groups = n_groups
-        by_end = np.argsort(self.end, kind="stable")
-        self.end_sorted = self.end[by_end]
-        self.end_rank = np.empty(self.n, dtype=np.int64)
-        self.end_rank[by_end] = np.arange(self.n, dtype=np.int64)
-
-    def length(self, mask: np.ndarray) -> np.ndarray:
-        """Union length per group of the intervals where ``mask`` (in the original order) is true."""
-        idx = np.flatnonzero(mask[self.order])
-        if idx.size == 0:
-            return np.zeros(self.n_groups)
-        base = self.n + 1
-        group = self.group[idx]
-        start = self.start[idx]
-        running = np.maximum.accumulate(group * base + self.end_rank[idx])
-        previous = np.empty_like(running)
-        previous[0] = -1
-        previous[1:] = running[:-1]
-        previous_end = self.end_sorted[np.maximum(previous, 0) % base]  # -1: a new group anyway
-        new = (group != previous // base) | (start > previous_end)
+    def __init__(self, group: np.ndarray, start: np.ndarray, end: np.ndarray, origin: float, span: float):
+        self.stride = float(span) + 1.0
+        self.origin = float(origin)
+        key_start = self._key(group, start)
+        key_end = self._key(group, end)
+        order = np.argsort(key_start, kind="stable")
+        key_start, key_end = key_start[order], key_end[order]
+        running = np.maximum.accumulate(key_end) if len(key_end) else key_end
+        new = np.ones(len(order), dtype=bool)
+        new[1:] = key_start[1:] > running[:-1]
         first = np.flatnonzero(new)
-        last = np.append(first[1:] - 1, idx.size - 1)
-        lengths = self.end_sorted[running[last] % base] - start[first]
-        return np.bincount(group[first], weights=lengths, minlength=self.n_groups)
+        last = np.append(first[1:] - 1, len(order) - 1) if len(first) else first
+        self.seg_start = key_start[first]
+        self.seg_end = running[last] if len(first) else key_start[:0]
+        lengths = self.seg_end - self.seg_start
+        self.before = np.concatenate([[0.0], np.cumsum(lengths)])
+
+    def _key(self, group: np.ndarray, t: np.ndarray) -> np.ndarray:
+        return group.astype(np.float64) * self.stride + (np.asarray(t, dtype=np.float64) - self.origin)
+
+    def upto(self, group: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Busy time of ``group`` before each ``t`` (plus every earlier group's, which cancels)."""
+        key = self._key(group, t)
+        if not len(self.seg_start):
+            return np.zeros(len(key))
+        i = np.searchsorted(self.seg_start, key, side="right")
+        j = np.maximum(i - 1, 0)
+        inside = np.clip(key - self.seg_start[j], 0.0, self.seg_end[j] - self.seg_start[j])
+        return np.where(i > 0, self.before[j] + inside, 0.0)
+
+    def covered(self, group: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
+        """Busy time of ``group`` within ``[t0, t1]`` (s)."""
+        return self.upto(group, t1) - self.upto(group, t0)
+
+
+def step_windows(events: pd.DataFrame) -> pd.DataFrame:
+    """Each rank's steps as a partition of its timeline: one row per (rank, step).
+
+    A step begins where its marker begins (the earliest ``step``-category event of that number on
+    the rank, e.g. ``ProfilerStep#N``; where a reader marks none, its earliest event) and ends where
+    the rank's next step begins; the last step ends at the later of its marker's end and its last
+    event's end (GPU work trails the host). So nested or overlapping markers, and device work that
+    runs on while the host is in the next step, neither count twice nor leave gaps: the windows
+    tile the rank's timeline from its first step to its last. Columns ``rank``, ``step``,
+    ``begin``, ``end`` (s).
+    """
+    step = events["step"]
+    has = step.notna().to_numpy(dtype=bool).copy()
+    start = events["start"].to_numpy(dtype=float)
+    end = start + events["duration"].to_numpy(dtype=float)
+    has &= np.isfinite(start) & np.isfinite(end)
+    if not has.any():
+        return pd.DataFrame({"rank": pd.Series(dtype=np.int64), "step": pd.Series(dtype=np.int64),
+                             "begin": pd.Series(dtype=float), "end": pd.Series(dtype=float)})
+    marker = _category_mask(events["category"], ("step",))
+    frame = pd.DataFrame({"rank": events["rank"].to_numpy(dtype=np.int64)[has],
+                          "step": step.to_numpy(dtype=np.int64, na_value=-1)[has],
+                          "start": start[has], "end": end[has], "marker": marker[has]})
+    frame["marker_start"] = np.where(frame["marker"], frame["start"], np.nan)
+    frame["marker_end"] = np.where(frame["marker"], frame["end"], np.nan)
+    grouped = frame.groupby(["rank", "step"], sort=False).agg(
+        first=("start", "min"), last=("end", "max"), marker_start=("marker_start", "min"),
+        marker_end=("marker_end", "max"))
+    grouped["begin"] = grouped["marker_start"].fillna(grouped["first"])
+    windows = grouped.reset_index().sort_values(["rank", "begin", "step"], kind="stable")
+    rank = windows["rank"].to_numpy()
+    begin = windows["begin"].to_numpy()
+    following = np.append(begin[1:], np.nan)
+    last_of_rank = np.append(rank[1:] != rank[:-1], True)
+    tail = np.fmax(windows["marker_end"].to_numpy(), windows["last"].to_numpy())
+    windows["end"] = np.where(last_of_rank, tail, following)
+    return windows[["rank", "step", "begin", "end"]].reset_index(drop=True)
 
 
 def breakdown(trace: Trace | pd.DataFrame, *, steps: Any = None) -> xr.Dataset:
@@ -191,88 +222,106 @@ def breakdown(trace: Trace | pd.DataFrame, *, steps: Any = None) -> xr.Dataset:
     """
     events, source, fmt = _events_of(trace)
     n_all = len(events)
-    start_all = events["start"].to_numpy(dtype=float)
-    end_all = start_all + events["duration"].to_numpy(dtype=float)
-    step_col = events["step"]
-    has_step = step_col.notna().to_numpy(dtype=bool) if n_all else np.zeros(0, dtype=bool)
-    steps_note = "events with no step (<NA>) are left out"
+    has_step = events["step"].notna().to_numpy(dtype=bool) if n_all else np.zeros(0, dtype=bool)
+    steps_note = "steps partition each rank's timeline (step_window); events with no step are counted by time"
     if n_all and not has_step.any():
-        step_all = np.zeros(n_all, dtype=np.int64)
-        has_step = np.ones(n_all, dtype=bool)
+        events = events.assign(step=pd.array(np.zeros(n_all, dtype=np.int64), dtype="Int64"))
         steps_note = "the trace marks no steps: the whole trace on each rank is one step, numbered 0"
-    else:
-        step_all = step_col.fillna(-1).to_numpy(dtype=np.int64) if n_all else np.zeros(0, np.int64)
-    keep = has_step & np.isfinite(start_all) & np.isfinite(end_all)
+    windows = step_windows(events) if n_all else step_windows(events.iloc[:0])
     if steps is not None:
         wanted = np.unique(np.asarray(list(steps), dtype=np.int64))
-        keep &= np.isin(step_all, wanted)
-
-    rank_all = events["rank"].to_numpy(dtype=np.int64)
-    rank_coords, rank_index_all = _index(rank_all)
-    step_coords, step_index = _index(step_all[keep])
+        windows = windows[windows["step"].isin(wanted)].reset_index(drop=True)
+    rank_coords, step_coords = np.unique(windows["rank"].to_numpy()), np.unique(windows["step"].to_numpy())
     n_r, n_s = len(rank_coords), len(step_coords)
-    n_groups = n_r * n_s
+    w_rank = np.searchsorted(rank_coords, windows["rank"].to_numpy())
+    w_step = np.searchsorted(step_coords, windows["step"].to_numpy())
+    cell = w_rank * n_s + w_step
+    data = {name: np.full(n_r * n_s, np.nan) for name in BREAKDOWN_VARIABLES if name != "events"}
+    if len(windows):
+        begin, end = windows["begin"].to_numpy(), windows["end"].to_numpy()
+        covered = _coverage(events, rank_coords, w_rank, begin, end)
+        compute, comm = covered(("compute",)), covered(("communication",))
+        window = end - begin
+        data["step_time"][cell] = window
+        data["time_compute"][cell] = compute
+        data["time_comm"][cell] = comm
+        # Never below zero: the two unions are sums of differences and may round differently.
+        exposed = np.clip(covered(("compute", "communication")) - compute, 0.0, comm)
+        data["time_comm_exposed"][cell] = exposed
+        with np.errstate(divide="ignore", invalid="ignore"):
+            data["overlap_fraction"][cell] = np.where(comm > 0, 1.0 - exposed / comm, np.nan)
+        data["time_memcpy"][cell] = covered(("memcpy",))
+        data["time_memset"][cell] = covered(("memset",))
+        data["time_data"][cell] = covered(("data",))
+        data["time_idle"][cell] = np.maximum(window - covered(_BUSY), 0.0)
+    count = _events_per_cell(events, rank_coords, step_coords)
+    return _breakdown_dataset(data, count, rank_coords, step_coords, source, fmt, steps_note,
+                              int(n_all - has_step.sum()) if has_step.any() else 0)
 
-    on_device = device_streams(events) if n_all else np.zeros(0, dtype=bool)
-    # A rank is a GPU rank when any of its events (in a step or not) is on a device stream.
-    gpu_rank = np.bincount(rank_index_all[on_device], minlength=n_r) > 0
-    counts_as_device = on_device | ~gpu_rank[rank_index_all] if n_all else on_device
 
-    rank_index = rank_index_all[keep]
-    group = rank_index * n_s + step_index
-    start, end = start_all[keep], end_all[keep]
-    category = events["category"][keep]
-    device_ok = counts_as_device[keep]
+def _coverage(events: pd.DataFrame, rank_coords: np.ndarray, w_rank: np.ndarray, begin: np.ndarray,
+              end: np.ndarray):
+    """A function: category names -> busy time of those categories within each window (s)."""
+    start_all = events["start"].to_numpy(dtype=float)
+    end_all = start_all + events["duration"].to_numpy(dtype=float)
+    rank_all = events["rank"].to_numpy(dtype=np.int64)
+    position = np.searchsorted(rank_coords, rank_all)
+    known = (position < len(rank_coords)) & np.isfinite(start_all) & np.isfinite(end_all)
+    known[known] &= rank_coords[position[known]] == rank_all[known]
+    on_device = device_streams(events)
+    category = events["category"]
+    where = np.minimum(position, len(rank_coords) - 1)
+    # A rank is a GPU rank when any of its events is on a device stream; its communication is the
+    # device's when any of its communication events is (NCCL); else the host's (MPI, gloo).
+    gpu_rank = np.bincount(position[on_device & known], minlength=len(rank_coords)) > 0
+    is_comm = _category_mask(category, ("communication",))
+    device_comm_rank = np.bincount(position[on_device & known & is_comm], minlength=len(rank_coords)) > 0
+    # host communication that does the work names its collective (MPI_Send, gloo:all_reduce); the
+    # host's NCCL calls (nccl:*, c10d::*, record_param_comms) name none: they only launch kernels
+    names_collective = _category_mask(events["collective"], tuple(c for c in COLLECTIVES)) \
+        if "collective" in events.columns else np.zeros(len(events), dtype=bool)
+    host_comm_ok = ~device_comm_rank[where] & (names_collective | ~gpu_rank[where])
+    counts_as_device = on_device | np.where(is_comm, host_comm_ok, ~gpu_rank[where])
+    origin = float(min(start_all[known].min(), begin.min())) if known.any() else float(begin.min())
+    span = float(max(end_all[known].max() if known.any() else 0.0, end.max()) - origin)
 
-    def mask(*names: str) -> np.ndarray:
-        selected = _category_mask(category, names)
+    def covered(names: tuple[str, ...]) -> np.ndarray:
+        selected = _category_mask(category, names) & known
         device_names = tuple(n for n in names if n in _DEVICE_ONLY)
         if device_names:
-            selected &= device_ok | ~_category_mask(category, device_names)
-        return selected
+            selected &= counts_as_device | ~_category_mask(category, device_names)
+        busy = BusyTime(position[selected], start_all[selected], end_all[selected], origin, span)
+        return np.maximum(busy.covered(w_rank, begin, end), 0.0)
 
-    shape = (n_r, n_s)
-    count = np.bincount(group, minlength=n_groups) if n_groups else np.zeros(0, dtype=np.int64)
-    data: dict[str, np.ndarray] = {}
-    if n_groups and group.size:
-        unions = _Unions(group, start, end, n_groups)
-        first = np.flatnonzero(np.diff(unions.group, prepend=-1))
-        window = np.full(n_groups, np.nan)
-        window_end = np.maximum.reduceat(unions.end, first)
-        window[unions.group[first]] = window_end - unions.start[first]
-        compute = unions.length(mask("compute"))
-        comm = unions.length(mask("communication"))
-        comm_or_compute = unions.length(mask("compute", "communication"))
-        busy = unions.length(mask(*_BUSY))
-        data["step_time"] = window
-        data["time_compute"] = compute
-        data["time_comm"] = comm
-        # Never below zero: the two unions are sums of differences and may round differently.
-        data["time_comm_exposed"] = np.clip(comm_or_compute - compute, 0.0, comm)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            data["overlap_fraction"] = np.where(comm > 0, 1.0 - data["time_comm_exposed"] / comm, np.nan)
-        data["time_memcpy"] = unions.length(mask("memcpy"))
-        data["time_memset"] = unions.length(mask("memset"))
-        data["time_data"] = unions.length(mask("data"))
-        data["time_idle"] = np.maximum(window - busy, 0.0)
-    else:
-        for name in BREAKDOWN_VARIABLES:
-            if name != "events":
-                data[name] = np.full(n_groups, np.nan)
+    return covered
 
-    empty = count == 0
+
+def _events_per_cell(events: pd.DataFrame, rank_coords: np.ndarray, step_coords: np.ndarray) -> np.ndarray:
+    """How many events carry each (rank, step), in the dataset's cell order."""
+    count = np.zeros(len(rank_coords) * len(step_coords), dtype=np.int64)
+    if not len(events) or not len(count):
+        return count
+    rank = events["rank"].to_numpy(dtype=np.int64)
+    step = events["step"].to_numpy(dtype=np.int64, na_value=np.iinfo(np.int64).min)
+    r, s = np.searchsorted(rank_coords, rank), np.searchsorted(step_coords, step)
+    ok = (r < len(rank_coords)) & (s < len(step_coords))
+    ok[ok] &= (rank_coords[r[ok]] == rank[ok]) & (step_coords[s[ok]] == step[ok])
+    return np.bincount(r[ok] * len(step_coords) + s[ok], minlength=len(count))
+
+
+def _breakdown_dataset(data: dict[str, np.ndarray], count: np.ndarray, rank_coords: np.ndarray,
+                       step_coords: np.ndarray, source: str, fmt: str, steps_note: str,
+                       outside: int) -> xr.Dataset:
+    shape = (len(rank_coords), len(step_coords))
     variables = {}
     for name, (units, long_name) in BREAKDOWN_VARIABLES.items():
-        if name == "events":
-            values = count.astype(np.int64)
-        else:
-            values = np.where(empty, np.nan, data[name])
+        values = count if name == "events" else data[name]
         variables[name] = (("rank", "step"), values.reshape(shape), {"units": units, "long_name": long_name})
     ds = xr.Dataset(
         variables,
         coords={
-            "rank": ("rank", rank_coords, {"units": "1", "long_name": "process rank"}),
-            "step": ("step", step_coords, {"units": "1", "long_name": "training step"}),
+            "rank": ("rank", rank_coords.astype(np.int64), {"units": "1", "long_name": "process rank"}),
+            "step": ("step", step_coords.astype(np.int64), {"units": "1", "long_name": "training step"}),
         },
     )
     ds.attrs.update(
@@ -280,11 +329,12 @@ def breakdown(trace: Trace | pd.DataFrame, *, steps: Any = None) -> xr.Dataset:
         kind="measured",
         format=fmt,
         title="measured time breakdown per rank and step",
-        step_window="from the earliest start to the latest end of the rank's events in the step",
+        step_window="steps partition the rank's timeline: from the step's marker (ProfilerStep#N) to the "
+        "next step's; the last to its last event",
         busy_streams="device streams (cuda:*) on ranks that have them (data loading: every stream); "
         "every thread on CPU-only ranks",
         steps_note=steps_note,
-        events_outside_steps=int(n_all - has_step.sum()),
+        events_outside_steps=outside,
     )
     return ds
 

@@ -1,8 +1,10 @@
 """Collective operations measured in a trace: matched across ranks, clocks aligned, tabled.
 
-**Which events.** Communication events (category ``communication``) with a collective name, except
-point-to-point ``send``/``recv`` (they do not span a group). One operation can show up as several
-events on a rank; only the one that does the work is kept:
+**Which events.** Communication events (category ``communication``) with a collective name. The
+point-to-point ones (``send``, ``recv``, ``sendrecv``: they join two ranks, not a group) are tabled
+by :func:`point_to_point` and appear in :func:`collective_table` as rows of their own, with the
+``peers`` seen. One operation can show up as several events on a rank; only the one that does the
+work is kept:
 
 - on a rank with device streams (``cuda:*``), only the events on device streams (the NCCL kernels,
   not the host's ``nccl:*`` annotations or ``record_param_comms``);
@@ -20,7 +22,7 @@ numeric ``op``), it is used instead, and the events of one rank with the same id
 (earliest start, latest end); for Horovod's fused operations ``bytes`` is the fused buffer
 (``fusion_bytes``), the message that went over the wire.
 
-**Ranks.** The reader's ``group_size`` when it gives one; else, when the trace holds fewer ranks
+**Ranks.** The reader's ``group_size`` where it gives one; else, when the trace holds fewer ranks
 than its world size (Horovod writes the coordinator's timeline only, or only some ranks' files were
 read), the world size; else the number of ranks an operation was matched on.
 
@@ -61,7 +63,8 @@ import pandas as pd
 
 from ..errors import DlexploreError
 from ..model.comm import ALGORITHMS, busbw_factor, collective_time
-from .breakdown import _events_of, device_streams
+from .breakdown import _events_of
+from .p2p import OP_ID_COLUMNS, communication_events, p2p_table_rows, point_to_point
 from .schema import Trace
 
 __all__ = [
@@ -71,6 +74,7 @@ __all__ = [
     "collective_ops",
     "collective_table",
     "compare_collectives",
+    "point_to_point",
 ]
 
 #: Columns of :func:`collective_table`: units and meaning.
@@ -86,45 +90,16 @@ TABLE_COLUMNS: dict[str, tuple[str, str]] = {
     "algbw": ("GB/s", "algorithm bandwidth: bytes / time"),
     "busbw": ("GB/s", "bus bandwidth: algbw x nccl-tests factor"),
     "skew": ("s", "mean spread of start times across ranks (aligned clocks); NaN if seen on one rank"),
+    "peers": ("", "point-to-point rows: the rank -> peer pairs seen (global ranks; ? unknown)"),
 }
 
-#: Reader columns that identify one operation across ranks, in order of preference: ``seq`` (a
-#: process group's collective sequence number), ``fusion`` (Horovod's fused response), ``op``.
-#: Used only when numeric and set on every collective event (Horovod's ``op`` is a kind, not an id).
-OP_ID_COLUMNS = ("seq", "fusion", "op")
-
-_POINT_TO_POINT = ("send", "recv", "")
 _SYMMETRIC = ("allreduce", "allgather", "reduce_scatter", "alltoall", "barrier")
 _ROOTED_SPREAD = ("gather", "scatter")
 
 
 def _collective_events(events: pd.DataFrame) -> pd.DataFrame:
     """The communication events that stand for one collective operation each on their rank."""
-    if not len(events):
-        return pd.DataFrame({"rank": [], "stream": [], "name": [], "collective": [], "start": [],
-                             "end": [], "bytes": []})
-    category = events["category"].astype(str).to_numpy()
-    collective = events["collective"].astype(str).to_numpy()
-    start = events["start"].to_numpy(dtype=float)
-    end = start + events["duration"].to_numpy(dtype=float)
-    keep = (category == "communication") & ~np.isin(collective, _POINT_TO_POINT)
-    keep &= np.isfinite(start) & np.isfinite(end)
-    rank = events["rank"].to_numpy(dtype=np.int64)
-    on_device = device_streams(events)
-    gpu_ranks = np.unique(rank[on_device & keep])
-    keep &= on_device | ~np.isin(rank, gpu_ranks)
-    table = pd.DataFrame({
-        "rank": rank[keep],
-        "stream": events["stream"].astype(str).to_numpy()[keep],
-        "name": events["name"].astype(str).to_numpy()[keep],
-        "collective": collective[keep],
-        "start": start[keep],
-        "end": end[keep],
-        "bytes": events["bytes"].to_numpy(dtype=float)[keep],
-    })
-    for extra in (*OP_ID_COLUMNS, "fusion_bytes", "group_size", "process_group"):
-        if extra in events.columns:
-            table[extra] = events[extra].to_numpy()[keep]
+    table = communication_events(events, point_to_point=False)
     if table.empty:
         return table
     # c10d:: dispatcher ops, where the same rank has the worker's event for that collective
@@ -210,10 +185,11 @@ def _prepare(trace: Trace | pd.DataFrame, align: bool) -> tuple[pd.DataFrame, pd
     matched = _match(_collective_events(events))
     world_size = trace.world_size if isinstance(trace, Trace) else None
     present = int(np.unique(events["rank"].to_numpy()).size) if len(events) else 0
-    if "group_size" not in matched.columns and world_size and present < world_size:
+    if world_size and present < world_size:
         # one rank's view of a larger job (Horovod's coordinator timeline, or some ranks' files):
-        # the operations still spanned the whole world
-        matched = matched.assign(group_size=world_size)
+        # where the reader does not say the group, the operations spanned the whole world
+        known = pd.to_numeric(matched["group_size"], errors="coerce") if "group_size" in matched else None
+        matched = matched.assign(group_size=world_size if known is None else known.fillna(world_size))
     offsets, reference, unknown = _offsets(matched)
     if not align:
         offsets = offsets * 0.0
@@ -346,11 +322,16 @@ def collective_table(trace: Trace | pd.DataFrame, *, align: bool = True) -> pd.D
             factor[where] = _factor(str(name), table["ranks"].to_numpy()[where])
         table["algbw"] = algbw
         table["busbw"] = algbw * factor
+        table["peers"] = ""
         table = table[list(TABLE_COLUMNS)]
+    table["peers"] = table["peers"].astype(object).fillna("") if len(table) else ""
+    p2p = point_to_point(trace)
+    if len(p2p):
+        table = pd.concat([table, p2p_table_rows(p2p)[list(TABLE_COLUMNS)]], ignore_index=True)
     info.update(
         units={name: units for name, (units, _) in TABLE_COLUMNS.items()},
         long_names={name: long for name, (_, long) in TABLE_COLUMNS.items()},
-        title="measured collectives",
+        title="measured collectives and point-to-point operations",
     )
     table.attrs.update(info)
     return table

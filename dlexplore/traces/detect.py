@@ -9,14 +9,22 @@ from pathlib import Path
 
 from ..errors import DlexploreError, InputFileError
 
-__all__ = ["FORMATS", "detect_format", "head_text"]
+__all__ = ["FORMATS", "MEASURED_FORMATS", "detect_format", "head_text"]
 
-FORMATS = ("pytorch", "horovod", "nsys", "otf2", "netcdf", "nccl-tests", "tensorboard", "tau", "nccl-log")
+FORMATS = (
+    "pytorch", "horovod", "nsys", "otf2", "netcdf", "nccl-tests", "darshan", "darshan-text", "dlio",
+    "tensorboard", "tau", "nccl-log",
+)
+
+#: Formats that hold a measured table (a dataset) rather than a trace of events.
+MEASURED_FORMATS = ("nccl-tests", "darshan", "darshan-text", "dlio")
 
 _HEAD = 1 << 16
 _SQLITE = b"SQLite format 3\x00"
 _GZIP = b"\x1f\x8b"
 _HDF5 = b"\x89HDF\r\n\x1a\n"
+# A Darshan 3.x log: its version string ("3.21\0..."), then DARSHAN_MAGIC_NR 6567223 (little-endian).
+_DARSHAN = re.compile(rb"^3\.\d{1,2}\x00{3,5}.{0,3}75d\x00", re.DOTALL)
 
 
 def head_text(path: Path, size: int = _HEAD) -> str:
@@ -63,6 +71,8 @@ def detect_format(path: str | Path) -> str:
         raise InputFileError(path, f"cannot be read ({err})") from None
     if magic.startswith(_SQLITE):
         return "nsys"
+    if _DARSHAN.match(magic):
+        return "darshan"
     if magic.startswith(_HDF5):
         return "netcdf"  # written by `dlexplore trace convert`
     if path.suffix == ".otf2" or magic.startswith(b"OTF2"):
@@ -80,16 +90,20 @@ def detect_format(path: str | Path) -> str:
         return "nccl-log"
     stripped = text.lstrip("\ufeff \t\r\n")
     # nccl-tests first: under mpirun its lines start with "[1,0]<stdout>:", which looks like JSON
-    prefix = r"^(?:\[\d+,\d+\]<std(?:out|err)>:)?"
+    prefix = r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+:\s|[A-Za-z][\w.-]*:\s)?"
     if re.search(prefix + r"#\s+(out-of-place|size\s+count)", text, flags=re.M) \
             or re.search(prefix + r"# nThread \d+ nGpus", text, flags=re.M):
         return "nccl-tests"
+    if stripped.startswith("# darshan log version:"):
+        return "darshan-text"  # what darshan-parser prints
     if stripped.startswith("{"):
         if '"traceEvents"' in text:
             return "pytorch"
+        if re.search(r'"(train_au_percentage|num_accelerators|train_throughput_samples_per_second)"', text):
+            return "dlio"  # DLIO / MLPerf Storage summary.json
         raise InputFileError(path, "is a JSON object without \"traceEvents\"; expected a PyTorch "
                              "profiler trace, a Horovod timeline, an Nsight Systems SQLite export, "
-                             "an OTF2 archive or nccl-tests output")
+                             "an OTF2 archive, nccl-tests output, a Darshan log or a DLIO summary")
     if stripped.startswith("["):
         if re.search(r'"(NEGOTIATE_|ALLREDUCE|ALLGATHER|BROADCAST|MEMCPY_IN_FUSION_BUFFER|QUEUE|'
                      r'CYCLE_START|start_time_since_epoch_in_micros)', text) \
@@ -108,6 +122,6 @@ def detect_format(path: str | Path) -> str:
         pass
     raise DlexploreError(
         f"{path}: unknown trace format (starts with {stripped[:40]!r}); expected a PyTorch profiler "
-        "trace (.json/.json.gz), a Horovod timeline, an Nsight Systems SQLite export, an OTF2 archive "
-        "or nccl-tests output"
+        "trace (.json/.json.gz), a Horovod timeline, an Nsight Systems SQLite export, an OTF2 archive, "
+        "nccl-tests output, a Darshan log (or darshan-parser text) or a DLIO summary.json"
     )

@@ -36,16 +36,23 @@ decimals), ``wrong`` (count) or ``error`` (largest error) for older versions. Co
 ``collective=`` option), ``gpus`` (the ranks listed under "Using devices", i.e. processes x
 threads x GPUs per thread), ``dtype``, ``redop``, ``root``, ``count`` (elements, on ``bytes``).
 
-Where nccl-tests repeats a size (reduce-scatter and all-gather round small sizes down to 0 bytes),
-``bytes`` cannot be an index: read such a test with ``by="point"`` (dims ``point``, ``placement``
-with ``bytes`` a coordinate on ``point``); the default ``by="bytes"`` says so with both line numbers.
+Where nccl-tests repeats a size (reduce-scatter and all-gather round small sizes down to 0 bytes;
+runs started with ``-b 0`` repeat size 0), the default ``by="bytes"`` aggregates the repeated rows:
+``time``, ``algbw`` and ``busbw`` are their means, ``wrong`` their sum, ``error`` their maximum,
+and the variable ``rows`` says how many rows each size stands for (the lines are in
+``attrs["aggregated_lines"]``). ``by="point"`` keeps every row (dims ``point``, ``placement``, with
+``bytes`` a coordinate on ``point``).
 
 A file may hold several tests (one run after another, or pasted from a log); :func:`read_all`
-returns them all, :func:`read` the only one or the one chosen with ``collective=``. Lines that
-``mpirun`` prefixes (``[1,0]<stdout>:``) and NCCL's own log lines (``host:pid:tid [0] NCCL INFO``)
-are understood; any other line inside a table that is not a row is skipped and listed in
-``attrs["skipped_lines"]``; a row that cannot be read is an
-:class:`~dlexplore.errors.InputFileError` naming the file, the line and the expected columns.
+returns them all, :func:`read` the only one or the one chosen with ``collective=``, and
+:func:`read_tests` all of them in one dataset (a ``test`` dimension). Lines that launchers prefix
+(``mpirun``'s ``[1,0]<stdout>:``, ``srun -l``'s ``0:``, ``pdsh``'s ``host:``) and NCCL's own log
+lines (``host:pid:tid [0] NCCL INFO``) are understood; any other line inside a table that is not a
+row is skipped and listed in ``attrs["skipped_lines"]``. Rows whose ``redop`` (or ``root``) is
+blank, as all-to-all prints them, read with an empty value. A row that cannot be read is an
+:class:`~dlexplore.errors.InputFileError` naming the file, the line and the expected columns. A
+file that does not name its binary (``all_reduce_perf`` ...) takes the collective from its file
+name when that names one (``nccl_allreduce.log``), with a warning.
 """
 
 from __future__ import annotations
@@ -58,12 +65,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import xarray as xr
 
 from .._io import read_text
 from ..errors import DlexploreError, InputFileError
+from .schema import normalize_collective_name
 
-__all__ = ["read", "read_all", "COLLECTIVE_OF_BINARY", "PLACEMENTS"]
+__all__ = ["read", "read_all", "read_tests", "COLLECTIVE_OF_BINARY", "PLACEMENTS"]
 
 #: nccl-tests binary stem (``<stem>_perf``) -> collective name (the model's names where it has one).
 COLLECTIVE_OF_BINARY = {
@@ -81,7 +90,8 @@ COLLECTIVE_OF_BINARY = {
 
 PLACEMENTS = ("out-of-place", "in-place")
 
-_MPI_PREFIX = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")
+# What launchers put before each line: mpirun --tag-output, srun -l, pdsh/clush "host: ".
+_LAUNCHER_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+:\s|[A-Za-z][\w.-]*:\s(?=\s*[#\d]))")
 _NCCL_LOG = re.compile(r"^\S+:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN|TRACE|ABORT)")
 _BINARY = re.compile(
     r"(?<![A-Za-z0-9])("
@@ -164,6 +174,29 @@ def read_all(path: str | os.PathLike, *, gpus: int | None = None, by: str = "byt
     return [_dataset(path, test, collective=None, gpus=gpus, by=by) for test in _parse(path)]
 
 
+def read_tests(path: str | os.PathLike, *, gpus: int | None = None, by: str = "bytes") -> xr.Dataset:
+    """Every nccl-tests result in the file at ``path`` as one dataset: :func:`read_all`'s results
+    along a ``test`` dimension (0, 1, ... in file order), with ``collective`` and ``gpus`` (and
+    ``dtype``, ``redop``, ``root``) as coordinates on ``test``; sizes a test lacks are NaN. A file
+    with one test gives that test's dataset, without the ``test`` dimension."""
+    tests = read_all(path, gpus=gpus, by=by)
+    if len(tests) == 1:
+        return tests[0]
+    names = set().union(*(t.data_vars for t in tests))
+    filled = []
+    for test in tests:  # old and new formats differ in their check column: give each the other's
+        missing = {n: xr.full_like(test["time"], np.nan).assign_attrs(tests[0].get(n, test["time"]).attrs)
+                   for n in names - set(test.data_vars)}
+        filled.append(test.assign(missing))
+    ds = xr.concat(filled, dim="test", join="outer", coords="different", compat="equals",
+                   combine_attrs="drop_conflicts")
+    ds = ds.assign_coords(test=("test", np.arange(len(tests)), {"long_name": "result in the file"}))
+    first_lines = ", ".join(str(t.attrs.get("first_line")) for t in tests)
+    kinds = ", ".join(str(t.collective.item()) for t in tests)
+    ds.attrs.update(title=f"{len(tests)} nccl-tests results: {kinds}", first_line=first_lines)
+    return ds
+
+
 # --- parsing -----------------------------------------------------------------------------------
 
 
@@ -193,7 +226,7 @@ def _parse(path: Path) -> list[_Test]:
     version = ""
     pending_placements: tuple[str, ...] = ()
     for number, raw in enumerate(text.split("\n"), start=1):
-        line = _MPI_PREFIX.sub("", raw.rstrip("\r"))
+        line = _LAUNCHER_PREFIX.sub("", raw.rstrip("\r"), count=1)
         stripped = line.strip()
         if not stripped:
             continue
@@ -274,7 +307,7 @@ def _parse(path: Path) -> list[_Test]:
                 continue
             continue
         if in_table and _ROW_START.match(line):
-            fields = line.split()
+            fields = _fill_blanks(line.split(), current.columns)
             if len(fields) != len(current.columns):
                 names = " ".join(current.columns)
                 raise InputFileError(
@@ -307,6 +340,18 @@ def _parse(path: Path) -> list[_Test]:
                 path, "the result table has a header but no rows (truncated output?)", line=test.column_line
             )
     return tests
+
+
+def _fill_blanks(fields: list[str], columns: tuple[str, ...]) -> list[str]:
+    """A row with ``redop`` (then ``root``) left blank, as all-to-all prints it, with "" there."""
+    missing = len(columns) - len(fields)
+    blanks = [columns.index(c) for c in ("redop", "root") if c in columns][:missing]
+    if missing <= 0 or len(blanks) < missing:
+        return fields
+    filled = list(fields)
+    for position in blanks:
+        filled.insert(position, "")
+    return filled
 
 
 def _columns(
@@ -369,12 +414,19 @@ def _dataset(path: Path, test: _Test, *, collective: str | None, gpus: int | Non
         raise InputFileError(path, f"the test on line {test.first_line} is {found}, not {collective}")
     name = collective or found
     if name is None:
-        warnings.warn(
-            f"{path}: no nccl-tests binary name (e.g. all_reduce_perf) before line {test.first_line}; "
-            "the collective is 'unknown' (pass collective=...)",
-            stacklevel=3,
-        )
-        name = "unknown"
+        named = normalize_collective_name(path.stem)
+        if named in COLLECTIVE_OF_BINARY.values():
+            warnings.warn(f"{path}: no nccl-tests binary name (e.g. all_reduce_perf) before line "
+                          f"{test.first_line}; the collective {named!r} is taken from the file name",
+                          stacklevel=3)
+            name = named
+        else:
+            warnings.warn(
+                f"{path}: no nccl-tests binary name (e.g. all_reduce_perf) before line {test.first_line}; "
+                "the collective is 'unknown' (pass collective=...)",
+                stacklevel=3,
+            )
+            name = "unknown"
     leading = [c for c in test.columns[: test.columns.index("time")]]
     n_groups = len(test.placements)
     sizes, counts, extra = [], [], {c: [] for c in ("type", "redop", "root") if c in leading}
@@ -388,8 +440,8 @@ def _dataset(path: Path, test: _Test, *, collective: str | None, gpus: int | Non
             extra["type"].append(row["type"])
         if "redop" in extra:
             extra["redop"].append(row["redop"])
-        if "root" in extra:
-            extra["root"].append(_number(path, row["root"], line, "root", int))
+        if "root" in extra:  # blank (all-to-all): no root, which nccl-tests prints as -1
+            extra["root"].append(_number(path, row["root"] or "-1", line, "root", int))
         for g in range(n_groups):
             base = len(leading) + 4 * g
             for offset, var in enumerate(("time", "algbw", "busbw")):
@@ -411,17 +463,11 @@ def _dataset(path: Path, test: _Test, *, collective: str | None, gpus: int | Non
 
     dim = "bytes" if by == "bytes" else "point"
     size_array = np.asarray(sizes, dtype=np.int64)
-    if by == "bytes":
-        seen: dict[int, int] = {}
-        for (line, _), size in zip(test.rows, size_array, strict=True):
-            if int(size) in seen:
-                raise InputFileError(
-                    path,
-                    f"size {int(size)} bytes appears on lines {seen[int(size)]} and {line}, so bytes "
-                    "cannot index the result; read it with by='point' to keep every row",
-                    line=line,
-                )
-            seen[int(size)] = line
+    rows = np.ones(len(size_array), dtype=np.int64)
+    aggregated = ""
+    if by == "bytes" and len(np.unique(size_array)) < len(size_array):
+        size_array, rows, values, counts, extra, aggregated = _aggregate(
+            size_array, values, counts, extra, [line for line, _ in test.rows], check)
     data_vars = {
         "time": (
             (dim, "placement"),
@@ -451,6 +497,9 @@ def _dataset(path: Path, test: _Test, *, collective: str | None, gpus: int | Non
             values["check"],
             {"units": "1", "long_name": "largest error found by the check (older nccl-tests)"},
         )
+    if by == "bytes":
+        data_vars["rows"] = (("bytes",), rows, {
+            "units": "count", "long_name": "result rows of this size (repeated sizes are means)"})
     coords: dict[str, object] = {
         "placement": ("placement", list(test.placements), {"long_name": "output buffer placement"}),
         "count": (
@@ -499,5 +548,30 @@ def _dataset(path: Path, test: _Test, *, collective: str | None, gpus: int | Non
         avg_busbw_units="GB/s",
         out_of_bounds=test.out_of_bounds,
         skipped_lines=", ".join(str(n) for n in test.skipped),
+        aggregated_lines=aggregated,
     )
     return ds
+
+
+def _aggregate(sizes: np.ndarray, values: dict[str, np.ndarray], counts: list, extra: dict[str, list],
+               lines: list[int], check: str) -> tuple:
+    """Rows of repeated sizes as one row per size (first appearance order): time, algbw, busbw
+    means; wrong elements summed; the largest error kept. Returns the new columns and a note."""
+    unique, first, inverse, repeats = np.unique(sizes, return_index=True, return_inverse=True,
+                                                return_counts=True)
+    order = np.argsort(first, kind="stable")
+    position = np.empty(len(order), dtype=np.int64)
+    position[order] = np.arange(len(order))
+    group = position[inverse]
+    out = {}
+    for name, array in values.items():
+        frame = pd.DataFrame(array).groupby(group, sort=True)
+        if name == "check":
+            out[name] = (frame.sum(min_count=1) if check == "#wrong" else frame.max()).to_numpy(float)
+        else:
+            out[name] = frame.mean().to_numpy(float)
+    keep = first[order]
+    notes = [f"{int(unique[i])} B: lines {', '.join(str(lines[j]) for j in np.flatnonzero(inverse == i))}"
+             for i in order if repeats[i] > 1]
+    return (unique[order], repeats[order], out, [counts[i] for i in keep],
+            {k: [v[i] for i in keep] for k, v in extra.items()}, "; ".join(notes))

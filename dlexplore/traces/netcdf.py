@@ -66,6 +66,7 @@ def to_dataset(trace: Trace) -> xr.Dataset:
         # netCDF has no categorical or nullable integer type: the pandas dtype travels alongside.
         attrs["pandas_dtype"] = str(column.dtype)
         data[name] = xr.Variable("event", values, attrs)
+    data.update(_memory_variables(trace.memory))
     ds = xr.Dataset(data, coords=coords)
     ds.attrs.update({
         "source": trace.source,
@@ -76,6 +77,46 @@ def to_dataset(trace: Trace) -> xr.Dataset:
         "meta": json.dumps(trace.meta, default=str),
     })
     return ds
+
+
+_MEMORY_PREFIX = "memory_"
+
+
+def _memory_variables(memory: pd.DataFrame | None) -> dict[str, xr.Variable]:
+    """The allocator's events (:attr:`Trace.memory`) on their own dimension, ``memory_event``."""
+    if memory is None:
+        return {}
+    from .schema import MEMORY_COLUMNS
+
+    out = {}
+    for name, (units, long_name) in MEMORY_COLUMNS.items():
+        column = memory[name]
+        attrs = {"long_name": long_name, "pandas_dtype": str(column.dtype)}
+        if units:
+            attrs["units"] = units
+        if name == "device":
+            values = column.astype(str).to_numpy(dtype=str)
+        elif name == "address":
+            values, na_value = _encode_nullable(column)
+            attrs[_NA_ATTR] = na_value
+        else:
+            values = column.to_numpy()
+        out[_MEMORY_PREFIX + name] = xr.Variable("memory_event", values, attrs)
+    return out
+
+
+def _memory_table(ds: xr.Dataset) -> pd.DataFrame | None:
+    names = [n for n in ds.data_vars if str(n).startswith(_MEMORY_PREFIX)]
+    if not names:
+        return None
+    table = {}
+    for name in names:
+        column = str(name)[len(_MEMORY_PREFIX):]
+        values = _decode_nullable(ds, name) if _NA_ATTR in ds[name].attrs else ds[name].values
+        table[column] = values
+    frame = pd.DataFrame(table)
+    frame["device"] = frame["device"].astype(str).astype("category")
+    return frame
 
 
 def _encode_categorical(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -148,6 +189,8 @@ def from_dataset(ds: xr.Dataset, origin: str = "dataset") -> Trace:
         raise DlexploreError(f"{origin}: not a dlexplore trace (missing {missing or 'event dim'})")
     columns: dict[str, Any] = {}
     for name in ds.data_vars:
+        if str(name).startswith(_MEMORY_PREFIX):
+            continue
         if "categories" in ds[name].attrs:
             columns[name] = _decode_categorical(ds, name)
             continue
@@ -166,7 +209,8 @@ def from_dataset(ds: xr.Dataset, origin: str = "dataset") -> Trace:
     files = tuple(json.loads(ds.attrs.get("files", "[]")))
     world = int(ds.attrs.get("world_size", -1))
     meta = json.loads(ds.attrs.get("meta", "{}"))
-    return Trace(events, str(ds.attrs.get("format", "netcdf")), files, None if world < 0 else world, meta)
+    return Trace(events, str(ds.attrs.get("format", "netcdf")), files, None if world < 0 else world, meta,
+                 _memory_table(ds))
 
 
 def netcdf_encoding(ds: xr.Dataset) -> dict[str, dict[str, Any]]:
@@ -180,8 +224,14 @@ def netcdf_encoding(ds: xr.Dataset) -> dict[str, dict[str, Any]]:
     if not events:
         return {}
     chunk = (min(events, _CHUNK_EVENTS),)
-    return {name: {"zlib": True, "complevel": 1, "shuffle": True, "chunksizes": chunk}
-            for name, variable in ds.data_vars.items() if variable.dims == ("event",)}
+    encoding = {name: {"zlib": True, "complevel": 1, "shuffle": True, "chunksizes": chunk}
+                for name, variable in ds.data_vars.items() if variable.dims == ("event",)}
+    if ds.sizes.get("memory_event", 0):
+        memory_chunk = (min(ds.sizes["memory_event"], _CHUNK_EVENTS),)
+        encoding.update({name: {"zlib": True, "complevel": 1, "shuffle": True, "chunksizes": memory_chunk}
+                         for name, variable in ds.data_vars.items() if variable.dims == ("memory_event",)
+                         and variable.dtype.kind != "U"})
+    return encoding
 
 
 def write_netcdf(trace: Trace, path: str | os.PathLike) -> Path:

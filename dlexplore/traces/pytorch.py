@@ -4,25 +4,39 @@
     trace.events.groupby(["rank", "category"]).duration.sum()
 
 Every complete event (``"ph": "X"``) becomes one row of the schema (:mod:`dlexplore.traces.schema`);
-flow (``s``/``f``), instant (``i``), metadata (``M``) events and Kineto's ``Trace`` spans do not.
+flow (``s``/``f``), metadata (``M``) events and Kineto's ``Trace`` spans do not. The allocator's
+``[memory]`` instant events (``profile_memory=True``) become :attr:`Trace.memory`.
 Timestamps (µs in the file) become seconds; ``start`` is ``ts`` plus the file's
 ``baseTimeNanoseconds`` less the earliest one of the set, so ranks share one time axis
-(``trace.meta["epoch_ns"]`` is its zero in Unix nanoseconds).
+(``trace.meta["epoch_ns"]`` is its zero in Unix nanoseconds). Files without
+``baseTimeNanoseconds`` hold Unix times in µs. Times count from a whole number of 2**30 µs before
+the set's first event (so that a 1.7e9 s Unix time keeps its nanoseconds).
 
-Rank and world size come from the top-level ``distributedInfo`` (``rank``, ``world_size``,
-``backend``); a file without it takes its rank from its name (``rank3``, ``rank_3``, ``rank-3``,
-``..._3.json``, ``...-3.pt.trace.json.gz``) with a warning. Two files with the same rank, mixed
-world sizes, or several files that leave ranks out (``allow_missing_ranks=True`` accepts the
-last) are errors naming the files.
+Rank and world size come from the ``ranks=`` option (one per file), else the top-level
+``distributedInfo`` (``rank``, ``world_size``, ``backend``), else a rank the file name states
+(``rank3``, ``rank_3``, ``rank-3``, ``job_rank_3``; with a warning). Other numbers in a name are not
+ranks (``worker0.1623143089861``, ``host_1016005``: process ids, time stamps). A single file whose
+rank is unknown is shown as rank 0 with a warning and ``trace.meta["rank_unknown"]``; several such
+files are an error asking for ``ranks=``. Two files with the same rank, mixed world sizes, or
+several files that leave ranks out (``allow_missing_ranks=True`` accepts the last, listing them in
+``trace.meta["missing_ranks"]``) are errors naming the files.
+
+Traces of every Kineto release read alike: the 2021 category names (``Operator``, ``Runtime``,
+``Kernel``, ``Memcpy``, ``Memset``; row ids such as ``"stream 7"``; ``external id``) are today's
+``cpu_op``, ``cuda_runtime``, ``kernel``, ``gpu_memcpy``, ``gpu_memset``. Device events of other
+accelerators count as the device's work: ROCm and XPU write ``kernel`` too; MTIA writes
+``mtia_ccp_events`` (rows ``mtia:<pid>:<tid>``; names ``dma*`` are copies), Gaudi ``hpu_op``
+(``hpu:``).
 
 Categories
 ----------
 =========================================================  ==================================
 event (``cat``, ``name``)                                   category, collective
 =========================================================  ==================================
-``kernel`` ``ncclKernel_*`` / ``ncclDevKernel_*``           communication, from the kernel's
-                                                            ``Collective name`` (else its name)
-``kernel`` (others)                                         compute
+``kernel`` named ``nccl...Kernel...`` (HTA's rule)         communication; the collective of
+                                                            the call (:mod:`.kineto_comm`)
+``kernel``, ``mtia_ccp_events``, ``hpu_op`` (others)        compute (``Memcpy*``/``dma*``:
+                                                            memcpy)
 ``gpu_memcpy`` / ``gpu_memset``                             memcpy (``bytes`` from args) / memset
 ``cuda_runtime``, ``cuda_driver`` (and xpu/mtia/privateuse1) runtime
 ``cpu_op`` / ``user_annotation`` ``ProfilerStep#N``         step (sets ``step`` = N)
@@ -47,21 +61,25 @@ spends in communication calls, and counting them as operations would count every
 twice. ``gpu_user_annotation`` copies of ``nccl:*`` / ``ProfilerStep#N`` on the GPU rows are
 annotations for the same reason.
 
-Message size (``bytes``) follows nccl-tests: the larger of the input and output buffers,
-``max(In msg nelems, Out msg nelems) x dtype size`` from the ``record_param_comms`` arguments
-that Kineto copies onto the NCCL kernel it launched (``Collective name``, ``In msg nelems``,
-``Out msg nelems``, ``Group size``, ``dtype``); a kernel without them is matched to its
-``record_param_comms`` by ``External id``, else by order on the rank. For gloo, the element
-count of ``Input Dims`` (needs ``record_shapes=True``) times the size of ``Input type``, times the
-group size for allgather and gather (whose outputs are that much larger than their inputs).
+The collective, message size (``bytes``, as nccl-tests counts it), group and peer of each NCCL
+kernel come from the kernel's own arguments or from the host calls around its launch
+(``record_param_comms``, ``nccl:*``, ``c10d::*``): see :mod:`dlexplore.traces.kineto_comm`. So
+``ncclDevKernel_Generic`` (NCCL >= 2.19) and the ``ncclKernel_SendRecv`` that NCCL runs for an
+all-to-all take the collective the program called. For gloo, the element count of ``Input Dims``
+(needs ``record_shapes=True``) times the size of ``Input type``, times the group size for
+allgather and gather (whose outputs are that much larger than their inputs).
 
 Steps: a host event belongs to the ``ProfilerStep#N`` interval of its rank that contains its
 start. A GPU event belongs to the step of the launch (the ``cuda_runtime``/``cuda_driver`` event
-with the same ``correlation``), else of the host op with its ``External id``, else to the last
-step that started before it (GPU work trails the host).
+with the same ``correlation``), else of the host op with its ``External id``; one whose launch is
+not in any step (launched before the profiler started, or before the first step) has none (<NA>);
+one that nothing links to a launch (no correlation id, or no launch events in the trace) belongs
+to the last step that started before it (GPU work trails the host). The breakdown counts all of
+them by time (:mod:`dlexplore.traces.breakdown`).
 
 Extra columns: ``correlation`` (CUDA correlation id of kernels, copies and launches),
-``group_size``, ``process_group`` and ``dtype`` (for collectives, when the trace says).
+``group_size``, ``process_group`` and ``dtype`` (for collectives, when the trace says), ``peer``
+(the global rank at the other end of a send or recv, when the trace says).
 ``trace.meta`` holds per rank the file, ``distributedInfo``, ``deviceProperties``,
 ``baseTimeNanoseconds`` and the thread names.
 
@@ -72,7 +90,6 @@ and only the needed fields are kept, in column arrays.
 from __future__ import annotations
 
 import gc
-import math
 import re
 import warnings
 from collections.abc import Iterable
@@ -86,16 +103,47 @@ import pandas as pd
 
 from ..errors import DlexploreError
 from ._json import PARSER, ChromeTraceStream
+from .kineto_comm import (
+    DTYPE_BYTES,
+    HOST_COMM_PREFIXES,
+    RPC,
+    CommArgs,
+    EventColumns,
+    Labels,
+    resolve_communication,
+)
 from .schema import CATEGORIES, COLLECTIVES, Trace, make_events, normalize_collective_name
 
 __all__ = ["read", "rank_from_filename", "DTYPE_BYTES"]
 
-_OPTIONS = ("allow_missing_ranks", "chunk_chars")
+_OPTIONS = ("allow_missing_ranks", "chunk_chars", "ranks")
 
-_KERNEL_CATS = frozenset({"kernel", "Kernel"})
-_GPU_CATS = frozenset(
-    {"kernel", "Kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "cuda_sync", "gpu_memory"}
-)
+#: Kineto's categories as PyTorch 1.8-1.9 (2021) wrote them -> the names used since.
+_CAT_ALIASES = {
+    "Operator": "cpu_op",
+    "Runtime": "cuda_runtime",
+    "Driver": "cuda_driver",
+    "Kernel": "kernel",
+    "Memcpy": "gpu_memcpy",
+    "Memset": "gpu_memset",
+    "Python": "python_function",
+}
+#: Categories of events that run on a device -> the prefix of their rows (``cuda:<pid>:<tid>``).
+#: ROCm and XPU builds of Kineto write ``kernel``/``gpu_memcpy`` too; MTIA writes
+#: ``mtia_ccp_events``, Gaudi ``hpu_op``.
+_DEVICE_CATS = {
+    "kernel": "cuda",
+    "gpu_memcpy": "cuda",
+    "gpu_memset": "cuda",
+    "gpu_user_annotation": "cuda",
+    "cuda_sync": "cuda",
+    "gpu_memory": "cuda",
+    "mtia_ccp_events": "mtia",
+    "hpu_op": "hpu",
+}
+_DEVICE_KINDS = ("cpu", "cuda", "mtia", "hpu")  # code 0 .. 3 of a row's prefix
+#: Device categories whose events are work the device does (kernels, and what other devices call them).
+_KERNEL_CATS = frozenset({"kernel", "mtia_ccp_events", "hpu_op"})
 _RUNTIME_CATS = frozenset(
     {
         "cuda_runtime",
@@ -108,162 +156,43 @@ _RUNTIME_CATS = frozenset(
         "hip_runtime",
     }
 )
+_COPY_CATS = frozenset({"gpu_memcpy", "gpu_memset"})
 _HOST_OP_CATS = frozenset({"cpu_op", "user_annotation"})
 _SKIPPED_CATS = frozenset({"Trace"})  # Kineto's whole-window spans (pid "Spans")
-_NCCL_KERNEL = ("ncclKernel", "ncclDevKernel")
-_HOST_COMM = ("c10d::", "c10d_functional::", "_c10d_functional::", "nccl:")
+_NCCL_KERNEL = re.compile(r"^nccl.*Kernel|^rccl.*Kernel")  # HTA's rule; NCCL names change by version
+_DEVICE_COPY = re.compile(r"^(?:hip)?(Memcpy|Memset)|^dma")  # copies named as kernels (MTIA: dma*)
 _STEP_RE = re.compile(r"ProfilerStep#(\d+)$")
 _DATA_PREFIX = "enumerate(DataLoader)"
-_RPC = "record_param_comms"
 _REQUIRED_KEYS = ("ts", "dur", "cat", "name", "pid", "tid")
 _REQUIRED = itemgetter(*_REQUIRED_KEYS)
+_ORIGIN_GRID = 2.0**30  # µs
+_MAX_WORLD = 1 << 22  # ranks: far beyond any job, well within the int32 rank column
+_MEMORY_ARGS = ("Device Type", "Device Id", "Bytes", "Total Allocated", "Total Reserved", "Addr")
 _get = dict.get
 
-#: Bytes per element for the dtype names in traces: c10 ScalarType names (``record_param_comms``'s
-#: ``dtype``) and C++ type names (``Input type`` with ``record_shapes=True``).
-DTYPE_BYTES: dict[str, int] = {
-    "Float": 4,
-    "Double": 8,
-    "Half": 2,
-    "BFloat16": 2,
-    "Long": 8,
-    "Int": 4,
-    "Short": 2,
-    "Char": 1,
-    "Byte": 1,
-    "Bool": 1,
-    "ComplexHalf": 4,
-    "ComplexFloat": 8,
-    "ComplexDouble": 16,
-    "UInt16": 2,
-    "UInt32": 4,
-    "UInt64": 8,
-    "QInt8": 1,
-    "QUInt8": 1,
-    "QInt32": 4,
-    "Float8_e4m3fn": 1,
-    "Float8_e5m2": 1,
-    "Float8_e4m3fnuz": 1,
-    "Float8_e5m2fnuz": 1,
-    "float": 4,
-    "double": 8,
-    "c10::Half": 2,
-    "c10::BFloat16": 2,
-    "long int": 8,
-    "long": 8,
-    "int64_t": 8,
-    "int": 4,
-    "short int": 2,
-    "short": 2,
-    "signed char": 1,
-    "unsigned char": 1,
-    "bool": 1,
-    "unsigned short": 2,
-    "unsigned int": 4,
-    "unsigned long": 8,
-    "c10::complex<c10::Half>": 4,
-    "c10::complex<float>": 8,
-    "c10::complex<double>": 16,
-    "c10::Float8_e4m3fn": 1,
-    "c10::Float8_e5m2": 1,
-    "float32": 4,
-    "float64": 8,
-    "float16": 2,
-    "bfloat16": 2,
-    "int64": 8,
-    "int32": 4,
-    "int16": 2,
-    "int8": 1,
-    "uint8": 1,
-}
 
-_RANK_PATTERNS = (
-    re.compile(r"(?:^|[^a-z])rank[-_.]?(\d+)", re.IGNORECASE),
-    re.compile(r"[-_](\d+)(?:\.pt\.trace)?\.json(?:\.gz)?$", re.IGNORECASE),
-)
+def canonical_category(cat: str) -> str:
+    """Kineto's category name as written since 2022 (``Operator`` -> ``cpu_op`` ...)."""
+    return _CAT_ALIASES.get(cat, cat)
+
+
+# Only an explicit rank: other numbers in names are process ids, hosts, times (worker0.1623143089861).
+_RANK_PATTERN = re.compile(r"(?:^|[^a-z])rank[-_.]?(\d+)(?!\d)", re.IGNORECASE)
 
 
 def rank_from_filename(path: str | Path) -> int | None:
-    """The rank in a trace file's name (``rank3``, ``rank_3``, ``rank-3``, ``trace-3.json``), or None."""
-    name = Path(path).name
-    for pattern in _RANK_PATTERNS:
-        match = pattern.search(name)
-        if match:
-            return int(match.group(1))
-    return None
+    """The rank a trace file's name states (``rank3``, ``rank_3``, ``rank-3``, ``_rank_3``), or None.
 
-
-class _Strings:
-    """Interns strings to int codes, shared by all files of a trace."""
-
-    def __init__(self) -> None:
-        self.codes: dict[str, int] = {}
-        self.values: list[str] = []
-
-    def code(self, value: Any) -> int:
-        text = "" if value is None else value if isinstance(value, str) else str(value)
-        code = self.codes.get(text)
-        if code is None:
-            code = self.codes[text] = len(self.values)
-            self.values.append(text)
-        return code
-
-    def encode(self, values: list[Any]) -> np.ndarray:
-        """int32 codes of ``values`` (hashing each distinct value once per call)."""
-        array = np.fromiter(values, dtype=object, count=len(values))  # never 2-D, whatever the values
-        local, uniques = pd.factorize(array, use_na_sentinel=True)
-        table = np.fromiter((self.code(u) for u in uniques), dtype=np.int32, count=len(uniques))
-        table = np.append(table, np.int32(self.code("")))  # code -1 (None) -> ""
-        return table[local]
-
-
-class _Comm:
-    """Arguments of the few events that carry sizes: memcpy, NCCL kernels, record_param_comms, gloo."""
-
-    __slots__ = (
-        "row",
-        "bytes",
-        "collective",
-        "in_nelems",
-        "out_nelems",
-        "dtype",
-        "group_size",
-        "group",
-        "dims",
-        "types",
-    )
-
-    def __init__(self, row: int, args: dict[str, Any]):
-        self.row = row
-        self.bytes = args.get("bytes")
-        self.collective = args.get("Collective name")
-        self.in_nelems = args.get("In msg nelems")
-        self.out_nelems = args.get("Out msg nelems")
-        self.dtype = args.get("dtype")
-        self.group_size = args.get("Group size")
-        self.group = args.get("Process Group Name")
-        self.dims = args.get("Input Dims")
-        self.types = args.get("Input type")
-
-    #: Arguments read as counts: an integer beyond 64 bits would overflow the int64 and float64
-    #: columns (silently, or deep inside numpy), so it is refused where the event is known.
-    _COUNTS = {"bytes": "bytes", "in_nelems": "In msg nelems", "out_nelems": "Out msg nelems",
-               "group_size": "Group size"}
-
-    def oversized(self) -> str | None:
-        """The name of the first count argument that does not fit 64 bits, or None."""
-        for attribute, key in self._COUNTS.items():
-            value = getattr(self, attribute)
-            if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
-                return key
-        return None
+    Other numbers in a name (a process id, a host, a time stamp) are not ranks."""
+    match = _RANK_PATTERN.search(Path(path).name)
+    return int(match.group(1)) if match else None
 
 
 class _RankFile:
     """The columns read from one file (one rank)."""
 
     def __init__(
-        self, path: Path, names: _Strings, cats: _Strings, streams: _Strings, chunk_chars: int | None
+        self, path: Path, names: Labels, cats: Labels, streams: Labels, chunk_chars: int | None
     ):
         self.path = path
         self.names, self.cats, self.streams = names, cats, streams
@@ -271,11 +200,14 @@ class _RankFile:
         self.parts: dict[str, list[np.ndarray]] = {
             k: [] for k in ("ts", "dur", "cat", "name", "stream", "corr", "ext")
         }
-        self.comm: list[_Comm] = []
+        self.comm: list[CommArgs] = []
         self.threads: dict[str, str] = {}
         self.rows = 0
         self.rank: int | None = None
+        self.rank_known = True
         self.world_size: int | None = None
+        self.memory: list[tuple] = []
+        self.ts_origin = 0.0  # µs subtracted from ts (files without baseTimeNanoseconds)
         self.backend: str | None = None
 
     # -- reading ---------------------------------------------------------------------------
@@ -303,6 +235,8 @@ class _RankFile:
         events = list(compress(batch, is_x))
         if "M" in phs:
             self._metadata(compress(batch, map("M".__eq__, phs)))
+        if "i" in phs:
+            self._instants(start, batch, phs)
         if not events:
             return
         try:
@@ -329,12 +263,13 @@ class _RankFile:
             )
         args = list(map(_get, events, repeat("args")))
         cat_codes = self._encode(self.cats, cat, "cat", index, events)
-        gpu = _gpu_cat_table(self.cats)[cat_codes]
-        if gpu.any() or any(c in _RUNTIME_CATS for c in set(cat)):
+        gpu = _device_table(self.cats)[cat_codes]
+        if gpu.any() or any(canonical_category(c) in _RUNTIME_CATS for c in set(cat) if isinstance(c, str)):
             # Links between host and device exist only in GPU traces.
             try:
                 corr = [-1 if a is None else a.get("correlation", -1) for a in args]
-                ext = [-1 if a is None else a.get("External id", -1) for a in args]
+                # 2021 releases spell it "external id" on device events and launches
+                ext = [-1 if a is None else a.get("External id", a.get("external id", -1)) for a in args]
             except AttributeError:
                 bad = next(i for i, a in enumerate(args) if a is not None and not isinstance(a, dict))
                 raise self._fail(
@@ -360,8 +295,8 @@ class _RankFile:
         parts["ext"].append(ext)
         self.rows += len(events)
 
-        # Only copies, NCCL kernels, record_param_comms and gloo annotations carry sizes.
-        sized = np.flatnonzero(self._wanted_names()[name_codes] | _sized_cat_table(self.cats)[cat_codes])
+        # Only copies and communication (kernels, host calls, gloo annotations) carry sizes.
+        sized = np.flatnonzero(self._wanted_names()[name_codes] | _copy_cat_table(self.cats)[cat_codes])
         for i in sized.tolist():
             a = args[i]
             if a:
@@ -371,7 +306,7 @@ class _RankFile:
                         f"event {events[i].get('name')!r} has args of type "
                         f"{type(a).__name__}; expected a JSON object",
                     )
-                info = _Comm(rows + i, a)
+                info = CommArgs(rows + i, a)
                 field = info.oversized()
                 if field:
                     raise self._fail(
@@ -409,7 +344,7 @@ class _RankFile:
         )
 
     def _encode(
-        self, strings: _Strings, values: tuple, field: str, index: np.ndarray, events: list
+        self, strings: Labels, values: tuple, field: str, index: np.ndarray, events: list
     ) -> np.ndarray:
         try:
             return strings.encode(values)
@@ -433,8 +368,9 @@ class _RankFile:
             f"event {events[bad].get('name')!r} has args {field!r} = {values[bad]!r}; expected an integer id",
         )
 
-    def _stream_codes(self, pid: tuple, tid: tuple, gpu: np.ndarray) -> np.ndarray:
-        """Codes of ``cpu:<pid>:<tid>`` / ``cuda:<device>:<stream>`` (Kineto puts the GPU in pid)."""
+    def _stream_codes(self, pid: tuple, tid: tuple, kind: np.ndarray) -> np.ndarray:
+        """Codes of ``cpu:<pid>:<tid>`` / ``cuda:<device>:<stream>`` (Kineto puts the device in pid;
+        other devices' rows are ``mtia:``, ``hpu:``)."""
         try:
             p = np.fromiter(pid, dtype=np.int64, count=len(pid))
             t = np.fromiter(tid, dtype=np.int64, count=len(tid))
@@ -442,15 +378,13 @@ class _RankFile:
         except (TypeError, ValueError, OverflowError):
             exact = False
         if exact:
-            key = (p << 33) + ((t & 0xFFFFFFFF) << 1) + gpu
+            key = (p << 34) + ((t & 0xFFFFFFFF) << 2) + kind
             local, uniques = pd.factorize(key)
-            labels = [
-                f"{'cuda' if u & 1 else 'cpu'}:{u >> 33}:{(u >> 1) & 0xFFFFFFFF}" for u in uniques.tolist()
-            ]
+            labels = [f"{_DEVICE_KINDS[u & 3]}:{u >> 34}:{(u >> 2) & 0xFFFFFFFF}" for u in uniques.tolist()]
         else:
-            keys = [
-                f"{'cuda' if g else 'cpu'}:{a}:{b}" for g, a, b in zip(gpu.tolist(), pid, tid, strict=True)
-            ]
+            # 2021 releases write string ids: tid "stream 7" on devices, "25738" on host threads
+            keys = [f"{_DEVICE_KINDS[k]}:{a}:{_thread_id(b)}"
+                    for k, a, b in zip(kind.tolist(), pid, tid, strict=True)]
             local, uniques = pd.factorize(np.asarray(keys, dtype=object))
             labels = list(uniques)
         table = np.fromiter((self.streams.code(s) for s in labels), dtype=np.int32, count=len(labels))
@@ -461,12 +395,31 @@ class _RankFile:
         cache = getattr(self, "_wanted", None)
         if cache is None or len(cache) < len(self.names.values):
             cache = np.fromiter(
-                (v.startswith(_NCCL_KERNEL) or v == _RPC or v.startswith("gloo:") for v in self.names.values),
+                (_NCCL_KERNEL.match(v) is not None or v == RPC or v.startswith(("gloo:", *HOST_COMM_PREFIXES))
+                 for v in self.names.values),
                 dtype=bool,
                 count=len(self.names.values),
             )
             self._wanted = cache
         return cache
+
+    def _instants(self, start: int, batch: list[Any], phs: list[Any]) -> None:
+        """Keep the allocator's ``[memory]`` instant events (``profile_memory=True``)."""
+        for i, ph in enumerate(phs):
+            if ph != "i":
+                continue
+            event = batch[i]
+            if event.get("name") != "[memory]":
+                continue
+            args = event.get("args")
+            row = (event.get("ts"), *(args.get(k) for k in _MEMORY_ARGS)) if isinstance(args, dict) else ()
+            if not row or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                  for v in (row[0], row[1], row[3])) or any(
+                    v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))) for v in row):
+                raise self._fail(start + i, f"memory event {str(event)[:80]!r}: expected a ts and args with "
+                                 "numbers Device Type, Device Id, Bytes (Total Allocated, Total Reserved, "
+                                 "Addr)")
+            self.memory.append(row)
 
     def _metadata(self, events: Iterable[dict]) -> None:
         for e in events:
@@ -491,6 +444,14 @@ class _RankFile:
             )
 
 
+def _thread_id(tid: Any) -> Any:
+    """A row id as Kineto writes it today: "stream 7" -> 7 (2021 releases wrote the label)."""
+    if isinstance(tid, str):
+        text = tid.removeprefix("stream ").strip()
+        return int(text) if text.lstrip("-").isdigit() else tid
+    return tid
+
+
 def _opt_int(value: Any, file: _RankFile, field: str) -> int | None:
     if value is None:
         return None
@@ -501,16 +462,19 @@ def _opt_int(value: Any, file: _RankFile, field: str) -> int | None:
     return value
 
 
-def _table(strings: _Strings, test) -> np.ndarray:
+def _table(strings: Labels, test) -> np.ndarray:
     return np.fromiter((test(v) for v in strings.values), dtype=bool, count=len(strings.values))
 
 
-def _gpu_cat_table(cats: _Strings) -> np.ndarray:
-    return _table(cats, lambda c: c in _GPU_CATS).astype(np.int64)
+def _device_table(cats: Labels) -> np.ndarray:
+    """Per category code: the device kind of its rows (0 host, else an index in _DEVICE_KINDS)."""
+    kinds = (_DEVICE_CATS.get(canonical_category(c)) for c in cats.values)
+    return np.fromiter((_DEVICE_KINDS.index(k) if k else 0 for k in kinds), dtype=np.int64,
+                       count=len(cats.values))
 
 
-def _sized_cat_table(cats: _Strings) -> np.ndarray:
-    return _table(cats, lambda c: c in ("gpu_memcpy", "gpu_memset"))
+def _copy_cat_table(cats: Labels) -> np.ndarray:
+    return _table(cats, lambda c: canonical_category(c) in _COPY_CATS)
 
 
 # -- the whole set --------------------------------------------------------------------------------
@@ -524,7 +488,10 @@ def read(paths: list[Path], **options: Any) -> Trace:
     paths:
         The trace files (``.json`` or ``.json.gz``), one per rank or a single file.
     allow_missing_ranks:
-        Accept several files that do not cover ranks ``0 .. world_size - 1`` (default: an error).
+        Accept several files that do not cover ranks ``0 .. world_size - 1`` (default: an error);
+        ``trace.meta["missing_ranks"]`` lists the ranks left out.
+    ranks:
+        The rank of each file, in the order given (for traces that do not say).
     chunk_chars:
         Characters of JSON parsed at a time (default 8 Mi); memory vs per-chunk overhead.
 
@@ -540,7 +507,7 @@ def read(paths: list[Path], **options: Any) -> Trace:
     if not paths:
         raise DlexploreError("no trace files given")
 
-    names, cats, streams = _Strings(), _Strings(), _Strings()
+    names, cats, streams = Labels(), Labels(), Labels()
     files = [_RankFile(p, names, cats, streams, chunk_chars) for p in paths]
     enabled = gc.isenabled()
     gc.disable()  # millions of short-lived containers: see dlexplore.traces._json
@@ -551,13 +518,25 @@ def read(paths: list[Path], **options: Any) -> Trace:
     finally:
         if enabled:
             gc.enable()
-    world_size = _assign_ranks(files, allow_missing)
+    world_size, missing = _assign_ranks(files, allow_missing, options.get("ranks"))
     files.sort(key=lambda f: f.rank)
-    return _assemble(files, world_size, names, cats, streams)
+    trace = _assemble(files, world_size, names, cats, streams)
+    trace.meta["missing_ranks"] = missing
+    trace.meta["rank_unknown"] = [f.rank for f in files if not f.rank_known]
+    return trace
 
 
-def _assign_ranks(files: list[_RankFile], allow_missing: bool) -> int:
-    """Fill in ranks from file names where distributedInfo lacks them; check the set; world size."""
+def _assign_ranks(files: list[_RankFile], allow_missing: bool, ranks: Any = None) -> tuple[int, list[int]]:
+    """Each file's rank (``ranks=``, else distributedInfo, else a rank its name states); the world
+    size and the ranks missing from it. See the module docstring."""
+    if ranks is not None:
+        given = list(ranks) if not isinstance(ranks, (str, bytes)) else None
+        if given is None or len(given) != len(files) or not all(
+                isinstance(r, (int, np.integer)) and not isinstance(r, bool) and r >= 0 for r in given):
+            raise DlexploreError(f"ranks= must give one rank (an integer >= 0) per file, in the order of the "
+                                 f"files ({len(files)}); got {ranks!r}")
+        for file, rank in zip(files, given, strict=True):
+            file.rank = int(rank)
     for file in files:
         if file.rank is not None:
             continue
@@ -565,19 +544,15 @@ def _assign_ranks(files: list[_RankFile], allow_missing: bool) -> int:
         if rank is None:
             if len(files) > 1:
                 raise DlexploreError(
-                    f"{file.path}: no distributedInfo.rank in the trace and no rank in the "
-                    "file name (e.g. rank3.json); cannot tell which rank it holds"
+                    f"{file.path}: the rank is unknown: no distributedInfo.rank in the trace and no rank in "
+                    "the file name (rank3, rank_3, rank-3); pass ranks=[...] (one per file, in order)"
                 )
-            rank = 0
-            warnings.warn(
-                f"{file.path}: no distributedInfo in the trace and no rank in the file name; read as rank 0",
-                stacklevel=4,
-            )
-        else:
-            warnings.warn(
-                f"{file.path}: no distributedInfo in the trace; rank {rank} taken from the file name",
-                stacklevel=4,
-            )
+            file.rank, file.rank_known = 0, False
+            warnings.warn(f"{file.path}: the rank is unknown (no distributedInfo in the trace, no rank in "
+                          "the file name); shown as rank 0", stacklevel=4)
+            continue
+        warnings.warn(f"{file.path}: no distributedInfo in the trace; rank {rank} taken from the file name",
+                      stacklevel=4)
         file.rank = rank
     sizes = {f.world_size for f in files if f.world_size is not None}
     if len(sizes) > 1:
@@ -594,6 +569,10 @@ def _assign_ranks(files: list[_RankFile], allow_missing: bool) -> int:
             )
         by_rank[file.rank] = file
     world_size = sizes.pop() if sizes else max(by_rank) + 1
+    if world_size > _MAX_WORLD:
+        big = max(files, key=lambda f: max(f.rank or 0, f.world_size or 0))
+        raise DlexploreError(f"{big.path}: rank {big.rank} of world size {world_size}; expected fewer than "
+                             f"{_MAX_WORLD:,} ranks")
     beyond = sorted(r for r in by_rank if r >= world_size)
     if beyond:
         raise DlexploreError(
@@ -606,13 +585,13 @@ def _assign_ranks(files: list[_RankFile], allow_missing: bool) -> int:
         given = ", ".join(f"{f.path.name} (rank {f.rank})" for f in sorted(files, key=lambda f: f.rank)[:8])
         raise DlexploreError(
             f"rank(s) {shown} of {world_size} missing from the traces given ({given}); "
-            "pass allow_missing_ranks=True to read them anyway"
+            "pass allow_missing_ranks=True (CLI: --allow-missing-ranks) to read them anyway"
         )
-    return world_size
+    return world_size, missing
 
 
 def _assemble(
-    files: list[_RankFile], world_size: int, names: _Strings, cats: _Strings, streams: _Strings
+    files: list[_RankFile], world_size: int, names: Labels, cats: Labels, streams: Labels
 ) -> Trace:
     counts = [f.rows for f in files]
     total = int(sum(counts))
@@ -626,10 +605,21 @@ def _assemble(
     bases = [f.meta.get("baseTimeNanoseconds") for f in files]
     epoch_ns = None
     shift = np.zeros(len(files))
+    ts = column("ts", np.float64)
+    # Count from a whole number of 2**30 µs (18 minutes) before the set's first event: times of
+    # 1.7e9 s (Unix time) or 4e6 s (a device clock) would otherwise keep only 0.2 µs or 1 ns of
+    # resolution. A coarse origin is the same for one rank's file alone as for the whole set, so
+    # both give the same numbers (dlexplore.traces.summarize reads one file at a time).
+    origin = float(np.floor(ts.min() / _ORIGIN_GRID) * _ORIGIN_GRID) if len(ts) else 0.0
+    ts = ts - origin
+    for file in files:
+        file.ts_origin = origin
     if all(isinstance(b, int) and not isinstance(b, bool) for b in bases):
-        epoch_ns = min(bases)
-        shift = np.asarray([(b - epoch_ns) * 1e-9 for b in bases])
-    start = column("ts", np.float64) * 1e-6 + np.repeat(shift, counts)
+        epoch_ns = min(bases) + int(origin) * 1000
+        shift = np.asarray([(b - min(bases)) * 1e-9 for b in bases])
+    elif origin > 1e14:  # after 1973: the file's times are Unix times in µs
+        epoch_ns = int(origin) * 1000
+    start = ts * 1e-6 + np.repeat(shift, counts)
     duration = column("dur", np.float64) * 1e-6
     cat_code = column("cat", np.int32)
     name_code = column("name", np.int32)
@@ -637,63 +627,26 @@ def _assemble(
     corr = column("corr", np.int64)
     ext = column("ext", np.int64)
 
-    gpu_trace = any(cats.values[c] in _KERNEL_CATS for c in np.unique(cat_code).tolist())
+    gpu_trace = any(canonical_category(cats.values[c]) in _KERNEL_CATS for c in np.unique(cat_code).tolist())
     category, collective, step_of_name = _classify(cat_code, name_code, cats, names, gpu_trace)
-
-    nbytes = np.full(total, np.nan)
-    group_size = np.full(total, -1, dtype=np.int64)
-    dtypes = _Strings()
-    dtypes.code("")
-    groups = _Strings()
-    groups.code("")
-    dtype_code = np.zeros(total, dtype=np.int32)
-    group_code = np.zeros(total, dtype=np.int32)
-    coll_names = list(COLLECTIVES)
-    coll_index = {c: i + 1 for i, c in enumerate(coll_names)}  # 0 is ""
-
-    is_rpc = name_code == names.codes.get(_RPC, -1)
-    comm_cat = CATEGORIES.index("communication")
-    nccl_kernels = (collective > 0) & (category == comm_cat) & _isin(cat_code, cats, _KERNEL_CATS)
-    matched = np.zeros(total, dtype=bool)
-    rpc_info: dict[int, _Comm] = {}
+    on_device = _table(streams, lambda v: not v.startswith("cpu:"))[stream_code] if total else \
+        np.zeros(0, bool)
+    infos = []
     for file, offset in zip(files, offsets[:-1], strict=True):
         for info in file.comm:
-            row = offset + info.row
-            cat = cats.values[cat_code[row]]
-            if cat in ("gpu_memcpy", "gpu_memset"):
-                nbytes[row] = _number(info.bytes)
-            elif is_rpc[row]:
-                rpc_info[row] = info
-                _describe(row, info, group_size, dtype_code, group_code, dtypes, groups)
-            elif nccl_kernels[row] and info.collective is not None:
-                name = normalize_collective_name(info.collective)
-                if name:
-                    collective[row] = coll_index[name]
-                nbytes[row] = _message_bytes(info)
-                _describe(row, info, group_size, dtype_code, group_code, dtypes, groups)
-                matched[row] = True
-            elif collective[row] > 0 and names.values[name_code[row]].startswith("gloo:"):
-                size = world_size
-                nbytes[row] = _gloo_bytes(info, coll_names[collective[row] - 1], size)
-                dtype = (info.types or [None])[0] if isinstance(info.types, list) else None
-                if isinstance(dtype, str):
-                    dtype_code[row] = dtypes.code(dtype)
-
-    _match_kernels(
-        nccl_kernels & ~matched,
-        rpc_info,
-        rank,
-        ext,
-        start,
-        collective,
-        coll_index,
-        nbytes,
-        group_size,
-        dtype_code,
-        group_code,
-        dtypes,
-        groups,
+            info.row += offset
+            infos.append(info)
+    comm = resolve_communication(
+        EventColumns(rank, start, start + duration, category, collective, name_code, names, cat_code, cats,
+                     stream_code, on_device, corr, ext),
+        infos,
+        kernel_cats=frozenset(c for c in cats.values if canonical_category(c) in _KERNEL_CATS),
+        runtime_cats=frozenset(c for c in cats.values if canonical_category(c) in _RUNTIME_CATS),
+        copy_cats=frozenset(c for c in cats.values if canonical_category(c) in _COPY_CATS),
+        world_size=world_size,
     )
+    nbytes, group_size, peer = comm.nbytes, comm.group_size, comm.peer
+    coll_names = list(COLLECTIVES)
 
     step = _steps(rank, start, duration, category, step_of_name[name_code], stream_code, streams, corr, ext)
 
@@ -709,8 +662,9 @@ def _assemble(
         "step": step,
         "correlation": pd.array(np.where(corr >= 0, corr, 0), dtype="Int64"),
         "group_size": pd.array(np.where(group_size >= 0, group_size, 0), dtype="Int64"),
-        "process_group": pd.Categorical.from_codes(group_code, categories=groups.values),
-        "dtype": pd.Categorical.from_codes(dtype_code, categories=dtypes.values),
+        "process_group": pd.Categorical.from_codes(comm.group, categories=comm.groups.values),
+        "dtype": pd.Categorical.from_codes(comm.dtype, categories=comm.dtypes.values),
+        "peer": pd.arrays.IntegerArray(np.where(peer >= 0, peer, 0), peer < 0),
     }
     columns["correlation"][corr < 0] = pd.NA
     columns["group_size"][group_size < 0] = pd.NA
@@ -736,10 +690,41 @@ def _assemble(
         "epoch_ns": epoch_ns,
         "parser": PARSER,
     }
-    return Trace(events, "pytorch", paths, world_size, meta)
+    return Trace(events, "pytorch", paths, world_size, meta, memory=_memory_table(files, shift))
 
 
-def _sorted_categorical(codes: np.ndarray, strings: _Strings) -> pd.Categorical:
+#: c10::DeviceType numbers in ``[memory]`` events -> device names.
+_DEVICE_TYPES = {0: "cpu", 1: "cuda", 6: "hip", 12: "xpu", 13: "mps", 15: "hpu", 19: "mtia",
+                 20: "privateuse1"}
+
+
+def _memory_table(files: list[_RankFile], shift: np.ndarray) -> pd.DataFrame | None:
+    """The allocator's ``[memory]`` events of every rank (see :class:`~dlexplore.traces.schema.Trace`)."""
+    parts = []
+    for file, offset in zip(files, shift, strict=True):
+        if not file.memory:
+            continue
+        ts, kind, device, delta, allocated, reserved, address = (
+            np.asarray([np.nan if v is None else v for v in column], dtype=np.float64)
+            for column in zip(*file.memory, strict=True))
+        names = [_DEVICE_TYPES.get(int(k), f"device{int(k)}") for k in kind]
+        ids = np.nan_to_num(device)
+        labels = [n if n == "cpu" else f"{n}:{int(d)}" for n, d in zip(names, ids, strict=True)]
+        parts.append(pd.DataFrame({
+            "rank": np.full(len(ts), file.rank, dtype=np.int32), "device": labels,
+            "time": (ts - file.ts_origin) * 1e-6 + offset, "bytes": delta, "allocated": allocated,
+            "reserved": reserved,
+            "address": pd.array(np.where(np.isnan(address), 0, address).astype(np.int64), dtype="Int64"),
+        }))
+        parts[-1].loc[np.isnan(address), "address"] = pd.NA
+    if not parts:
+        return None
+    table = pd.concat(parts, ignore_index=True)
+    table["device"] = table["device"].astype("category")
+    return table.sort_values(["rank", "time"], kind="stable").reset_index(drop=True)
+
+
+def _sorted_categorical(codes: np.ndarray, strings: Labels) -> pd.Categorical:
     """Codes as a categorical of the values used, sorted: the same whatever the files' order."""
     used, inverse = np.unique(codes, return_inverse=True)
     labels = np.asarray([strings.values[c] for c in used.tolist()], dtype=object)
@@ -749,17 +734,14 @@ def _sorted_categorical(codes: np.ndarray, strings: _Strings) -> pd.Categorical:
     return pd.Categorical.from_codes(rank[inverse.ravel()], categories=labels[order].tolist())
 
 
-def _thread_stream(key: str, streams: _Strings) -> str:
-    """The stream name of a ``pid:tid`` thread_name record (a CUDA stream if events ran there)."""
-    return f"cuda:{key}" if f"cuda:{key}" in streams.codes else f"cpu:{key}"
-
-
-def _isin(codes: np.ndarray, strings: _Strings, values: frozenset) -> np.ndarray:
-    return _table(strings, lambda v: v in values)[codes] if len(codes) else np.zeros(0, dtype=bool)
+def _thread_stream(key: str, streams: Labels) -> str:
+    """The stream name of a ``pid:tid`` thread_name record (a device's row if events ran there)."""
+    return next((f"{kind}:{key}" for kind in _DEVICE_KINDS[1:] if f"{kind}:{key}" in streams.codes),
+                f"cpu:{key}")
 
 
 def _classify(
-    cat_code: np.ndarray, name_code: np.ndarray, cats: _Strings, names: _Strings, gpu_trace: bool
+    cat_code: np.ndarray, name_code: np.ndarray, cats: Labels, names: Labels, gpu_trace: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Category and collective codes per row (decided once per distinct (cat, name)), and the
     step number of each name (-1 if not ``ProfilerStep#N``)."""
@@ -785,9 +767,13 @@ def _classify(
 
 def _category(cat: str, name: str, gpu_trace: bool) -> tuple[str, str]:
     """(category, collective) of one kind of event; see the module docstring's table."""
+    cat = canonical_category(cat)
     if cat in _KERNEL_CATS:
-        if name.startswith(_NCCL_KERNEL):
+        if _NCCL_KERNEL.match(name):
             return "communication", normalize_collective_name(name.split("(")[0])
+        copy = _DEVICE_COPY.match(name)
+        if copy:  # MTIA's dma, copies that a runtime reports as kernels
+            return ("memset" if copy.group(1) == "Memset" else "memcpy"), ""
         return "compute", ""
     if cat == "gpu_memcpy":
         return "memcpy", ""
@@ -802,7 +788,7 @@ def _category(cat: str, name: str, gpu_trace: bool) -> tuple[str, str]:
             return "data", ""
         if name.startswith("gloo:"):
             return "communication", normalize_collective_name(name[5:])
-        if name.startswith(_HOST_COMM) or name == _RPC:
+        if name.startswith(HOST_COMM_PREFIXES) or name == RPC:
             return "communication", ""
         if cat == "user_annotation":
             return "annotation", ""
@@ -812,129 +798,6 @@ def _category(cat: str, name: str, gpu_trace: bool) -> tuple[str, str]:
     return "other", ""
 
 
-def _number(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            return math.nan
-    return float(value)
-
-
-def _message_bytes(info: _Comm) -> float:
-    """nccl-tests' message size: the larger buffer, elements x dtype size (NaN if unknown)."""
-    size = DTYPE_BYTES.get(str(info.dtype)) if info.dtype is not None else None
-    counts = [_number(info.in_nelems), _number(info.out_nelems)]
-    counts = [c for c in counts if not math.isnan(c)]
-    if size is None or not counts:
-        return math.nan
-    return max(counts) * size
-
-
-def _elements(dims: Any) -> float:
-    """Elements of one ``Input Dims`` entry: a shape, or a list of shapes (a TensorList)."""
-    if isinstance(dims, list) and dims and all(isinstance(d, list) for d in dims):
-        return sum(_elements(d) for d in dims)
-    if isinstance(dims, list) and all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
-        return float(np.prod(dims)) if dims else 1.0
-    return math.nan
-
-
-def _gloo_bytes(info: _Comm, collective: str, group_size: int) -> float:
-    """Bytes of a gloo collective from its ``Input Dims`` x ``Input type`` (NaN without shapes)."""
-    if not isinstance(info.dims, list) or not isinstance(info.types, list):
-        return math.nan
-    total = 0.0
-    counted = False
-    for dims, dtype in zip(info.dims, info.types, strict=False):
-        size = DTYPE_BYTES.get(dtype) if isinstance(dtype, str) else None
-        elements = _elements(dims)
-        if size is None or math.isnan(elements):
-            continue
-        total += elements * size
-        counted = True
-    if not counted:
-        return math.nan
-    return total * group_size if collective in ("allgather", "gather") else total
-
-
-def _describe(
-    row: int,
-    info: _Comm,
-    group_size: np.ndarray,
-    dtype_code: np.ndarray,
-    group_code: np.ndarray,
-    dtypes: _Strings,
-    groups: _Strings,
-) -> None:
-    size = info.group_size
-    if isinstance(size, int) and not isinstance(size, bool):
-        group_size[row] = size
-    if info.dtype is not None:
-        dtype_code[row] = dtypes.code(info.dtype)
-    if info.group is not None:
-        group_code[row] = groups.code(info.group)
-
-
-def _match_kernels(
-    unmatched: np.ndarray,
-    rpc_info: dict[int, _Comm],
-    rank: np.ndarray,
-    ext: np.ndarray,
-    start: np.ndarray,
-    collective: np.ndarray,
-    coll_index: dict[str, int],
-    nbytes: np.ndarray,
-    group_size,
-    dtype_code,
-    group_code,
-    dtypes,
-    groups,
-) -> None:
-    """Sizes for NCCL kernels that lack Kineto's copy of the record_param_comms arguments:
-    the record_param_comms with the kernel's External id, else the same position on the rank."""
-    rows = np.flatnonzero(unmatched)
-    if not len(rows) or not rpc_info:
-        return
-    # what _apply fills in, in its argument order
-    columns = (collective, coll_index, nbytes, group_size, dtype_code, group_code, dtypes, groups)
-    by_ext = {(int(rank[r]), int(ext[r])): r for r in rpc_info if ext[r] >= 0}
-    used: set[int] = set()
-    left = []
-    for row in rows.tolist():
-        source = by_ext.get((int(rank[row]), int(ext[row]))) if ext[row] >= 0 else None
-        if source is None:
-            left.append(row)
-            continue
-        _apply(row, rpc_info[source], *columns)
-        used.add(source)
-    for r in np.unique(rank[left]).tolist() if left else []:
-        kernels = sorted((row for row in left if rank[row] == r), key=lambda row: start[row])
-        sources = sorted(
-            (
-                s
-                for s, info in rpc_info.items()
-                if rank[s] == r and s not in used and normalize_collective_name(str(info.collective or ""))
-            ),
-            key=lambda s: start[s],
-        )
-        if len(kernels) != len(sources):
-            continue  # no safe pairing
-        for row, source in zip(kernels, sources, strict=True):
-            name = normalize_collective_name(str(rpc_info[source].collective))
-            if collective[row] and collective[row] != coll_index.get(name):
-                continue
-            _apply(row, rpc_info[source], *columns)
-
-
-def _apply(row, info, collective, coll_index, nbytes, group_size, dtype_code, group_code, dtypes, groups):
-    name = normalize_collective_name(str(info.collective or ""))
-    if name:
-        collective[row] = coll_index[name]
-    nbytes[row] = _message_bytes(info)
-    _describe(row, info, group_size, dtype_code, group_code, dtypes, groups)
-
-
 def _steps(
     rank: np.ndarray,
     start: np.ndarray,
@@ -942,7 +805,7 @@ def _steps(
     category: np.ndarray,
     step_number: np.ndarray,
     stream_code: np.ndarray,
-    streams: _Strings,
+    streams: Labels,
     corr: np.ndarray,
     ext: np.ndarray,
 ) -> pd.arrays.IntegerArray:
@@ -950,7 +813,7 @@ def _steps(
     total = len(rank)
     step = np.full(total, -1, dtype=np.int64)
     is_step = (category == CATEGORIES.index("step")) & (step_number >= 0)
-    on_gpu = _table(streams, lambda s: s.startswith("cuda:"))[stream_code] if total else np.zeros(0, bool)
+    on_gpu = _table(streams, lambda s: not s.startswith("cpu:"))[stream_code] if total else np.zeros(0, bool)
     for r in np.unique(rank[is_step]).tolist():
         marks = np.flatnonzero(is_step & (rank == r))
         order = np.argsort(start[marks], kind="stable")
@@ -975,7 +838,9 @@ def _nullable(step: np.ndarray) -> pd.arrays.IntegerArray:
 
 
 def _device_steps(device: np.ndarray, rank, start, step, category, corr, ext, on_gpu, begins, numbers):
-    """Steps of GPU rows: the launch's step by correlation, else the op's by External id, else time."""
+    """Steps of GPU rows: the launch's step by correlation, else the op's by External id, else (rows
+    that no launch could name: no correlation id, or a rank without launch events) by time. A row
+    whose launch is known to be outside every step (before the trace or the first step) has none."""
     r = rank[device[0]]
     mine = np.flatnonzero((rank == r) & ~on_gpu & (step >= 0))
     runtime = mine[category[mine] == CATEGORIES.index("runtime")]
@@ -995,7 +860,7 @@ def _device_steps(device: np.ndarray, rank, start, step, category, corr, ext, on
         fill = np.where(need)[0]
         ok = ~np.isnan(found)
         result[fill[ok]] = found[ok].astype(np.int64)
-    need = result < 0
+    need = (result < 0) & ((corr[device] < 0) | (not len(runtime)))
     if need.any():
         slot = np.searchsorted(begins, start[device[need]], side="right") - 1
         result[np.where(need)[0][slot >= 0]] = numbers[slot[slot >= 0]]

@@ -45,8 +45,10 @@ from ..errors import DlexploreError
 
 __all__ = [
     "COLUMNS",
+    "MEMORY_COLUMNS",
     "CATEGORIES",
     "COLLECTIVES",
+    "POINT_TO_POINT",
     "Trace",
     "empty_events",
     "make_events",
@@ -64,6 +66,17 @@ COLUMNS: dict[str, tuple[str, str, str]] = {
     "bytes": ("float64", "bytes", "message size or bytes copied"),
     "collective": ("category", "", "collective operation"),
     "step": ("Int64", "1", "training step"),
+}
+
+#: Columns of :attr:`Trace.memory`: units and long name.
+MEMORY_COLUMNS: dict[str, tuple[str, str]] = {
+    "rank": ("1", "process rank"),
+    "device": ("", "device the memory belongs to (cpu, cuda:0 ...)"),
+    "time": ("s", "time of the allocation or release, on the events' axis"),
+    "bytes": ("bytes", "bytes allocated (> 0) or released (< 0)"),
+    "allocated": ("bytes", "allocator's total allocated after the event"),
+    "reserved": ("bytes", "allocator's total reserved after the event"),
+    "address": ("1", "address of the block"),
 }
 
 CATEGORIES = (
@@ -91,7 +104,12 @@ COLLECTIVES = (
     "recv",
     "gather",
     "scatter",
+    "sendrecv",
 )
+
+#: Point-to-point operations: they join two ranks, not a group (NCCL's ``SendRecv`` kernel and
+#: ``MPI_Sendrecv`` do both directions at once).
+POINT_TO_POINT = ("send", "recv", "sendrecv")
 
 # Longest first, on names lowered with separators removed: "reducescatter" before "reduce".
 _COLLECTIVE_PATTERNS = (
@@ -102,7 +120,7 @@ _COLLECTIVE_PATTERNS = (
     ("broadcast", "broadcast"),
     ("bcast", "broadcast"),
     ("barrier", "barrier"),
-    ("sendrecv", "send"),
+    ("sendrecv", "sendrecv"),
     ("send", "send"),
     ("recv", "recv"),
     ("gather", "gather"),
@@ -117,7 +135,8 @@ def normalize_collective_name(name: str) -> str:
 
     ``ncclDevKernel_AllReduce_Sum_f32_RING_LL``, ``gloo:all_reduce``, ``c10d::allreduce_``,
     ``MPI_Allreduce``, ``NCCL_ALLREDUCE`` -> ``allreduce``; ``ReduceScatter`` ->
-    ``reduce_scatter``; ``MPI_Isend`` -> ``send``. Apply it only to events already known to be
+    ``reduce_scatter``; ``MPI_Isend`` -> ``send``; ``ncclKernel_SendRecv``, ``MPI_Sendrecv`` ->
+    ``sendrecv``. Apply it only to events already known to be
     communication: ``aten::gather`` is an indexing operator, not a collective.
     """
     key = _SEPARATORS.sub("", str(name).lower())
@@ -185,7 +204,14 @@ class Trace:
     world_size:
         Ranks in the job, when the trace says (else the number of ranks seen).
     meta:
-        What else the files say (per-rank metadata, device properties, clock notes).
+        What else the files say (per-rank metadata, device properties, clock notes;
+        ``missing_ranks`` when ranks of the world were not given).
+    memory:
+        The memory allocator's events when the trace has them (PyTorch's ``profile_memory=True``),
+        else None: one row per allocation (``bytes`` > 0) or release (< 0) with columns
+        :data:`MEMORY_COLUMNS` (``rank``, ``device``, ``time`` [s, the events' axis], ``bytes``,
+        ``allocated`` and ``reserved`` [bytes, the allocator's totals after the event, NaN where the
+        trace does not say], ``address``).
     """
 
     events: pd.DataFrame
@@ -193,6 +219,7 @@ class Trace:
     files: tuple[str, ...] = ()
     world_size: int | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    memory: pd.DataFrame | None = None
 
     def __post_init__(self) -> None:
         if self.world_size is None and len(self.events):
@@ -235,6 +262,52 @@ class Trace:
 
         return collective_table(self, **kwargs)
 
+    def point_to_point(self) -> pd.DataFrame:
+        """Send, recv and sendrecv operations per rank, peer and size
+        (:func:`dlexplore.traces.p2p.point_to_point`)."""
+        from .p2p import point_to_point
+
+        return point_to_point(self)
+
+    def temporal_breakdown(self, **kwargs: Any):
+        """Device time per rank: compute, non-compute, idle, as HTA's temporal breakdown
+        (:func:`dlexplore.traces.temporal.temporal_breakdown`)."""
+        from .temporal import temporal_breakdown
+
+        return temporal_breakdown(self, **kwargs)
+
+    def critical_path(self, **kwargs: Any) -> pd.DataFrame:
+        """The events that set one step's length (:func:`dlexplore.traces.critical_path.critical_path`)."""
+        from .critical_path import critical_path
+
+        return critical_path(self, **kwargs)
+
+    def launch_stats(self) -> pd.DataFrame:
+        """Each device event with its launch: delay, short kernels
+        (:func:`dlexplore.traces.launches.launch_stats`)."""
+        from .launches import launch_stats
+
+        return launch_stats(self)
+
+    def queue_length(self) -> pd.DataFrame:
+        """Operations queued per stream over time (:func:`dlexplore.traces.launches.queue_length`)."""
+        from .launches import queue_length
+
+        return queue_length(self)
+
+    def memory_timeline(self) -> pd.DataFrame:
+        """Memory in use per device over time (:func:`dlexplore.traces.memory.memory_timeline`)."""
+        from .memory import memory_timeline
+
+        return memory_timeline(self)
+
+    def diff(self, test: Trace) -> pd.DataFrame:
+        """Operators and kernels of ``test`` against this trace, the control
+        (:func:`dlexplore.traces.diff.trace_diff`)."""
+        from .diff import trace_diff
+
+        return trace_diff(self, test)
+
     def stragglers(self, **kwargs: Any) -> pd.DataFrame:
         """Ranks slower than the rest (:func:`dlexplore.traces.breakdown.stragglers`)."""
         from .breakdown import stragglers
@@ -253,7 +326,10 @@ class Trace:
             keep &= self.events["category"].isin(list(categories)).to_numpy()
         events = self.events[keep].reset_index(drop=True)
         events.attrs = dict(self.events.attrs)
-        return Trace(events, self.format, self.files, self.world_size, dict(self.meta))
+        memory = self.memory
+        if memory is not None and ranks is not None:
+            memory = memory[memory["rank"].isin(list(ranks))].reset_index(drop=True)
+        return Trace(events, self.format, self.files, self.world_size, dict(self.meta), memory)
 
 
 # Files that travel with traces in a folder (the collector's manifest, notes) but are not traces.
@@ -267,33 +343,39 @@ def _companion(path: Path) -> bool:
             or path.suffix.lower() in _COMPANION_SUFFIXES)
 
 
-def as_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
-    """Paths from one path, a folder (its files, sorted), a glob pattern, or a list of these.
-
-    A folder's hidden files and the files that accompany traces (``manifest.json``, ``README*``,
-    ``*.txt``, ``*.md``, ``*.log``) are skipped; files named directly are always kept.
-    """
+def expand_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[tuple[Path, bool]]:
+    """Like :func:`as_paths`, each path with whether it was found by listing a folder (True) rather
+    than named (a file, a glob match: False). A folder's stray files can be skipped; named ones not."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    found: list[Path] = []
+    found: list[tuple[Path, bool]] = []
     for item in paths:
         text = os.fspath(item)
         path = Path(text)
         if path.is_dir():
             anchors = sorted(path.glob("*.otf2"))
             if anchors:  # an OTF2 archive: its anchor file stands for the whole folder
-                found.extend(anchors)
+                found.extend((a, False) for a in anchors)
                 continue
-            found.extend(sorted(p for p in path.iterdir() if p.is_file() and not _companion(p)))
+            found.extend((p, True) for p in sorted(path.iterdir()) if p.is_file() and not _companion(p))
         elif any(ch in text for ch in "*?[") and not path.exists():
             import glob
 
             matches = sorted(Path(p) for p in glob.glob(text))
             if not matches:
                 raise DlexploreError(f"{text}: no file matches this pattern")
-            found.extend(matches)
+            found.extend((m, False) for m in matches)
         else:
-            found.append(path)
+            found.append((path, False))
     if not found:
         raise DlexploreError("no trace files given")
     return found
+
+
+def as_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
+    """Paths from one path, a folder (its files, sorted), a glob pattern, or a list of these.
+
+    A folder's hidden files and the files that accompany traces (``manifest.json``, ``README*``,
+    ``*.txt``, ``*.md``, ``*.log``) are skipped; files named directly are always kept.
+    """
+    return [path for path, _ in expand_paths(paths)]

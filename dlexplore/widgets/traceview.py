@@ -29,6 +29,14 @@ import xarray as xr
 from jupyter_bokeh import BokehModel
 
 from ..errors import DlexploreError
+from ..plots.analyses import (
+    AnalysisFigures,
+    critical_path_columns,
+    diff_columns,
+    launch_columns,
+    memory_columns,
+    queue_columns,
+)
 from ..plots.timeline import (
     CATEGORY_COLORS,
     TimelineIndex,
@@ -41,6 +49,7 @@ from ..plots.timeline import (
     trace_summary,
 )
 from ..traces import Trace, load_trace
+from ..traces.launches import queue_length
 from .explorer import load_bokehjs
 
 __all__ = ["TraceView"]
@@ -70,6 +79,16 @@ class TraceView:
         :func:`dlexplore.traces.collectives.clock_offsets`); default none: each rank's own clock.
     throttle:
         Seconds between redraws while the timeline is being zoomed or panned in the page.
+    compare:
+        A second run (a :class:`~dlexplore.traces.Trace` or what :func:`dlexplore.load_trace`
+        reads) to diff this one against (this trace is the control): a "Diff" tab shows the
+        operators and kernels whose time changed most (:func:`dlexplore.traces.diff.trace_diff`).
+
+    Below the timeline, tabs show the analyses (:mod:`dlexplore.plots.analyses`): the critical path of
+    the step shown (the middle step but the last when all are), kernel launches (launch delay against device
+    time, short kernels in red), operations queued per stream, memory allocated per device (traces
+    recorded with ``profile_memory=True``), each for the first rank selected; an analysis the trace
+    cannot give says why in the status line.
 
     Controls: ranks shown (a multiple selection), step (all steps, or one: the timeline zooms to
     it and the bars and table show it alone), categories shown on the timeline. Display the view
@@ -86,6 +105,7 @@ class TraceView:
         width: int = 1000,
         offsets: Mapping[int, float] | pd.Series | None = None,
         throttle: float = 0.05,
+        compare: Trace | str | os.PathLike | None = None,
     ):
         if not isinstance(trace, Trace):
             trace = load_trace(trace)
@@ -102,7 +122,8 @@ class TraceView:
             "collective table", trace.collectives)
         self._collectives_by_step: dict[int | None, pd.DataFrame | None] = {None: self.collectives}
         self.figures = TraceFigures(self.index, width=width)
-        self.sources = self.figures.sources
+        self._analyses_init(compare, width)
+        self.sources = {**self.figures.sources, **self.analysis_figures.sources}
         self.view: TimelineView | None = None
         self.header = w.HTML(self._header_html(), layout=w.Layout(width="100%"))
         self.header.add_class("dlx-trace-header")
@@ -230,7 +251,8 @@ class TraceView:
                              w.HBox(swatches, layout=w.Layout(flex_flow="row wrap", width="520px"))])
         panel = w.HBox([self.controls["ranks"], self.controls["step"], categories],
                        layout=w.Layout(flex_flow="row wrap", align_items="flex-start"))
-        box = w.VBox([self.header, panel, self.status, BokehModel(self.figures.layout)])
+        box = w.VBox([self.header, panel, self.status, BokehModel(self.figures.layout),
+                      BokehModel(self.analysis_figures.layout)])
         box.add_class("dlx-traceview")
         return box
 
@@ -314,6 +336,7 @@ class TraceView:
             table = self._collectives_at(step)
             note = "all steps" if step is None or table is self.collectives else f"step {step}"
             self.figures.show_collectives(collective_columns(table), note=note)
+        self._draw_analyses(ranks, step)
 
     def _collectives_at(self, step: int | None) -> pd.DataFrame | None:
         if self._given_collectives or step is None:
@@ -333,3 +356,53 @@ class TraceView:
         self.redraws += 1
         notes = "".join(f"<br><small>{html.escape(n)}</small>" for n in self.notes)
         self.status.value = f"<span style='font-size:13px'>{html.escape(view.text)}</span>{notes}"
+
+    # -- analyses -------------------------------------------------------------------------------
+
+    def _analyses_init(self, compare: Any, width: int) -> None:
+        """Compute what does not depend on the controls once: launches, queues, memory, the diff."""
+        trace = self.trace
+        self.launches = self._try("kernel launch statistics", trace.launch_stats) \
+            if "correlation" in trace.events.columns else None
+        self.queues = None
+        if self.launches is not None:
+            self.queues = self._try("stream queues", lambda: queue_length(self.launches))
+        self.memory = None
+        if trace.memory is not None:
+            self.memory = self._try("memory timeline", trace.memory_timeline)
+        self.diff = None
+        if compare is not None:
+            other = compare if isinstance(compare, Trace) else load_trace(compare)
+            self.diff = self._try("trace diff", lambda: trace.diff(other))
+        self.analysis_figures = AnalysisFigures(width=width, diff=compare is not None)
+        if self.diff is not None:
+            title = f"Largest changes, test against control ({self.diff.attrs['per']})"
+            self.analysis_figures.show_diff(diff_columns(self.diff), title=title)
+        self._paths: dict[tuple[int, int | None], Any] = {}
+
+    def _draw_analyses(self, ranks: list[int], step: int | None) -> None:
+        rank = ranks[0] if ranks else (int(self.index.ranks[0]) if len(self.index.ranks) else None)
+        origin = self.index.t0_s
+        figures = self.analysis_figures
+        key = (rank, step)
+        if key not in self._paths:
+            self._paths[key] = self._try(f"critical path of rank {rank}",
+                                         lambda: self._path_summary(rank, step))
+        summary = self._paths[key]
+        if summary is not None:
+            figures.show_path(critical_path_columns(summary), title=(
+                f"Critical path of step {summary.attrs['step']} on rank {summary.attrs['rank']}: "
+                f"{float(summary.step_time) * 1e3:,.3f} ms, {summary.attrs['events_on_path']:,} events"))
+        figures.show_launches(launch_columns(self.launches, ranks=ranks or None))
+        figures.show_queue(queue_columns(self.queues, rank=rank, origin=origin),
+                           title=f"Operations queued per stream on rank {rank} (launched, not finished)")
+        figures.show_memory(memory_columns(self.memory, rank=rank, origin=origin),
+                            title=f"Memory allocated per device on rank {rank}" if self.memory is not None
+                            else "Memory: the trace has no memory events (profile_memory=True records them)")
+
+    def _path_summary(self, rank: int | None, step: int | None):
+        from ..traces.critical_path import critical_path, critical_path_summary
+
+        steps = set(self.breakdown["step"].values.tolist()) if self.breakdown is not None else set()
+        path = critical_path(self.trace, rank=rank, step=step if step in steps else None)
+        return critical_path_summary(path)

@@ -37,6 +37,11 @@ from _browser import (
 pytestmark = pytest.mark.browser
 
 SAMPLE = REPO / "data" / "traces" / "gloo-mlp-2rank"
+# Real traces of other people's runs (../shared/traces-real beside the repository, as CI has it)
+REAL = REPO.parent / "shared" / "traces-real" / "pytorch"
+REAL_MAIN = REAL / "HolisticTraceAnalysis__df_index_resolver__df_index_resolver.json.gz"
+REAL_OTHER = REAL / "HolisticTraceAnalysis__trace_diff__test__test.json.gz"
+ANALYSIS_SOURCES = ["trace_critical_path", "trace_launches", "trace_memory", "trace_queue", "trace_diff"]
 TRACE_SOURCES = ["trace_timeline", "trace_breakdown", "trace_collectives"]
 FIRST_PLOT_MS = 120_000
 # Only catches breakage (a stuck comm, a redraw per event); the figures are in timings.json.
@@ -242,6 +247,17 @@ TraceView(Trace(events, "synthetic", files=("million",)))
 """
 
 
+REAL_NOTEBOOK = f"""\
+import warnings
+import dlexplore.traces
+from dlexplore.widgets import TraceView
+
+warnings.simplefilter("ignore")
+TraceView(dlexplore.traces.load_trace({str(REAL_MAIN)!r}), max_events={MAX_EVENTS},
+          compare={str(REAL_OTHER)!r})
+"""
+
+
 @pytest.fixture(scope="module")
 def traceview_voila(tmp_path_factory, artifacts_dir):
     """Voila (dlexplore's offline template) on a folder with two TraceView notebooks."""
@@ -254,6 +270,7 @@ def traceview_voila(tmp_path_factory, artifacts_dir):
     root.mkdir()
     _notebook(root / "sample.ipynb", SAMPLE_NOTEBOOK)
     _notebook(root / "million.ipynb", MILLION_NOTEBOOK)
+    _notebook(root / "real.ipynb", REAL_NOTEBOOK)
     env = jupyter_env(home)
     # Voila's own lab template links CDN stylesheets; dlexplore's leaves them out
     env["JUPYTER_PATH"] = str(TEMPLATES)
@@ -370,4 +387,55 @@ def test_voila_a_million_events_stay_responsive(traceview_voila, tab, timings):
     assert float(np.median(samples)) < LATENCY_BOUND_MS, samples
     page.mouse.move(0, 0)  # no hover tooltip in the picture
     tab.shot("million")
+    tab.assert_clean()
+
+
+def test_voila_traceview_analyses_of_a_real_trace(traceview_voila, tab):
+    """The analyses' tabs on a real trace (HTA's df_index_resolver: 2 GPUs' NCCL run with memory
+    events), diffed against another real run; the step drop-down moves the critical path."""
+    import os
+    import warnings
+
+    if not REAL_MAIN.is_file():
+        message = f"{REAL_MAIN} is missing (../shared/traces-real beside the repository)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    from dlexplore.traces import load_trace
+    from dlexplore.traces.critical_path import critical_path, critical_path_summary
+    from dlexplore.traces.diff import trace_diff
+
+    page = tab.page
+    open_dashboard(tab, f"{traceview_voila.url}/voila/render/real.ipynb")
+    wait_for_sources(page, ANALYSIS_SOURCES, FIRST_PLOT_MS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trace = load_trace(REAL_MAIN)
+        other = load_trace(REAL_OTHER)
+    steps = trace.breakdown().step_time.sel(rank=1)
+    # all steps shown: the middle step's critical path, its parts adding up to that step
+    path = read_source(page, "trace_critical_path", ["part", "time_ms"])
+    middle = int(steps.step.values[(len(steps) - 1) // 2])  # the middle step but the last
+    assert sum(path["time_ms"]) == pytest.approx(float(steps.sel(step=middle)) * 1e3, rel=1e-6)
+    expected = critical_path_summary(critical_path(trace, rank=1, step=middle))
+    assert path["time_ms"] == pytest.approx((expected.time.values * 1e3).tolist(), rel=1e-9)
+    # the diff tab: the 20 largest changes, as trace_diff orders them
+    diff = read_source(page, "trace_diff", ["delta_ms"])
+    python = trace_diff(trace, other)["time_delta"].to_numpy()[:20][::-1] * 1e3
+    assert diff["delta_ms"] == pytest.approx(python.tolist(), rel=1e-9)
+    # memory: one line per device of rank 1 (the CPU and cuda:1)
+    assert read_source(page, "trace_memory", ["label"])["label"] == ["cpu", "cuda:1"]
+    assert len(read_source(page, "trace_launches", ["delay_us"])["delay_us"]) > 1000
+    # the step drop-down: the critical path of that step
+    page.locator(".widget-dropdown select").select_option(label="step 3")
+    changed = wait_changed(page, "trace_critical_path", path)
+    assert sum(changed["time_ms"]) == pytest.approx(float(steps.sel(step=3)) * 1e3, rel=1e-6)
+    # the tabs switch in the page, and the memory figure is drawn
+    page.get_by_text("Memory", exact=True).click()
+    page.wait_for_timeout(500)
+    assert_painted(page)
+    tab.shot("analyses-memory")
+    page.get_by_text("Diff", exact=True).click()
+    page.wait_for_timeout(500)
+    tab.shot("analyses-diff")
     tab.assert_clean()
