@@ -40,6 +40,9 @@ class GPU:
     #: Microarchitecture (``Pascal``, ``Volta``, ``Ampere``, ...): a GPU without published GEMM
     #: measurements of its own takes the efficiency measured on a sibling of the same architecture.
     architecture: str = ""
+    #: Streaming multiprocessors (compute units on AMD): a matrix product's tiles run in waves over
+    #: them. 0 where unknown (no wave quantisation).
+    sm_count: int = 0
 
     def peak_flops(self, precision: str) -> float:
         """Peak dense FLOP/s for ``precision`` (fp32, tf32, fp16, bf16).

@@ -122,6 +122,7 @@ _KINDS: dict[str, _Kind] = {
             _Column("tdp_w", positive=True, blank_ok=True),
             _Column("idle_w", blank_ok=True),
             _Column("architecture", number=False, optional=True),
+            _Column("sm_count", optional=True),
             _Column("aliases", number=False),
             _Column("source", number=False),
         ),
@@ -352,6 +353,11 @@ def _make_record(
     if kind.name == "networks" and not 0 < float(values.get("efficiency", 1.0)) <= 1:
         raise InputFileError(path, f"efficiency: expected a fraction in (0, 1], got "
                              f"{values['efficiency']:g}", line=line)
+    if "sm_count" in values:
+        count = float(values["sm_count"])  # type: ignore[arg-type]
+        if not count.is_integer():
+            raise InputFileError(path, f"sm_count: expected a whole number, got {count:g}", line=line)
+        values["sm_count"] = int(count)
     if kind.name == "gpus":
         idle, tdp = values["idle_w"], values["tdp_w"]
         if idle > tdp:  # type: ignore[operator]  # False when either is NaN

@@ -128,6 +128,7 @@ def kernel_times(ops: Operators, batch: npt.ArrayLike, gpu: GPU, precision: str,
         compute_efficiency=params["compute_efficiency"],
         memory_efficiency=params["memory_efficiency"], kernel_time=params["kernel_time"],
         winograd_speedup=winograd, flash_efficiency=params["flash_efficiency"],
+        sm_count=int(gpu.sm_count),
     )
 
 

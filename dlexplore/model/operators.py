@@ -139,6 +139,9 @@ class Operators:
     kernels: np.ndarray
     rate: np.ndarray
     tiles: np.ndarray
+    rows: np.ndarray
+    col_tiles: np.ndarray
+    per_sample: np.ndarray
     winograd: np.ndarray
     in_layers: np.ndarray
 
@@ -160,21 +163,23 @@ class _Builder:
 
     def add(self, name: str, category: str, phase: str, *, flops: float = 0.0,
             bytes_sample: float = 0.0, bytes_fixed: float = 0.0, kernels: float = 1.0,
-            rate: int = _VECTOR, tiles: float = 1.0, winograd: bool = False,
-            in_layers: bool = False) -> None:
+            rate: int = _VECTOR, tiles: float = 1.0, rows: float = 0.0, col_tiles: float = 0.0,
+            per_sample: bool = False, winograd: bool = False, in_layers: bool = False) -> None:
         self.rows.append((name, CATEGORIES.index(category), PHASES.index(phase), flops,
-                          bytes_sample, bytes_fixed, kernels, rate, tiles, winograd, in_layers))
+                          bytes_sample, bytes_fixed, kernels, rate, tiles, rows, col_tiles,
+                          per_sample, winograd, in_layers))
 
     def gemm(self, name: str, category: str, m: float, n: float, k: float, groups: float = 1.0, *,
              dgrad: bool = True, winograd: bool = False, in_layers: bool = False,
-             weights: bool = True, calls: float = 1.0) -> None:
+             weights: bool = True, calls: float = 1.0, flops: float | None = None) -> None:
         """A matrix product of ``m`` rows per sample: forward, input gradient, weight gradient.
 
         ``weights`` False: both operands are activations (attention), so every operand grows with
         the batch and both backward products are input gradients. ``calls``: identical products.
+        ``flops`` (per sample, per call) overrides ``2 m n k groups``: a layer's own count.
         """
         d = self.d
-        flops = 2.0 * m * n * k * groups * calls
+        flops = (2.0 * m * n * k * groups if flops is None else flops) * calls
         if weights:
             per_sample, fixed = d * groups * (m * k + m * n) * calls, d * groups * k * n * calls
         else:
@@ -182,15 +187,21 @@ class _Builder:
         common = dict(bytes_sample=per_sample, bytes_fixed=fixed, rate=_GEMM, winograd=winograd,
                       in_layers=in_layers, kernels=calls)
         # each product's output is tiled: forward m x n, input gradient m x k, weight gradient k x n
-        # (m is rows per sample: the batch makes it large, so only n and k are quantised)
+        # (m is rows per sample: the batch makes it large, so only n and k are quantised); the
+        # tiles of the forward and input gradient run in waves over the SMs (the weight gradient,
+        # a long reduction over m, is split along it: no wave loss)
+        waves = dict(rows=m, per_sample=not weights)
         self.add(f"{name}:fwd", category, "forward", flops=flops, tiles=tile_efficiency(n),
-                 **common)
+                 col_tiles=_tiles(n) * groups, **waves, **common)
         if dgrad:
             self.add(f"{name}:dgrad", category, "backward", flops=flops,
-                     tiles=tile_efficiency(k), **common)
-        wgrad = tile_efficiency(k) * tile_efficiency(n) if weights else tile_efficiency(k)
-        self.add(f"{name}:{'wgrad' if weights else 'dgrad2'}", category, "backward", flops=flops,
-                 tiles=wgrad, **common)
+                     tiles=tile_efficiency(k), col_tiles=_tiles(k) * groups, **waves, **common)
+        if weights:
+            self.add(f"{name}:wgrad", category, "backward", flops=flops,
+                     tiles=tile_efficiency(k) * tile_efficiency(n), **common)
+        else:
+            self.add(f"{name}:dgrad2", category, "backward", flops=flops, tiles=tile_efficiency(k),
+                     col_tiles=_tiles(k) * groups, **waves, **common)
 
     def vector(self, name: str, category: str, values: float, forward: float, backward: float, *,
                mask: bool = False, in_layers: bool = False, fixed_backward: float = 0.0,
@@ -212,8 +223,9 @@ class _Builder:
             phase=np.array(cols[2], dtype=np.int64), flops=np.array(cols[3], dtype=float),
             bytes_sample=np.array(cols[4], dtype=float), bytes_fixed=np.array(cols[5], dtype=float),
             kernels=np.array(cols[6], dtype=float), rate=np.array(cols[7], dtype=np.int64),
-            tiles=np.array(cols[8], dtype=float), winograd=np.array(cols[9], dtype=bool),
-            in_layers=np.array(cols[10], dtype=bool),
+            tiles=np.array(cols[8], dtype=float), rows=np.array(cols[9], dtype=float),
+            col_tiles=np.array(cols[10], dtype=float), per_sample=np.array(cols[11], dtype=bool),
+            winograd=np.array(cols[12], dtype=bool), in_layers=np.array(cols[13], dtype=bool),
         )
 
 
@@ -234,6 +246,13 @@ def tile_efficiency(size: float) -> float:
     return size / (math.ceil(size / width) * width)
 
 
+def _tiles(size: float) -> float:
+    """Output tiles along a dimension of ``size`` elements (see :func:`tile_efficiency`)."""
+    size = float(size)
+    width = TILE if size >= TILE else 2.0 ** math.ceil(math.log2(max(size, 1.0)))
+    return float(math.ceil(size / width))
+
+
 # Memory-bound layer kinds of the CNN catalog: (category, forward passes, backward passes, mask).
 _CNN_VECTOR = {
     "bn": ("norm", 3.0, 5.0, False),
@@ -250,7 +269,8 @@ def _layered(b: _Builder, wl: catalog.Workload) -> None:
         if layer.gemm is not None:
             m, n, k, groups = layer.gemm
             category = "conv" if layer.kind == "conv" else "matmul"
-            b.gemm(layer.name, category, m, n, k, groups, dgrad=not first, winograd=layer.winograd)
+            b.gemm(layer.name, category, m, n, k, groups, dgrad=not first, winograd=layer.winograd,
+                   flops=layer.flops)
             first = False
         elif layer.kind in ("maxpool", "avgpool"):
             io = layer.values_in + layer.values_out
@@ -377,45 +397,65 @@ def operator_times(
     kernel_time: npt.ArrayLike,
     winograd_speedup: npt.ArrayLike = 1.0,
     flash_efficiency: npt.ArrayLike = 0.6,
+    sm_count: int = 0,
 ) -> np.ndarray:
-    """Time (s) of every kernel of ``ops`` for ``batch`` samples, shape ``(len(ops), *broadcast)``.
+    """Time (s) of every kernel of ``ops`` for ``batch`` samples, shape ``(*broadcast, len(ops))``.
 
     ``batch`` and the efficiencies may be arrays; they broadcast together (the model's sweeps) and
-    the kernels run along a new first axis. ``peak_flops`` in FLOP/s, ``memory_bandwidth_gbs`` in
+    the kernels run along a new last axis. ``peak_flops`` in FLOP/s, ``memory_bandwidth_gbs`` in
     GB/s, ``kernel_time`` in s, ``winograd_speedup`` >= 1 (1 on tensor cores: the caller decides).
     """
     arrays = [np.asarray(x, dtype=float) for x in (batch, compute_efficiency, memory_efficiency,
                                                    kernel_time, winograd_speedup, flash_efficiency)]
-    ndim = max(a.ndim for a in arrays)
-    shape = (len(ops),) + (1,) * ndim
-    B, e_gemm, e_mem, t_kernel, wino, e_flash = (a[np.newaxis, ...] if a.ndim else a for a in arrays)
-
-    def col(x: np.ndarray) -> np.ndarray:
-        return x.reshape(shape)
-
-    flops = col(ops.flops) * B
-    flops = np.where(col(ops.winograd), flops / wino, flops)
-    rate = np.where(col(ops.rate) == _FLASH, e_flash, e_gemm) * peak_flops * col(ops.tiles)
+    B, e_gemm, e_mem, t_kernel, wino, e_flash = (a[..., np.newaxis] for a in arrays)
+    flops = ops.flops * B
+    flops = np.where(ops.winograd, flops / wino, flops)
+    rate = np.where(ops.rate == _FLASH, e_flash, e_gemm) * peak_flops * ops.tiles
+    if sm_count > 0:
+        rate = rate * wave_efficiency(ops, B, sm_count)
     with np.errstate(divide="ignore", invalid="ignore"):
-        compute = np.where(col(ops.rate) == _VECTOR, 0.0, flops / rate)
-    memory = (col(ops.bytes_sample) * B + col(ops.bytes_fixed)) / (e_mem * memory_bandwidth_gbs * 1e9)
-    return np.maximum(compute, memory) + col(ops.kernels) * t_kernel
+        compute = np.where(ops.rate == _VECTOR, 0.0, flops / rate)
+    memory = (ops.bytes_sample * B + ops.bytes_fixed) / (e_mem * memory_bandwidth_gbs * 1e9)
+    # kernels on the last, contiguous axis: sums over them then add in the same order whatever
+    # the other axes are (a block of a sweep gives the same numbers as the whole sweep)
+    return np.ascontiguousarray(np.maximum(compute, memory) + ops.kernels * t_kernel)
 
 
-def phase_sums(ops: Operators, times: np.ndarray, mask: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """Forward, backward and optimizer time: the sums of ``times`` over each phase's kernels
-    (``mask`` selects kernels, e.g. a pipeline stage's)."""
-    out = {}
-    for i, phase in enumerate(PHASES):
-        keep = ops.phase == i if mask is None else (ops.phase == i) & mask
-        out[phase] = times[keep].sum(axis=0)
-    return out
+def wave_efficiency(ops: Operators, batch: npt.ArrayLike, sm_count: int) -> np.ndarray:
+    """The share of the SMs busy over a product's waves of tiles (wave quantisation): ``T``
+    output tiles on ``S`` SMs run in ``ceil(T / S)`` waves, so ``T / (S ceil(T / S))`` of the
+    machine works; 1 for kernels that are not tiled products. ``batch`` broadcasts (last axis:
+    the kernels)."""
+    B = np.asarray(batch, dtype=float)
+    row_tiles = np.where(ops.per_sample, np.ceil(ops.rows / TILE) * B, np.ceil(ops.rows * B / TILE))
+    tiles = row_tiles * ops.col_tiles
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = tiles / (np.ceil(tiles / sm_count) * sm_count)
+    return np.where(tiles > 0, share, 1.0)
+
+
+def _grouped_sums(times: np.ndarray, groups: np.ndarray, count: int) -> np.ndarray:
+    """Sums of ``times`` (kernels on the last axis) over the kernels of each group, on a new last
+    axis of ``count`` groups. Accumulated one kernel after the other in table order
+    (``np.bincount``), so a block of a sweep gives bit for bit what the whole sweep gives."""
+    n = times.shape[-1]
+    flat = np.ascontiguousarray(times).reshape(-1, n)
+    rows = flat.shape[0]
+    index = (np.arange(rows)[:, np.newaxis] * count + groups[np.newaxis, :]).ravel()
+    sums = np.bincount(index, weights=flat.ravel(), minlength=rows * count)
+    return sums.reshape(times.shape[:-1] + (count,))
+
+
+def phase_sums(ops: Operators, times: np.ndarray, weight: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Forward, backward and optimizer time: the sums of ``times`` (kernels on the last axis) over
+    each phase's kernels, each kernel's time times ``weight`` (e.g. a pipeline stage's share)."""
+    if weight is not None:
+        times = times * weight
+    sums = _grouped_sums(times, ops.phase, len(PHASES))
+    return {phase: sums[..., i] for i, phase in enumerate(PHASES)}
 
 
 def category_sums(ops: Operators, times: np.ndarray) -> np.ndarray:
-    """Time per category of :data:`CATEGORIES` (first axis), summed over the kernels of each."""
-    onehot = np.zeros((len(CATEGORIES), len(ops)))
-    onehot[ops.category, np.arange(len(ops))] = 1.0
-    flat = times.reshape(len(ops), -1)
-    return (onehot @ flat).reshape((len(CATEGORIES),) + times.shape[1:])
-
+    """Time per category of :data:`CATEGORIES` on a new last axis, summed over each one's kernels
+    (``times`` has the kernels on its last axis)."""
+    return _grouped_sums(times, ops.category, len(CATEGORIES))

@@ -461,9 +461,8 @@ def _predict_one(
     t_fwd_mb, t_bwd_mb, t_opt = phases["forward"], phases["backward"], phases["optimizer"]
     t_fwd, t_bwd = A * t_fwd_mb, A * t_bwd_mb
     t_compute = t_fwd + t_bwd + t_opt
-    per_step = np.where(ops.phase == PHASES.index("optimizer"), 1.0, 0.0).reshape(
-        (len(ops),) + (1,) * (times.ndim - 1))
-    step_times = times * (per_step + (1.0 - per_step) * A)
+    per_step = np.where(ops.phase == PHASES.index("optimizer"), 1.0, 0.0)
+    step_times = times * (per_step + (1.0 - per_step) * A[..., np.newaxis])
     by_operator = category_sums(ops, step_times)
     # the last micro-batch's forward starts after the others' forward and backward
     t_before = (A - 1) * (t_fwd_mb + t_bwd_mb) + t_fwd_mb
@@ -608,9 +607,9 @@ def _choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
 
 
 def _along(grid: _Grid, value: np.ndarray, dim: str, labels: object) -> xr.DataArray:
-    """``value`` (first axis along ``dim``, the others the grid's) as a DataArray with ``dim``
+    """``value`` (last axis along ``dim``, the others the grid's) as a DataArray with ``dim``
     last, over the grid dimensions it varies along."""
-    arr = np.moveaxis(np.asarray(value, dtype=float), 0, -1)
+    arr = np.asarray(value, dtype=float)
     arr = np.broadcast_to(arr, np.broadcast_shapes(arr.shape, (1,) * len(grid.dims) + arr.shape[-1:]))
     keep = [i for i, n in enumerate(arr.shape[:-1]) if n > 1 or grid.shape[i] == 1]
     squeezed = arr.reshape([arr.shape[i] for i in keep] + [arr.shape[-1]])
