@@ -39,7 +39,8 @@ C1, C2 = 6 * A + 1.5 * 1.2e7 * B, 6 * A + 1.5 * 4e6 * B  # ring allreduce of the
 
 def toy(**kw):
     args = dict(workload=TOY, gpu=CARD, network=NET, intra_link=FAST, gpus=[1, 4], batch_size=10,
-                compute_efficiency=0.5, bucket_size=0, optimizer="momentum", buckets=True)
+                compute_efficiency=0.5, bucket_size=0, optimizer="momentum", buckets=True,
+                algorithm="ring", kernel_time=0.0, memory_efficiency=1.0)  # as test_model.run
     args.update(kw)
     return predict(**args)
 

@@ -915,7 +915,9 @@ def _setup_table(model: PointModel, frame: pd.DataFrame, table: str) -> pd.DataF
     }
     if table == "training":
         columns.update(workload=model.workload, gpu=model.gpu, precision=model.precision,
-                       batch_size=model.batch_size,
+                       batch_size=model.batch_size, grad_accum=model.grad_accum,
+                       framework=model.framework, transport=model.transport,
+                       servers_colocated=model.colocated,
                        network=[n if catalog_link_known(n) else "" for n in model.network])
     else:
         columns["collective"] = model.collective

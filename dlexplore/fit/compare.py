@@ -94,6 +94,8 @@ _POINT_KEYWORDS = ("workload", "gpu", "network", "precision", "algorithm", "gpus
 #: Keywords passed to every point's prediction as they are.
 _FIXED_KEYWORDS = ("intra_link", "optimizer", "bucket_size", "storage", "io_threads", "prefetch",
                    "workspace", "attention")
+#: Coordinates :func:`compare` does not match: model settings that tables record as free labels.
+_SETTINGS = ("framework", "transport", "servers_colocated", "attention")
 #: Framework labels the model runs as PyTorch DDP's bucketed allreduce (no Horovod cycle).
 _MODEL_FRAMEWORKS = {"horovod": "horovod"}
 _FROM_POINTS = ("gpus", "batch_size", "bytes", "collective")
@@ -554,9 +556,11 @@ class PointModel:
 
             time = np.where(sized, run(np.where(sized, n, 1.0)), np.nan)
             with np.errstate(divide="ignore", invalid="ignore"):
-                # no message size: the large-message limit (a terabyte: latency negligible)
-                huge = 1e12
-                algbw = np.where(sized, n / time / 1e9, huge / run(np.full(len(i), huge)) / 1e9)
+                # no message size: the large-message limit, the slope of time against bytes (every
+                # candidate is latency + bytes / bandwidth, so a terabyte more isolates the latter)
+                huge = np.full(len(i), 1e12)
+                slope = (run(2 * huge) - run(huge)) / 1e12
+                algbw = np.where(sized, n / time / 1e9, 1.0 / slope / 1e9)
             factor = np.asarray(busbw_factor(collective, p[i]), dtype=float)
             result = {"time": time, "algbw": algbw, "busbw": algbw * factor}
             for name in variables:
@@ -726,6 +730,8 @@ def _align_grid(predicted: xr.Dataset, measured: xr.Dataset, names: list[str],
     for name in predicted.coords:
         if name not in measured.coords or measured[name].dims != ("point",) or name == "point":
             continue
+        if name in _SETTINGS:
+            continue  # how the model ran, not which point: a table's free label, not matched
         wanted = measured[name].values
         coord = predicted[name]
         if name in predicted.dims:
@@ -828,7 +834,9 @@ def compare(predicted: xr.Dataset, measured: str | Path | xr.Dataset, *, variabl
     prediction (``network='25GbE'``, ``gpus_per_node=4``) must equal the point's, else the point is
     not compared (NaN; ``attrs["unmatched"]`` counts them), except a ``network`` of ``custom`` (a
     prediction with ``bandwidth`` and ``latency`` given, which compares with any network) and
-    ``algorithm``: a point whose
+    ``algorithm``, and the model settings ``framework``, ``transport``, ``servers_colocated`` and
+    ``attention``, which tables record as free labels and which are not matched. For ``algorithm``,
+    a point whose
     algorithm is ``none`` or ``unknown`` compares with any, and so does a point on one GPU, whose
     algorithm and GPUs per node change nothing; along an ``algorithm`` dimension such points take
     ``ring``. Dimensions of the prediction the points do

@@ -87,9 +87,9 @@ from .compute import (
     normalize_precision,
     training_peak_flops,
 )
+from .memory import ACTIVATION_SCALE, DEFAULT_WORKSPACE, bytes_per_param
 from .operators import CATEGORIES
 from .stage import stage_compute
-from .memory import ACTIVATION_SCALE, DEFAULT_WORKSPACE, bytes_per_param
 
 __all__ = [
     "predict_parallel",
@@ -298,7 +298,6 @@ def _evaluate(
                           sequence_parallel=sequence_parallel, recompute=recompute,
                           attention=attention, params=params,
                           optimizer_traffic=OPTIMIZER_TRAFFIC_BYTES[st.optimizer])
-    fwd = stage.forward
     recomp = stage.recompute
     t_comp_mb = stage.total
 

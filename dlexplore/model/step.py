@@ -228,7 +228,7 @@ def predict(
     intra_link: str | catalog.Link | Sequence[str] = "PCIe3",
     intra_bandwidth: float | Sequence[float] | None = None,
     intra_latency: float | Sequence[float] | None = None,
-    algorithm: str | Sequence[str] = "ring",
+    algorithm: str | Sequence[str] = "nccl",
     servers: int | Sequence[int] = 0,
     precision: str | Sequence[str] = "fp32",
     optimizer: str | Sequence[str] = "momentum",
