@@ -150,8 +150,8 @@ def bundled(name: str) -> pd.DataFrame:
 
 def _megatron_tflops(row: pd.Series, step_time: np.ndarray | float) -> np.ndarray:
     """Narayanan et al.'s eq. 3: 96 B s l h^2 (1 + s/6h + V/16lh) FLOPs per iteration, per GPU."""
-    B, s, l, h, V = row.global_batch, row.seq, row.layers, row.hidden, row.vocab
-    flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+    B, s, L, h, V = row.global_batch, row.seq, row.layers, row.hidden, row.vocab
+    flops = 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
     return flops / np.asarray(step_time) / row.gpus / 1e12
 
 
@@ -289,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     with pd.option_context("display.width", 160, "display.max_rows", 200):
         for dataset, group in table.groupby("dataset", sort=False):
             print(f"\n{dataset}")
-            print(group.drop(columns="dataset").to_string(index=False, float_format=lambda x: f"{100 * x:.1f}%"))
+            print(group.drop(columns="dataset").to_string(
+                index=False, float_format=lambda x: f"{100 * x:.1f}%"))
     return 0
 
 
