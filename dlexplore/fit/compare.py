@@ -500,7 +500,8 @@ class PointModel:
                 intra_latency=params["intra_latency"], algorithm=algorithm,
                 servers=int(round(params["servers"])), precision=precision, framework=framework,
                 transport=transport, servers_colocated=bool(colocated), grad_accum=int(grad_accum),
-                seq=int(seq) if seq else None,
+                # a table's seq column holds some value on every row: CNN rows ignore it
+                seq=int(seq) if seq and catalog.workload(workload).kind == "transformer" else None,
                 **{name: params[name] for name in ("compute_efficiency", "overlap", "gamma",
                                                    *_GLOBAL_DEFAULTS)},
                 **self.fixed,
