@@ -74,7 +74,6 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
         "hierarchical",
         "parameter_server",
         "nccl",
-        "nvls",
     ),
     "broadcast": ("tree", "ring"),
     "reduce": ("tree", "ring"),
@@ -83,6 +82,9 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
     "alltoall": ("pairwise",),
 }
 COLLECTIVES = tuple(ALGORITHMS)
+#: Algorithms accepted by name that need particular hardware, so not in the general lists: NVLink
+#: SHARP needs third-generation NVSwitches inside one node.
+HARDWARE_ALGORITHMS: dict[str, tuple[str, ...]] = {"allreduce": ("nvls",)}
 
 _COLLECTIVE_ALIASES = {
     "all_reduce": "allreduce",
@@ -132,7 +134,7 @@ def normalize_algorithm(algorithm: str, collective: str = "allreduce") -> str:
     collective = normalize_collective(collective)
     key = _norm(algorithm)
     key = _ALGORITHM_ALIASES.get(key, key)
-    allowed = ALGORITHMS[collective]
+    allowed = ALGORITHMS[collective] + HARDWARE_ALGORITHMS.get(collective, ())
     if key not in allowed:
         hint = suggest(key, allowed)
         raise DlexploreError(
