@@ -1,9 +1,10 @@
 """How many configurations per second the vectorised model evaluates.
 
 Sweeps GPUs x batch size x bandwidth x latency (>= 1e6 points) through ``dlexplore.predict`` for
-ResNet-50 on V100s (ring allreduce, 25 MiB buckets, the default), and compares with the named
-baseline: the same model called once per configuration with scalars (what a Python loop over a
-parameter grid would do).
+ResNet-50 on V100s with the defaults: per-operator compute (every kernel of the step timed by its
+roofline, 402 kernels), NCCL's algorithm and protocol choice for each 25 MiB bucket's allreduce;
+and compares with the named baseline: the same model called once per configuration with scalars
+(what a Python loop over a parameter grid would do).
 
 Run on one core::
 

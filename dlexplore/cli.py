@@ -143,8 +143,9 @@ def _sizes(text: str) -> list:
 
 def dataset_to_frame(ds: xr.Dataset, columns: Sequence[str]) -> pd.DataFrame:
     """One row per point of the dataset's dimensions: the swept coordinates, then ``columns``."""
-    dims = list(ds.dims)
     present = [c for c in columns if c in ds.data_vars]
+    # the dimensions of the chosen variables (not the compute breakdown's operator)
+    dims = [d for d in ds.dims if any(d in ds[c].dims for c in present)]
     if not dims:
         return pd.DataFrame([{c: ds[c].item() for c in present}])
     frame = ds[present].to_dataframe().reset_index()
@@ -253,7 +254,8 @@ def _cmd_predict(args: argparse.Namespace) -> None:
         "workload", "gpu", "network", "gpus", "batch_size", "gpus_per_node", "algorithm",
         "precision", "optimizer", "bandwidth", "latency", "intra_link", "intra_bandwidth",
         "intra_latency", "servers", "compute_efficiency", "bucket_size", "overlap", "storage",
-        "io_threads", "gamma",
+        "io_threads", "gamma", "grad_accum", "attention", "framework", "transport",
+        "memory_efficiency", "kernel_time",
     ):
         value = getattr(args, option)
         if value is not None:
@@ -266,11 +268,13 @@ def _cmd_predict(args: argparse.Namespace) -> None:
     if args.workspace is not None:
         kwargs["workspace"] = args.workspace
     hybrid = {name: getattr(args, name) for name in _HYBRID_OPTIONS}
-    if any(value not in (None, False) for value in hybrid.values()):
+    if any(value not in (None, False) for name, value in hybrid.items() if name != "seq"):
         ds = _predict_hybrid(kwargs, hybrid)
-        frame = dataset_to_frame(ds, [v for v in ds.data_vars])
+        frame = dataset_to_frame(ds, [v for v in ds.data_vars if "operator" not in ds[v].dims])
         _emit(ds, frame, args, "predicted hybrid-parallel training step", _HYBRID_TABLE)
         return
+    if args.seq is not None:
+        kwargs["seq"] = args.seq
     ds = predict(**kwargs)
     columns = PREDICT_COLUMNS
     if args.energy:
@@ -344,7 +348,8 @@ def _predict_hybrid(kwargs: dict[str, object], hybrid: dict[str, object]) -> xr.
         call[name] = value
     unsupported = sorted(set(call) - {"workload", "gpu", "network", "gpus", "batch_size", "gpus_per_node",
                                       "intra_link", "precision", "optimizer", "compute_efficiency",
-                                      "overlap", "workspace"})
+                                      "overlap", "workspace", "attention", "memory_efficiency",
+                                      "kernel_time"})
     if unsupported:
         raise _UsageError(f"with --tp/--pp/--zero ... these options do not apply: {unsupported}")
     call.update({k: v for k, v in hybrid.items() if v not in (None, False)})
@@ -719,8 +724,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus-per-node", type=_numbers(integer=True),
                    help="GPUs per node (default 1)")
     p.add_argument("--algorithm", type=_split,
-                   help="ring, tree, recursive_doubling, halving_doubling, hierarchical, "
-                   "parameter_server")
+                   help="nccl (NCCL's own choice, the default), nvls, ring, tree, recursive_doubling, "
+                   "halving_doubling, hierarchical, parameter_server")
     p.add_argument("--servers", type=_numbers(integer=True),
                    help="parameter servers (with --algorithm parameter_server)")
     p.add_argument("--precision", type=_split, help="fp32, tf32, fp16, bf16")
@@ -734,7 +739,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--intra-bandwidth", type=_numbers(), help="GB/s")
     p.add_argument("--intra-latency", type=_numbers(), help="s")
     p.add_argument("--compute-efficiency", type=_numbers(),
-                   help="fraction of peak FLOP/s (default by precision)")
+                   help="fraction of peak FLOP/s large GEMMs reach (default: published GEMM "
+                   "measurements of the GPU)")
+    p.add_argument("--memory-efficiency", type=_numbers(),
+                   help="fraction of memory bandwidth memory-bound kernels reach")
+    p.add_argument("--kernel-time", type=_numbers(), help="fixed time per GPU kernel, s")
+    p.add_argument("--grad-accum", type=_numbers(integer=True),
+                   help="micro-batches of --batch-size per GPU per step (gradient accumulation)")
+    p.add_argument("--attention", type=_split, help="transformers: fused (default), unfused, flash")
+    p.add_argument("--framework", type=_split,
+                   help="ddp (default: 25 MiB buckets) or horovod (fusion, cycle, negotiation)")
+    p.add_argument("--transport", type=_split, help="auto (TCP on Ethernet; default), tcp, rdma")
     p.add_argument("--bucket-size", type=_sizes,
                    help="gradient bucket size, e.g. 25MiB (default), 64MB, 0 (per layer)")
     p.add_argument("--overlap", type=_numbers(),

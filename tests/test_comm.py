@@ -68,8 +68,8 @@ def test_formulas_by_hand(collective, algorithm, p, expected):
 )
 def test_one_rank_costs_nothing(collective):
     for algorithm in ALGORITHMS[collective]:
-        if algorithm in ("parameter_server", "hierarchical"):
-            continue
+        if algorithm in ("parameter_server", "hierarchical", "nccl", "nvls"):
+            continue  # they need the node's figures (test_nccl.py checks NCCL's one rank)
         assert t(collective, algorithm, 1) == 0.0
 
 
@@ -186,6 +186,12 @@ _ALL = [(c, a) for c, algs in ALGORITHMS.items() for a in algs]
 def test_properties(case, n, extra, p, bw, intra, alpha, k, g):
     collective, algorithm = case
     kw = dict(servers=k, gpus_per_node=g, intra_bandwidth=intra, intra_latency=alpha)
+    if algorithm in ("nccl", "nvls"):
+        kw.update(nvls=True, architecture="Hopper", intra_fabric="nvlink")
+        if algorithm == "nvls" and p > g:
+            with pytest.raises(DlexploreError, match="inside one node"):
+                collective_time(collective, algorithm, n, p, bw, alpha, **kw)
+            return
     small = float(collective_time(collective, algorithm, n, p, bw, alpha, **kw))
     large = float(collective_time(collective, algorithm, n + extra, p, bw, alpha, **kw))
     # time grows with bytes
@@ -193,5 +199,8 @@ def test_properties(case, n, extra, p, bw, intra, alpha, k, g):
     # busbw never exceeds the fastest link the algorithm may use
     if large > 0:
         link = max(bw, intra) if algorithm == "hierarchical" else bw
+        if algorithm in ("nccl", "nvls"):
+            # NVLink SHARP reduces in the switches: algbw 5/6 of the link, busbw up to 5/3 of it
+            link = max(bw, intra * 5 / 3)
         assert float(busbw(collective, n + extra, p, large)) <= link * (1 + 1e-9)
     assert math.isfinite(large)

@@ -25,7 +25,8 @@ def data(explorer, source, column):
 def test_defaults_predict_every_gpu_count(default):
     assert default.selected_gpus == 8
     assert data(default, "throughput_predicted", "gpus") == [2.0**k for k in range(11)]
-    expected = dlx.predict("resnet50", "V100-16GB", "25GbE", gpus=8, batch_size=64)
+    # the explorer's algorithm control starts at ring (predict's own default is NCCL's choice)
+    expected = dlx.predict("resnet50", "V100-16GB", "25GbE", gpus=8, batch_size=64, algorithm="ring")
     assert data(default, "throughput_selected", "throughput")[0] == pytest.approx(
         float(expected.throughput))
     assert default.headline_text.startswith("resnet50 on 8 x V100-16GB")
@@ -53,7 +54,8 @@ def test_controls_change_the_plotted_prediction():
     faster = data(explorer, "throughput_predicted", "throughput")
     assert faster[0] == pytest.approx(before[0])  # one GPU does not communicate
     assert all(f >= b for f, b in zip(faster, before, strict=True)) and faster[-1] > before[-1]
-    expected = dlx.predict("resnet50", "V100-16GB", "25GbE", gpus=1024, batch_size=64, bandwidth=100.0)
+    expected = dlx.predict("resnet50", "V100-16GB", "25GbE", gpus=1024, batch_size=64, bandwidth=100.0,
+                           algorithm="ring")
     assert faster[-1] == pytest.approx(float(expected.throughput))
     explorer.controls["workload"].value = "vgg16"
     assert data(explorer, "throughput_predicted", "throughput") != faster
@@ -64,7 +66,7 @@ def test_network_preset_sets_bandwidth_and_latency():
     explorer.controls["network"].value = "IB-EDR"
     assert explorer.controls["bandwidth"].value == pytest.approx(12.5)
     assert explorer.controls["latency"].value == pytest.approx(0.6)  # µs
-    ib = dlx.predict("resnet50", "V100-16GB", "IB-EDR", gpus=1024, batch_size=64)
+    ib = dlx.predict("resnet50", "V100-16GB", "IB-EDR", gpus=1024, batch_size=64, algorithm="ring")
     assert data(explorer, "throughput_predicted", "throughput")[-1] == pytest.approx(
         float(ib.throughput))
 

@@ -193,9 +193,10 @@ def test_predict_points_matches_the_model_called_by_hand():
     pred = predict_points("tf-benchmarks-2017-dgx1")
     ds = dlx.measured.load("tf-benchmarks-2017-dgx1")
     i = int(np.flatnonzero((ds.workload.values == "resnet50") & (ds.gpus.values == 8))[0])
-    # a DGX-1 row: 8 GPUs in one server over NVLink1, the table's "unknown" algorithm as ring
+    # a DGX-1 row: 8 GPUs in one server over NVLink1, the table's "unknown" algorithm as NCCL's
+    # own choice
     direct = dlx.predict("resnet50", "P100", "NVLink1", gpus=8, batch_size=64, gpus_per_node=8,
-                         intra_link="NVLink1", algorithm="ring")
+                         intra_link="NVLink1", algorithm="nccl")
     assert pred.throughput.values[i] == pytest.approx(float(direct.throughput), rel=1e-12)
     assert pred.intra_link.values[i] == "NVLink1"
 
@@ -212,20 +213,31 @@ def test_predict_points_matches_the_model_called_by_hand():
 def test_predict_points_communication_by_hand():
     deep = predict_points("deepbench-allreduce-p100")
     ds = dlx.measured.load("deepbench-allreduce-p100")
-    # 16 GPUs = 2 nodes over IB-FDR, ring: 2 (p-1) a + 2 (p-1)/p n / B
+    # The algorithm is "unknown": NCCL's own choice (tuning.cc). 16 GPUs = 2 nodes over IB-FDR
+    # (6.82 GB/s) with PCIe3 inside the nodes (NCCL's 12.0 of 15.75 GB/s): bus bandwidth 6.82. On
+    # PCIe there is no LL128. Ring/Simple: 8.4 us + 26 intra hops x 5.7 us + 4 network hops x
+    # (14 us + the network's 0.7 us), algbw 6.82 x 16/30; ring/LL a quarter of that bandwidth,
+    # tree/Simple 0.92 x 6.82 / 2 after 2 (7 x 28 + 1 x 28.7) us: for 16 MiB ring/Simple wins.
     i = int(np.flatnonzero((ds.gpus.values == 16) & (ds.bytes.values == 16777216))[0])
-    expected = 2 * 15 * 0.7e-6 + 2 * 15 / 16 * 16777216 / 6.82e9
-    assert deep.time.values[i] == pytest.approx(expected, rel=1e-12)
-    # 4 GPUs inside one node over PCIe3 (15.75 GB/s, 1 us)
+    n = 16777216
+    ring = 8.4e-6 + 26 * 5.7e-6 + 4 * 14.7e-6 + n / (6.82e9 * 16 / 30)
+    tree = 2 * (7 * 28e-6 + 28.7e-6) + n / (0.92 * 6.82e9 / 2)
+    ring_ll = 6.6e-6 + 26 * 1e-6 + 4 * 3.4e-6 + n / (0.25 * 6.82e9 * 16 / 30)
+    assert ring < min(tree, ring_ll)
+    assert deep.time.values[i] == pytest.approx(ring, rel=1e-12)
+    assert deep.model_algorithm.values[i] == "nccl"
+    # 4 GPUs inside one node over PCIe3: ring/Simple, 8.4 + 6 x 5.7 us, algbw 15.75 x 0.762 x 4/6
     j = int(np.flatnonzero((ds.gpus.values == 4) & (ds.bytes.values == 67108864))[0])
-    assert deep.time.values[j] == pytest.approx(2 * 3 * 1e-6 + 2 * 3 / 4 * 67108864 / 15.75e9, rel=1e-12)
+    expected = 8.4e-6 + 6 * 5.7e-6 + 67108864 / (15.75e9 * 0.762 * 4 / 6)
+    assert deep.time.values[j] == pytest.approx(expected, rel=1e-12)
 
     h100 = predict_points("nccl-tests-h100-allreduce")
-    # no message size: the large-message limit. Ring: busbw = B = 450 GB/s. NVLS as a parameter
-    # server with one server per GPU: t = 2 n / B, algbw = 225, busbw = 225 x 2 x 7/8 = 393.75.
-    assert list(h100.model_algorithm.values) == ["ring", "parameter_server"]
-    np.testing.assert_allclose(h100.busbw.values, [450.0, 393.75], rtol=1e-12)
-    np.testing.assert_allclose(h100.algbw.values, [450.0 / 1.75, 225.0], rtol=1e-12)
+    # no message size: the large-message limit. Ring (the alpha-beta ring on NVLink4 as NCCL sees
+    # it, 20.6 of 25 GB/s per link): busbw = 450 x 0.824 = 370.8 GB/s. NVLS: NCCL's algbw is 5/6 of
+    # the bus bandwidth, 309 GB/s, so busbw = 309 x 2 x 7/8 = 540.75.
+    assert list(h100.model_algorithm.values) == ["ring", "nvls"]
+    np.testing.assert_allclose(h100.busbw.values, [370.8, 540.75], rtol=1e-9)
+    np.testing.assert_allclose(h100.algbw.values, [370.8 / 1.75, 309.0], rtol=1e-9)
     assert np.all(np.isnan(h100.time.values))
 
 
@@ -239,14 +251,22 @@ def test_predict_points_reads_real_nccl_tests_output():
     assert "bandwidth" in pred.attrs["not_predicted"]
     pred = predict_points(NCCL_TESTS, gpus_per_node=8, network="NVLink4")
     n = points.bytes.values.astype(float)
-    np.testing.assert_allclose(pred.time.values, 2 * 7 * 0.6e-6 + 1.75 * n / 450e9, rtol=1e-12)
+    # NCCL's choice on 8 GPUs of one NVLink4 node (bus 450 x 0.824 = 370.8 GB/s; the GPU is
+    # unknown, so no LL128): ring/LL 6.6 + 14 x 0.6 us at 370.8/4 x 8/14, ring/Simple 8.4 + 14 x
+    # 3.4 us at 370.8 x 8/14, NVLS 23 us at 370.8 x 5/6
+    bus = 450 * 0.824
+    options = [15.0e-6 + n / (bus / 4 * 8 / 14 * 1e9), 56.0e-6 + n / (bus * 8 / 14 * 1e9),
+               23e-6 + n / (bus * 5 / 6 * 1e9)]
+    np.testing.assert_allclose(pred.time.values, np.min(options, axis=0), rtol=1e-9)
+    assert pred.time.values[0] == pytest.approx(options[0][0])  # the smallest size: LL
+    assert pred.time.values[-1] == pytest.approx(options[2][-1])  # the largest: NVLS
 
 
 def test_predict_points_keywords():
     hv = dlx.measured.load("horovod-2017-16gpu-25gbe")
     ps = hv.algorithm.values == "parameter_server"
-    one = predict_points(hv)
-    four = predict_points(hv, servers=4)
+    one = predict_points(hv, servers=1)
+    four = predict_points(hv)  # the default: one server per node, 4 nodes
     assert np.all(four.throughput.values[ps] > one.throughput.values[ps])
     np.testing.assert_allclose(four.throughput.values[~ps], one.throughput.values[~ps])
     with pytest.raises(DlexploreError, match="comes from the measured points"):
@@ -276,7 +296,8 @@ resnet50,P100,our-fabric,1,1,64,fp32,none,100
 
 
 def test_compare_a_model_sweep_with_a_published_table():
-    pred = dlx.predict("resnet101", "P100", "25GbE", gpus=[1, 2, 4, 8, 16], batch_size=64, gpus_per_node=4)
+    pred = dlx.predict("resnet101", "P100", "25GbE", gpus=[1, 2, 4, 8, 16], batch_size=64, gpus_per_node=4,
+                       algorithm="ring")
     out = compare(pred, "horovod-2017-16gpu-25gbe")
     # ResNet-101 on one GPU (gpus_per_node 1 there: on one GPU it changes nothing) and the three
     # ring-allreduce rows at 16 GPUs; the parameter-server rows and other workloads are left out
@@ -290,5 +311,5 @@ def test_compare_a_model_sweep_with_a_published_table():
     assert "algorithm: 6 point(s) differ" in out.attrs["unmatched"]
     # a prediction made with bandwidth and latency by hand ("custom" network) compares with any
     custom = dlx.predict("resnet101", "P100", None, bandwidth=3.125, latency=2e-5, gpus=[1, 16],
-                         batch_size=64, gpus_per_node=4)
+                         batch_size=64, gpus_per_node=4, algorithm="ring")
     assert compare(custom, "horovod-2017-16gpu-25gbe").attrs["compared"] == 4

@@ -16,6 +16,7 @@ import xarray as xr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import dlexplore as dlx
 from dlexplore import catalog, measured
 from dlexplore._data import data_dir
 from dlexplore.errors import DlexploreError, InputFileError, UnknownNameError
@@ -633,3 +634,53 @@ def test_any_valid_table_round_trips(tmp_path, rows):
     assert back["throughput"].tolist() == frame["throughput"].tolist()  # repr round-trips
     for name in ("workload", "gpu", "network", "gpus", "batch_size", "precision", "setup"):
         assert back[name].tolist() == frame[name].tolist(), name
+
+
+def test_columns_of_the_model_settings(tmp_path):
+    path = tmp_path / "runs.csv"
+    path.write_text(
+        "workload,gpu,network,gpus,gpus_per_node,batch_size,precision,algorithm,grad_accum,seq,"
+        "framework,transport,servers,servers_colocated,throughput\n"
+        "bert-large,A100-80GB,IB-HDR,64,8,32,bf16,,8,128,ddp,rdma,0,,3000\n"
+        "resnet50,P100,25GbE,16,4,64,fp32,parameter_server,1,1,tensorflow,tcp,4,no,900\n",
+        encoding="utf-8")
+    ds = measured.read_csv(path)
+    assert ds.grad_accum.values.tolist() == [8, 1]
+    assert ds.seq.values.tolist() == [128, 1]
+    assert ds.servers.values.tolist() == [0, 4]  # 0: one per node, the model's default
+    assert ds.grad_accum.attrs["units"] == "count" and ds.seq.attrs["units"] == "tokens"
+    assert ds.transport.values.tolist() == ["rdma", "tcp"]
+    # the model reads them: 8 micro-batches of 32 at seq 128, and a dedicated pair of servers
+    pred = dlx.predict_points(ds)
+    one = dlx.predict("bert-large", "A100-80GB", "IB-HDR", gpus=64, gpus_per_node=8, batch_size=32,
+                      precision="bf16", grad_accum=8, seq=128, intra_link="PCIe3")
+    assert float(pred.throughput[0]) == pytest.approx(float(one.throughput), rel=1e-12)
+    four = dlx.predict("resnet50", "P100", "25GbE", gpus=16, gpus_per_node=4, batch_size=64,
+                       algorithm="parameter_server", servers=4, servers_colocated=False,
+                       transport="tcp", intra_link="PCIe3")
+    assert float(pred.throughput[1]) == pytest.approx(float(four.throughput), rel=1e-12)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("workload,gpu,network,gpus,batch_size,precision,grad_accum,throughput\n"
+                   "resnet50,P100,25GbE,1,64,fp32,0,100\n", encoding="utf-8")
+    with pytest.raises(InputFileError, match="grad_accum"):
+        measured.read_csv(bad)
+
+
+def test_concat_tables_of_one_kind():
+    both = measured.concat(["goyal-2017-resnet50", "tf-benchmarks-2017-dgx1"])
+    assert both.sizes["point"] == 2 + 16
+    # Goyal's efficiency and the DGX-1's throughput: each NaN where the other table measured
+    assert int(np.isfinite(both.efficiency.values).sum()) == 2
+    assert int(np.isfinite(both.throughput.values).sum()) == 16
+    assert both.baseline_gpus.values.tolist() == [8, 8] + [1] * 16
+    assert both.attrs["source"].startswith(measured.MEASURED_PREFIX)
+    assert both.attrs["table"] == "training"
+    # a calibration reads it like one table
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cal = dlx.calibrate(both, fit_on="gpus == 1", params=["compute_efficiency"])
+    assert int(cal.points["fitted"].sum()) == 4
+    with pytest.raises(dlx.DlexploreError, match="mix kinds"):
+        measured.concat(["goyal-2017-resnet50", "deepbench-allreduce-p100"])

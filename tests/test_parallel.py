@@ -109,21 +109,50 @@ def test_bubble_fraction():
     assert float(ds["time_bubble"]) / (busy + float(ds["time_bubble"])) == pytest.approx(3 / 11)
 
 
+# A made-up GPU whose memory is so fast that every GEMM of GPT-2 small is compute-bound (its ridge
+# is 100e12 x 0.5 / 1e15 = 0.05 FLOP/byte) and without an SM count (no wave quantisation): the
+# compute time is then the GEMM FLOPs at the plateau plus the memory-bound kernels' bytes.
+FAST_MEMORY = catalog.GPU("fastmem", "test", 50.0, math.nan, 100.0, 100.0, 80 * 2**30, 1e6,
+                          400.0, 50.0, "test")
+
+
 def test_step_time_one_gpu_by_hand():
-    # 1 A100-80GB, bf16 (312 TFLOP/s), efficiency 0.5, 4 sequences of gpt2 in 4 micro-batches.
-    flops = 24 * S * L * H**2 * (1 + S / (6 * H) + V / (12 * L * H))  # Narayanan et al. (2021)
+    # 1 GPU, bf16 (100 TFLOP/s), GEMM efficiency 0.5, 4 sequences of gpt2 in 4 micro-batches.
+    gemm = 24 * S * L * H**2 * (1 + S / (6 * H)) + 2 * S * H * V  # forward FLOPs per sequence
+    # tile quantisation: the logits' 50257 columns fill 50257 of 393 x 128 = 50304 tiles' width in
+    # the forward and the weight gradient (whose outputs have V columns), not in the input gradient
+    logits = 2 * S * H * V
+    gemm_time = (3 * (gemm - logits) + logits * (1 + 2 * 50304 / V)) / (100e12 * 0.5)
+    # memory-bound kernels, forward + backward passes x values x 2 bytes (operators.py's table)
+    sh, f, a = S * H, 4 * H, A
+    per_layer = 2 * (6 * sh + 6 * sh  # ln1, ln2
+                     + 5 * a * S * S + 4 * a * S * S  # softmax; attention dropout
+                     + 6 * sh + 6 * sh  # two bias-dropout-adds
+                     + 5 * S * f)  # bias-GeLU
+    per_layer += 2 * a * S * S + 2 * 2 * sh  # the dropout masks, 1 byte written, then read
+    outside = 2 * (4 * sh + 4 * sh + 6 * sh + 5 * S * V) + 2 * sh  # embedding, its dropout, final
+    outside += 4 * (V + S) * H  # norm, cross-entropy; the embedding tables' fp32 gradient, zeroed
+    vector_time = (L * per_layer + outside) / (1e6 * 1e9 * 0.9)
     params = catalog.workload("gpt2").params
-    compute = 3 * flops * 4 / (312e12 * 0.5)
-    update = 28 * params / 2039e9  # Adam streams 28 bytes per parameter through HBM
-    ds = predict_parallel("gpt2", "A100-80GB", gpus=1, micro_batch=1, batch_size=4,
-                          compute_efficiency=0.5)
+    update = 28 * params / (1e6 * 1e9 * 0.9)  # Adam streams 28 bytes per parameter
+    ds = predict_parallel("gpt2", FAST_MEMORY, gpus=1, micro_batch=1, batch_size=4,
+                          compute_efficiency=0.5, memory_efficiency=0.9, kernel_time=0.0)
+    compute = 4 * (gemm_time + vector_time)
     assert float(ds["time_compute"]) == pytest.approx(compute, rel=1e-9)
     assert float(ds["step_time"]) == pytest.approx(compute + update, rel=1e-9)
     assert float(ds["throughput"]) == pytest.approx(4 / (compute + update), rel=1e-9)
     assert float(ds["tokens_per_s"]) == pytest.approx(4 * S / (compute + update), rel=1e-9)
-    full = predict_parallel("gpt2", "A100-80GB", gpus=1, batch_size=4, compute_efficiency=0.5,
+    assert float(ds["time_operator"].sum()) == pytest.approx(compute, rel=1e-9)
+    # full recomputation reruns every layer kernel's forward: a third of the layers' GEMMs
+    full = predict_parallel("gpt2", FAST_MEMORY, gpus=1, micro_batch=1, batch_size=4,
+                            compute_efficiency=0.5, memory_efficiency=0.9, kernel_time=0.0,
                             recompute="full")
-    assert float(full["time_recompute"]) == pytest.approx(compute / 3, rel=1e-9)  # +1 forward
+    layer_gemm = 24 * S * L * H**2 * (1 + S / (6 * H)) / (100e12 * 0.5)
+    layer_vector_forward = L * 2 * (2 * sh + 2 * sh + 2 * a * S * S + 2 * a * S * S + 3 * sh
+                                    + 3 * sh + 2 * S * f)
+    layer_vector_forward += L * (a * S * S + 2 * sh)  # masks written
+    recompute = 4 * (layer_gemm + layer_vector_forward / (1e6 * 1e9 * 0.9))
+    assert float(full["time_recompute"]) == pytest.approx(recompute, rel=1e-9)
 
 
 def test_tensor_parallel_allreduces_by_hand():
@@ -132,8 +161,14 @@ def test_tensor_parallel_allreduces_by_hand():
     assert tp_allreduce_bytes(S, 4, H) == msg == 6_291_456
     ds = predict_parallel("gpt2", "A100-80GB", gpus=8, tp=2, micro_batch=4, batch_size=16)
     assert float(ds["tp_comm_bytes"]) == 4 * L * msg == 301_989_888
-    one = 2 * 1 * 0.6e-6 + 2 * (1 / 2) * msg / 300e9  # ring allreduce, p = 2
-    assert float(ds["time_tp_comm"]) == pytest.approx(4 * L * one, rel=1e-12)
+    # NCCL inside one node over NVLink3 (NCCL's 20 of 25 GB/s per link: 240 GB/s), p = 2:
+    #   ring/LL:     6.6 + 2 x 0.6 us,  busbw 240/4 = 60 GB/s    -> 7.8 us + msg / 60e9
+    #   ring/LL128:  14 + 2 x 1.9 us,   busbw 240 x 0.92          -> 17.8 us + msg / 220.8e9
+    #   ring/Simple: 8.4 + 2 x 3.4 us,  busbw 240                 -> 15.2 us + msg / 240e9
+    # (algbw = busbw p / (2(p-1)) = busbw at p = 2); for 6.3 MB Simple wins
+    one = 15.2e-6 + msg / 240e9
+    assert one < 17.8e-6 + msg / 220.8e9 and one < 7.8e-6 + msg / 60e9
+    assert float(ds["time_tp_comm"]) == pytest.approx(4 * L * one, rel=1e-9)
     full = predict_parallel("gpt2", "A100-80GB", gpus=8, tp=2, micro_batch=4, batch_size=16,
                             recompute="full")
     assert float(full["tp_comm_bytes"]) == 6 * L * msg  # the recomputed forward's 2 again
@@ -143,13 +178,16 @@ def test_zero3_data_parallel_traffic_by_hand():
     params = catalog.workload("gpt2").params
     n = 2 * params  # bf16 gradients (and parameters)
     ds = predict_parallel("gpt2", "A100-80GB", gpus=8, zero=3, batch_size=8)
-    one = 7 * 0.6e-6 + 7 / 8 * n / 300e9  # ring reduce-scatter or allgather, p = 8
+    # ring reduce-scatter or allgather, p = 8, on NVLink3 as NCCL sees it (240 of 300 GB/s)
+    one = 7 * 0.6e-6 + 7 / 8 * n / 240e9
     assert float(ds["time_dp_comm"]) == pytest.approx(3 * one, rel=1e-12)  # RS + 2 AG
     assert float(ds["mem_params"]) == pytest.approx(2 * params / 8)
     assert float(ds["mem_grads"]) == pytest.approx(2 * params / 8)
     assert float(ds["mem_optimizer"]) == pytest.approx(12 * params / 8)
     plain = predict_parallel("gpt2", "A100-80GB", gpus=8, zero=0, batch_size=8)
-    assert float(plain["time_dp_comm"]) == pytest.approx(14 * 0.6e-6 + 2 * 7 / 8 * n / 300e9)
+    # NCCL's allreduce, p = 8 in one node: ring/Simple 8.4 + 14 x 3.4 us at algbw 240 x 8/14
+    # beats ring/LL128 (14 + 14 x 1.9 us at 220.8 x 8/14) and LL (240/4 x 8/14) for 249 MB
+    assert float(plain["time_dp_comm"]) == pytest.approx(56e-6 + n * 14 / 8 / 240e9)
 
 
 def test_offload_pcie_traffic():

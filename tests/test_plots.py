@@ -39,7 +39,8 @@ C1, C2 = 6 * A + 1.5 * 1.2e7 * B, 6 * A + 1.5 * 4e6 * B  # ring allreduce of the
 
 def toy(**kw):
     args = dict(workload=TOY, gpu=CARD, network=NET, intra_link=FAST, gpus=[1, 4], batch_size=10,
-                compute_efficiency=0.5, bucket_size=0, optimizer="momentum", buckets=True)
+                compute_efficiency=0.5, bucket_size=0, optimizer="momentum", buckets=True,
+                algorithm="ring", kernel_time=0.0, memory_efficiency=1.0)  # as test_model.run
     args.update(kw)
     return predict(**args)
 
@@ -183,3 +184,22 @@ def test_figures_keep_their_sources_and_take_new_data():
     figures.show(toy(batch_size=100_000), 4)
     assert figures.memory.title.text.startswith("OUT OF MEMORY")
     assert figures.capacity_span.location == pytest.approx(16.0)
+
+
+def test_compute_breakdown_columns_and_figure():
+    from dlexplore.plots import operator_columns, operator_figure
+
+    ds = predict("resnet50", "V100-16GB", gpus=[1, 8], batch_size=[32, 64], precision="fp16")
+    cols = operator_columns(ds, batch_size=64)
+    total = float(ds.time_compute.sel(batch_size=64)) * 1e3
+    assert sum(cols["time_ms"]) == pytest.approx(total)
+    assert sum(cols["share"]) == pytest.approx(1.0)
+    assert "conv" in cols["operator"] and "norm" in cols["operator"]
+    assert "attention" not in cols["operator"]  # no time, no bar
+    with pytest.raises(DlexploreError, match="give batch_size="):
+        operator_columns(ds)
+    fig = operator_figure(ds, batch_size=64)
+    source = fig.select_one({"name": "operator_breakdown"})
+    assert source.data["time_ms"] == cols["time_ms"]
+    with pytest.raises(DlexploreError, match="time_operator"):
+        operator_columns(ds.drop_vars("time_operator"))

@@ -7,9 +7,11 @@ variable, a list of files separated by ``os.pathsep``) without editing the packa
 """
 
 from ._types import GPU, PRECISIONS, Layer, Link, StorageTier, Workload
+from .defaults import ModelDefault, model_default, model_defaults
+from .gemm import GemmEfficiency, gemm_efficiency, gemm_measurements
 from .hardware import GPUS, NETWORKS, STORAGE, gpu, gpus, network, networks, storage, storages
 from .user import load_file
-from .workloads import WORKLOADS, transformer, workload, workloads
+from .workloads import WORKLOADS, transformer, with_sequence, workload, workloads
 
 __all__ = [
     "GPU",
@@ -32,4 +34,11 @@ __all__ = [
     "workloads",
     "transformer",
     "load_file",
+    "gemm_efficiency",
+    "gemm_measurements",
+    "GemmEfficiency",
+    "model_defaults",
+    "model_default",
+    "ModelDefault",
+    "with_sequence",
 ]

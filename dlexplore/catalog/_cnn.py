@@ -79,8 +79,9 @@ class _Net:
         self.image = image
         self.layers: list[Layer] = [Layer("input", "input", 0, 0.0, float(_numel(image) * _F32))]
 
-    def _add(self, name: str, kind: str, params: int, flops: float, act_bytes: float) -> None:
-        self.layers.append(Layer(name, kind, int(params), float(flops), float(act_bytes)))
+    def _add(self, name: str, kind: str, params: int, flops: float, act_bytes: float,
+             **shapes: object) -> None:
+        self.layers.append(Layer(name, kind, int(params), float(flops), float(act_bytes), **shapes))
 
     def conv(
         self,
@@ -93,6 +94,7 @@ class _Net:
         *,
         bias: bool = False,
         groups: int = 1,
+        tail: tuple[str, ...] = (),
     ) -> Shape:
         cin, h, w = x
         (kh, kw), (sh, sw), (ph, pw) = _pair(k), _pair(stride), _pair(pad)
@@ -101,11 +103,19 @@ class _Net:
         self._add(
             name, "conv", weights + (cout if bias else 0), 2.0 * weights * y[1] * y[2],
             _numel(y) * _F32,
+            # implicit GEMM: one row per output position, one column per output channel
+            gemm=(float(y[1] * y[2]), float(cout // groups), float((cin // groups) * kh * kw),
+                  float(groups)),
+            values_in=float(_numel(x)), values_out=float(_numel(y)), tail=tail,
+            winograd=(kh, kw, sh, sw, groups) == (3, 3, 1, 1, 1),
         )
         return y
 
-    def bn(self, name: str, x: Shape, *, keep: bool = True) -> Shape:
-        self._add(name, "bn", 2 * x[0], 0.0, _numel(x) * _F32 if keep else 0)
+    def bn(self, name: str, x: Shape, *, keep: bool = True,
+           tail: tuple[str, ...] = ("relu",)) -> Shape:
+        """Batch norm, followed (``tail``) by an in-place ReLU unless said otherwise."""
+        self._add(name, "bn", 2 * x[0], 0.0, _numel(x) * _F32 if keep else 0,
+                  values_in=float(_numel(x)), values_out=float(_numel(x)), tail=tail)
         return x
 
     def conv_bn(
@@ -126,54 +136,61 @@ class _Net:
         keep: bool = True,
     ) -> Shape:
         y = (x[0], _out_size(x[1], k, stride, pad, ceil), _out_size(x[2], k, stride, pad, ceil))
-        self._add(name, "maxpool", 0, 0.0, _numel(y) * (_INDEX + (_F32 if keep else 0)))
+        self._add(name, "maxpool", 0, 0.0, _numel(y) * (_INDEX + (_F32 if keep else 0)),
+                  values_in=float(_numel(x)), values_out=float(_numel(y)))
         return y
 
     def avgpool(self, name: str, x: Shape, k: int, stride: int, pad: int = 0) -> Shape:
         y = (x[0], _out_size(x[1], k, stride, pad), _out_size(x[2], k, stride, pad))
-        self._add(name, "avgpool", 0, 0.0, _numel(y) * _F32)
+        self._add(name, "avgpool", 0, 0.0, _numel(y) * _F32,
+                  values_in=float(_numel(x)), values_out=float(_numel(y)))
         return y
 
     def adaptive_avgpool(
         self, name: str, x: Shape, out: tuple[int, int], *, keep: bool = True
     ) -> Shape:
         y = (x[0], *out)
-        self._add(name, "avgpool", 0, 0.0, _numel(y) * _F32 if keep else 0)
+        self._add(name, "avgpool", 0, 0.0, _numel(y) * _F32 if keep else 0,
+                  values_in=float(_numel(x)), values_out=float(_numel(y)))
         return y
 
-    def linear(self, name: str, n_in: int, n_out: int, *, bias: bool = True) -> int:
+    def linear(self, name: str, n_in: int, n_out: int, *, bias: bool = True,
+               tail: tuple[str, ...] = ()) -> int:
         self._add(name, "linear", n_in * n_out + (n_out if bias else 0), 2.0 * n_in * n_out,
-                  n_out * _F32)
+                  n_out * _F32, gemm=(1.0, float(n_out), float(n_in), 1.0),
+                  values_in=float(n_in), values_out=float(n_out), tail=tail)
         return n_out
 
     def dropout(self, name: str, n: int) -> int:
-        self._add(name, "dropout", 0, 0.0, n * (_F32 + _MASK))
+        self._add(name, "dropout", 0, 0.0, n * (_F32 + _MASK), values_in=float(n),
+                  values_out=float(n))
         return n
 
     def concat(self, name: str, parts: Sequence[Shape]) -> Shape:
         y = (sum(p[0] for p in parts), parts[0][1], parts[0][2])
         if any(p[1:] != y[1:] for p in parts):
             raise ValueError(f"{name}: cannot concatenate shapes {list(parts)}")
-        self._add(name, "concat", 0, 0.0, _numel(y) * _F32)
+        self._add(name, "concat", 0, 0.0, _numel(y) * _F32, values_in=float(_numel(y)),
+                  values_out=float(_numel(y)))
         return y
 
 
 def alexnet(*, image_size: int = 224, num_classes: int = 1000) -> tuple[Layer, ...]:
     """AlexNet as ``torchvision.models.alexnet`` (the one-tower variant of Krizhevsky 2014)."""
     net = _Net((3, image_size, image_size))
-    x = net.conv("features.0", net.image, 64, 11, 4, 2, bias=True)
+    x = net.conv("features.0", net.image, 64, 11, 4, 2, bias=True, tail=("relu",))
     x = net.maxpool("features.2", x, 3, 2)
-    x = net.conv("features.3", x, 192, 5, 1, 2, bias=True)
+    x = net.conv("features.3", x, 192, 5, 1, 2, bias=True, tail=("relu",))
     x = net.maxpool("features.5", x, 3, 2)
-    x = net.conv("features.6", x, 384, 3, 1, 1, bias=True)
-    x = net.conv("features.8", x, 256, 3, 1, 1, bias=True)
-    x = net.conv("features.10", x, 256, 3, 1, 1, bias=True)
+    x = net.conv("features.6", x, 384, 3, 1, 1, bias=True, tail=("relu",))
+    x = net.conv("features.8", x, 256, 3, 1, 1, bias=True, tail=("relu",))
+    x = net.conv("features.10", x, 256, 3, 1, 1, bias=True, tail=("relu",))
     x = net.maxpool("features.12", x, 3, 2)
     x = net.adaptive_avgpool("avgpool", x, (6, 6), keep=False)  # only a dropout reads it
     n = net.dropout("classifier.0", _numel(x))
-    n = net.linear("classifier.1", n, 4096)
+    n = net.linear("classifier.1", n, 4096, tail=("relu",))
     n = net.dropout("classifier.3", n)
-    n = net.linear("classifier.4", n, 4096)
+    n = net.linear("classifier.4", n, 4096, tail=("relu",))
     net.linear("classifier.6", n, num_classes)
     return tuple(net.layers)
 
@@ -201,14 +218,15 @@ def vgg(
             x = net.maxpool(f"features.{i}", x, 2, 2)
             i += 1
         else:
-            x = net.conv(f"features.{i}", x, int(v), 3, 1, 1, bias=True)
+            x = net.conv(f"features.{i}", x, int(v), 3, 1, 1, bias=True,
+                         tail=() if batch_norm else ("relu",))
             if batch_norm:
                 x = net.bn(f"features.{i + 1}", x)
             i += 3 if batch_norm else 2
     x = net.adaptive_avgpool("avgpool", x, (7, 7))
-    n = net.linear("classifier.0", _numel(x), 4096)
+    n = net.linear("classifier.0", _numel(x), 4096, tail=("relu",))
     n = net.dropout("classifier.2", n)
-    n = net.linear("classifier.3", n, 4096)
+    n = net.linear("classifier.3", n, 4096, tail=("relu",))
     n = net.dropout("classifier.5", n)
     net.linear("classifier.6", n, num_classes)
     return tuple(net.layers)
@@ -244,15 +262,16 @@ def resnet(*, depth: int, image_size: int = 224, num_classes: int = 1000) -> tup
                 out = planes * 4
                 y = net.bn(f"{p}.bn1", net.conv(f"{p}.conv1", x, planes, 1))
                 y = net.bn(f"{p}.bn2", net.conv(f"{p}.conv2", y, planes, 3, stride, 1))
-                y = net.bn(f"{p}.bn3", net.conv(f"{p}.conv3", y, out, 1))
+                y = net.bn(f"{p}.bn3", net.conv(f"{p}.conv3", y, out, 1), tail=("add", "relu"))
             else:
                 out = planes
                 y = net.bn(f"{p}.bn1", net.conv(f"{p}.conv1", x, planes, 3, stride, 1))
-                y = net.bn(f"{p}.bn2", net.conv(f"{p}.conv2", y, planes, 3, 1, 1))
+                y = net.bn(f"{p}.bn2", net.conv(f"{p}.conv2", y, planes, 3, 1, 1),
+                           tail=("add", "relu"))
             if stride != 1 or x[0] != out:
                 d = net.conv(f"{p}.downsample.0", x, out, 1, stride)
                 # Its output only feeds the residual add (done in place on bn3's output).
-                net.bn(f"{p}.downsample.1", d, keep=False)
+                net.bn(f"{p}.downsample.1", d, keep=False, tail=())
             x = y
     x = net.adaptive_avgpool("avgpool", x, (1, 1))
     net.linear("fc", _numel(x), num_classes)
@@ -276,7 +295,7 @@ def _googlenet_inception(
 def _googlenet_aux(net: _Net, name: str, x: Shape, num_classes: int) -> None:
     x = net.adaptive_avgpool(f"{name}.avgpool", x, (4, 4))
     x = net.conv_bn(f"{name}.conv", x, 128, 1)
-    n = net.linear(f"{name}.fc1", _numel(x), 1024)
+    n = net.linear(f"{name}.fc1", _numel(x), 1024, tail=("relu",))
     n = net.dropout(f"{name}.dropout", n)
     net.linear(f"{name}.fc2", n, num_classes)
 

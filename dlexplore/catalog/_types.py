@@ -37,6 +37,12 @@ class GPU:
     idle_w: float
     source: str
     aliases: tuple[str, ...] = ()
+    #: Microarchitecture (``Pascal``, ``Volta``, ``Ampere``, ...): a GPU without published GEMM
+    #: measurements of its own takes the efficiency measured on a sibling of the same architecture.
+    architecture: str = ""
+    #: Streaming multiprocessors (compute units on AMD): a matrix product's tiles run in waves over
+    #: them. 0 where unknown (no wave quantisation).
+    sm_count: int = 0
 
     def peak_flops(self, precision: str) -> float:
         """Peak dense FLOP/s for ``precision`` (fp32, tf32, fp16, bf16).
@@ -62,6 +68,12 @@ class Link:
 
     ``kind`` is ``"intra"`` for links inside a node (PCIe, NVLink) and ``"network"`` between nodes.
     ``latency_s`` is the one-way small-message latency (the alpha of the alpha-beta model), seconds.
+    ``fabric`` is the link technology as NCCL's cost model distinguishes it (``nvlink``, ``pcie``,
+    ``infiniband``, ``ethernet``; empty: inferred from ``kind``). ``efficiency`` is the fraction of
+    ``bandwidth_gbs`` that collectives reach on the link (NCCL's own per-link figure over the line
+    rate; 1 where none is published). ``reduction`` names in-network reduction the hardware offers
+    to allreduce: ``nvls`` (NVLink SHARP in third-generation NVSwitches) or ``sharp`` (InfiniBand
+    SHARP in the switches), empty for none.
     """
 
     name: str
@@ -70,6 +82,9 @@ class Link:
     latency_s: float
     source: str
     aliases: tuple[str, ...] = ()
+    fabric: str = ""
+    efficiency: float = 1.0
+    reduction: str = ""
 
 
 @dataclass(frozen=True)
@@ -94,13 +109,32 @@ class StorageTier:
 @dataclass(frozen=True)
 class Layer:
     """One layer: ``params`` (count), forward ``flops`` per sample (a multiply-add is 2 FLOPs),
-    ``activation_bytes`` per sample kept for the backward pass at fp32 (4-byte values)."""
+    ``activation_bytes`` per sample kept for the backward pass at fp32 (4-byte values).
+
+    The shapes the compute model times it by (:mod:`dlexplore.model.operators`), per sample:
+
+    - ``gemm``: ``(m, n, k, groups)`` of the matrix product the layer computes, ``2 m n k groups =
+      flops``: ``m`` rows per sample (a convolution's output positions, 1 for a linear layer on a
+      vector), ``n`` outputs (channels, features), ``k`` the reduction (input channels x kernel
+      area), ``groups`` independent products (grouped convolutions). None for a layer without one.
+    - ``values_in`` and ``values_out``: the values the layer reads and writes per sample (what a
+      memory-bound layer's time depends on).
+    - ``tail``: memory-bound operations applied to the output before the next layer (``relu``,
+      ``add`` for a residual connection), each a kernel of its own unless the framework fuses it.
+    - ``winograd``: a 3x3, stride-1, ungrouped convolution, which cuDNN can run with Winograd's
+      algorithm (fewer multiplications than the direct method counts).
+    """
 
     name: str
     kind: str
     params: int
     flops: float
     activation_bytes: float
+    gemm: tuple[float, float, float, float] | None = None
+    values_in: float = 0.0
+    values_out: float = 0.0
+    tail: tuple[str, ...] = ()
+    winograd: bool = False
 
 
 @dataclass(frozen=True)

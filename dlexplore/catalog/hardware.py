@@ -54,6 +54,10 @@ Record = GPU | Link | StorageTier
 #: Allowed values of :attr:`Link.kind` and :attr:`StorageTier.scope`.
 LINK_KINDS = ("intra", "network")
 STORAGE_SCOPES = ("shared", "node")
+#: Link technologies NCCL's cost model tells apart (``""``: inferred from the link's kind), and the
+#: in-network reductions a link may offer to allreduce (``""``: none).
+FABRICS = ("", "nvlink", "pcie", "infiniband", "ethernet")
+REDUCTIONS = ("", "nvls", "sharp")
 
 GIB = 2**30  # bytes per GiB: HBM and GDDR capacities are binary
 
@@ -76,6 +80,7 @@ class _Column:
     choices: tuple[str, ...] = ()  # allowed text values (compared in lower case)
     field: str | None = None  # the dataclass field it fills, when not ``name``
     scale: float = 1.0  # multiplies the value (GiB -> bytes)
+    optional: bool = False  # may be left out of a file: the record's default applies
 
 
 @dataclass(frozen=True)
@@ -94,7 +99,8 @@ class _Kind:
 
     def required(self) -> list[str]:
         alt = {n for group in self.alternatives for n in group}
-        names = [c.name for c in self.columns if c.name not in ("source", "aliases", *alt)]
+        names = [c.name for c in self.columns
+                 if c.name not in ("source", "aliases", *alt) and not c.optional]
         names += [" or ".join(group) for group in self.alternatives]
         return names
 
@@ -115,6 +121,8 @@ _KINDS: dict[str, _Kind] = {
             _Column("memory_bandwidth_gbs", positive=True),
             _Column("tdp_w", positive=True, blank_ok=True),
             _Column("idle_w", blank_ok=True),
+            _Column("architecture", number=False, optional=True),
+            _Column("sm_count", optional=True),
             _Column("aliases", number=False),
             _Column("source", number=False),
         ),
@@ -128,6 +136,9 @@ _KINDS: dict[str, _Kind] = {
             _Column("kind", number=False, choices=LINK_KINDS),
             _Column("bandwidth_gbs", positive=True),
             _Column("latency_s"),
+            _Column("fabric", number=False, optional=True, choices=FABRICS),
+            _Column("efficiency", positive=True, optional=True),
+            _Column("reduction", number=False, optional=True, choices=REDUCTIONS),
             _Column("aliases", number=False),
             _Column("source", number=False),
         ),
@@ -271,6 +282,7 @@ def _parse_header(path: object, line: int, cells: list[str], kind: _Kind) -> lis
         for c in kind.columns
         if c.name not in names
         and c.name not in ("source", "aliases")
+        and not c.optional
         and not any(c.name in group for group in kind.alternatives)
     ]
     for group in kind.alternatives:
@@ -285,7 +297,8 @@ def _parse_header(path: object, line: int, cells: list[str], kind: _Kind) -> lis
         raise InputFileError(
             path,
             f"missing required column(s) for {kind.name}: {', '.join(missing)} "
-            f"(required: {', '.join(kind.required())}; optional: aliases, source)",
+            f"(required: {', '.join(kind.required())}; optional: "
+            f"{', '.join(c.name for c in kind.columns if c.optional or c.name in ('aliases', 'source'))})",
             line=line,
         )
     return [kind.column(n) for n in names]  # type: ignore[misc]
@@ -311,6 +324,8 @@ def _make_record(
     values: dict[str, object] = {}
     for col, text in zip(header, cells, strict=True):
         target = col.field or col.name
+        if col.optional and text.lower() in _BLANK:
+            continue  # the record's default
         if col.name == "aliases":
             values[target] = tuple(a.strip() for a in text.split(";") if a.strip())
         elif col.number:
@@ -335,6 +350,14 @@ def _make_record(
             )
         values["source"] = default_source
     values.setdefault("aliases", ())
+    if kind.name == "networks" and not 0 < float(values.get("efficiency", 1.0)) <= 1:
+        raise InputFileError(path, f"efficiency: expected a fraction in (0, 1], got "
+                             f"{values['efficiency']:g}", line=line)
+    if "sm_count" in values:
+        count = float(values["sm_count"])  # type: ignore[arg-type]
+        if not count.is_integer():
+            raise InputFileError(path, f"sm_count: expected a whole number, got {count:g}", line=line)
+        values["sm_count"] = int(count)
     if kind.name == "gpus":
         idle, tdp = values["idle_w"], values["tdp_w"]
         if idle > tdp:  # type: ignore[operator]  # False when either is NaN

@@ -54,6 +54,7 @@ __all__ = [
     "workloads",
     "transformer",
     "workload_from_dict",
+    "with_sequence",
 ]
 
 #: Mean bytes of one ILSVRC2012 training JPEG: 147,897,477,120-byte archive / 1,281,167 images.
@@ -640,6 +641,30 @@ def workload(name: str | Workload) -> Workload:
     if ":" in name and name not in WORKLOADS:
         return _from_spec(name.strip())
     return WORKLOADS.get(name)
+
+
+def with_sequence(name: str | Workload, seq: int | None) -> Workload:
+    """The transformer ``name`` on sequences of ``seq`` tokens (its own length when None): the same
+    sizes, rebuilt so that FLOPs and activations follow, named ``"<name>@seq<seq>"``. The position
+    table grows to ``seq`` where it is shorter. Other workloads take no ``seq``."""
+    wl = workload(name)
+    if seq is None:
+        return wl
+    if wl.kind != "transformer":
+        raise DlexploreError(f"seq applies to transformer workloads; {wl.name!r} is a {wl.kind}")
+    seq = _as_int(seq, 1, "with_sequence()", "seq")
+    if seq == wl.config["seq"]:
+        return wl
+    return _resized(wl, seq)
+
+
+@lru_cache(maxsize=64)
+def _resized(wl: Workload, seq: int) -> Workload:
+    cfg = dict(wl.config)
+    cfg["seq"] = seq
+    cfg["max_positions"] = max(cfg["max_positions"], seq)
+    return transformer(**cfg, name=f"{wl.name}@seq{seq}", source=wl.source,
+                       description=wl.description)
 
 
 def workloads() -> pd.DataFrame:

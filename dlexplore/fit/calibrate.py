@@ -94,16 +94,35 @@ PARAMETERS: dict[str, _Spec] = {
     "overlap": _Spec("1", 0.0, 1.0, 1.0, "fraction of communication allowed to overlap backward"),
     "gamma": _Spec("s/byte", 0.0, math.inf, 1e-11, "reduction cost per byte"),
     "servers": _Spec("count", 1.0, math.inf, 1.0, "parameter servers", integer=True),
+    "memory_efficiency": _Spec("1", 1e-3, 1.0, 0.8,
+                               "fraction of GPU memory bandwidth reached by memory-bound kernels"),
+    "kernel_time": _Spec("s", 0.0, 1e-3, 5e-6, "fixed time of one GPU kernel"),
+    "winograd_speedup": _Spec("1", 1.0, 4.0, 1.5,
+                              "FLOP saving of Winograd's algorithm on 3x3 convolutions (vector units)"),
+    "flash_efficiency": _Spec("1", 1e-3, 1.0, 0.6, "fraction of peak a flash-attention kernel reaches"),
+    "tcp_efficiency": _Spec("1", 1e-3, 1.0, 0.5,
+                            "fraction of a network's bandwidth collectives reach over kernel TCP"),
+    "ps_efficiency": _Spec("1", 1e-3, 1.0, 0.5,
+                           "fraction of a link's bandwidth parameter-server transfers reach"),
+    "cycle_time": _Spec("s", 0.0, 1.0, 5e-3, "Horovod's cycle time"),
+    "negotiation_time": _Spec("s", 0.0, 1e-2, 1e-5,
+                              "Horovod's negotiation time per tensor and tree level"),
 }
-_TRAINING_ONLY = ("compute_efficiency", "overlap")
+_TRAINING_ONLY = ("compute_efficiency", "overlap", "memory_efficiency", "kernel_time",
+                  "winograd_speedup", "flash_efficiency", "ps_efficiency", "cycle_time",
+                  "negotiation_time")
 #: dlexplore.predict's arguments: the settings Calibration.predict passes on.
 _PREDICT_ARGUMENTS = ("workload", "gpu", "network", "gpus", "batch_size", "bandwidth", "latency",
                       "gpus_per_node", "intra_link", "intra_bandwidth", "intra_latency", "algorithm",
                       "servers", "precision", "optimizer", "compute_efficiency", "bucket_size",
-                      "overlap", "gamma", "storage", "io_threads", "prefetch", "workspace", "buckets")
+                      "overlap", "gamma", "storage", "io_threads", "prefetch", "workspace", "buckets",
+                      "grad_accum", "seq", "attention", "memory_efficiency", "kernel_time",
+                      "winograd_speedup", "flash_efficiency", "framework", "transport",
+                      "servers_colocated", "tcp_efficiency", "ps_efficiency", "cycle_time",
+                      "negotiation_time", "operators")
 _IDENTIFYING = {
     "training": ("workload", "gpu", "network", "precision", "algorithm", "gpus", "gpus_per_node",
-                 "batch_size", "baseline_gpus", "setup"),
+                 "batch_size", "grad_accum", "seq", "baseline_gpus", "setup"),
     "communication": ("collective", "algorithm", "gpu", "network", "gpus", "gpus_per_node", "bytes",
                       "setup"),
 }
@@ -896,7 +915,9 @@ def _setup_table(model: PointModel, frame: pd.DataFrame, table: str) -> pd.DataF
     }
     if table == "training":
         columns.update(workload=model.workload, gpu=model.gpu, precision=model.precision,
-                       batch_size=model.batch_size,
+                       batch_size=model.batch_size, grad_accum=model.grad_accum,
+                       framework=model.framework, transport=model.transport,
+                       servers_colocated=model.colocated,
                        network=[n if catalog_link_known(n) else "" for n in model.network])
     else:
         columns["collective"] = model.collective

@@ -62,6 +62,7 @@ import pandas as pd
 import xarray as xr
 
 from .. import catalog
+from ..catalog import model_default
 from ..errors import DlexploreError, UnknownNameError
 from ..model._sweep import PREDICTED_SOURCE, VARIABLES, is_sweep
 from ..model.comm import (
@@ -72,6 +73,7 @@ from ..model.comm import (
     normalize_collective,
 )
 from ..model.compute import default_compute_efficiency, normalize_precision
+from ..model.gradsync import resolve_transport
 from ..model.step import predict
 
 __all__ = ["compare", "predict_points", "as_points", "ERROR_DEFINITION", "PARAMETER_NAMES"]
@@ -80,12 +82,22 @@ ERROR_DEFINITION = "(predicted - measured) / measured: > 0 where the model is ab
 
 #: The model's numeric parameters a point model can take per point (calibration fits these).
 PARAMETER_NAMES = ("compute_efficiency", "bandwidth", "latency", "intra_bandwidth", "intra_latency",
-                   "overlap", "gamma", "servers")
+                   "overlap", "gamma", "servers", "memory_efficiency", "kernel_time",
+                   "winograd_speedup", "flash_efficiency", "tcp_efficiency", "ps_efficiency",
+                   "cycle_time", "negotiation_time")
+#: Parameters whose default is the same for every point (data/catalog/defaults.csv).
+_GLOBAL_DEFAULTS = ("memory_efficiency", "kernel_time", "winograd_speedup", "flash_efficiency",
+                    "tcp_efficiency", "ps_efficiency", "cycle_time", "negotiation_time")
 #: Keywords that fill in a point's own setting only where the point does not give it.
-_POINT_KEYWORDS = ("workload", "gpu", "network", "precision", "algorithm", "gpus_per_node")
+_POINT_KEYWORDS = ("workload", "gpu", "network", "precision", "algorithm", "gpus_per_node",
+                   "framework", "transport", "servers_colocated", "grad_accum", "seq")
 #: Keywords passed to every point's prediction as they are.
 _FIXED_KEYWORDS = ("intra_link", "optimizer", "bucket_size", "storage", "io_threads", "prefetch",
-                   "workspace")
+                   "workspace", "attention")
+#: Coordinates :func:`compare` does not match: model settings that tables record as free labels.
+_SETTINGS = ("framework", "transport", "servers_colocated", "attention")
+#: Framework labels the model runs as PyTorch DDP's bucketed allreduce (no Horovod cycle).
+_MODEL_FRAMEWORKS = {"horovod": "horovod"}
 _FROM_POINTS = ("gpus", "batch_size", "bytes", "collective")
 #: What :func:`dlexplore.predict` returns, so that a table none of whose points the model covers
 #: still gets every variable (all NaN).
@@ -285,6 +297,9 @@ class PointModel:
             "gamma": np.full(n, float(kw.get("gamma", 0.0))),
             "servers": servers,
         }
+        for name in _GLOBAL_DEFAULTS:
+            defaults[name] = np.full(n, float(kw[name]) if name in kw else model_default(name))
+        self._resolve_links(networks, intra, gpu_names)
         if self.table == "training":
             self._resolve_training(defaults)
         else:
@@ -313,9 +328,26 @@ class PointModel:
             out.append(catalog.network(next(iter(names))) if len(names) == 1 else default)
         return out
 
+    def _resolve_links(self, networks: list, intra: list, gpu_names: np.ndarray) -> None:
+        """Per point: the links' efficiencies and fabrics, the transport, the GPU architecture,
+        and the framework, as the model runs them."""
+        self.net_efficiency = np.array([link.efficiency if link else 1.0 for link in networks])
+        self.intra_efficiency = np.array([link.efficiency for link in intra])
+        self.intra_fabric = np.array([link.fabric or "pcie" for link in intra], dtype=object)
+        self.nvls = np.array([link.reduction == "nvls" for link in intra])
+        self.architecture = np.array([_architecture(str(g)) for g in gpu_names], dtype=object)
+        transports = self._said("transport")
+        self.transport = np.array([resolve_transport(_transport(t), link) for t, link in
+                                   zip(transports, networks, strict=True)], dtype=object)
+        self.framework = np.array([_MODEL_FRAMEWORKS.get(str(f).strip().lower(), "ddp")
+                                   for f in self._said("framework")], dtype=object)
+        self.colocated = np.array([_yes(v) for v in self._said("servers_colocated")], dtype=bool)
+
     def _algorithms(self, collective: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         labels = self._column("algorithm", "unknown").astype(object)
-        servers = np.full(self.n, float(self.kwargs.get("servers", 1)))
+        servers = np.full(self.n, float(self.kwargs.get("servers", 0)))
+        if "servers" in self.frame:
+            servers = self.frame["servers"].to_numpy(dtype=float)
         out = np.full(self.n, "", dtype=object)
         for i, label in enumerate(labels):
             kind = "allreduce" if collective is None else collective[i]
@@ -324,11 +356,9 @@ class PointModel:
                 continue
             text = str(label).strip().lower()
             if text in _UNSAID:
-                text = str(self.kwargs.get("algorithm", ALGORITHMS[kind][0]))
-            if text == "nvls" and kind == "allreduce":
-                out[i] = "parameter_server"
-                servers[i] = self.gpus[i]
-                continue
+                # NCCL's own choice for the allreduce: what NVIDIA GPUs run when a table is silent
+                text = str(self.kwargs.get("algorithm", "nccl" if kind == "allreduce"
+                                           else ALGORITHMS[kind][0]))
             try:
                 out[i] = normalize_algorithm(text, kind)
             except DlexploreError as exc:
@@ -354,15 +384,19 @@ class PointModel:
         efficiency = self.kwargs.get("compute_efficiency")
         defaults["compute_efficiency"] = np.array(
             [efficiency if efficiency is not None else
-             (default_compute_efficiency(p) if p else np.nan) for p in self.precision], dtype=float)
+             (default_compute_efficiency(p, g) if p and g else np.nan)
+             for p, g in zip(self.precision, self.gpu, strict=True)], dtype=float)
         self.batch_size = f["batch_size"].to_numpy(dtype=np.int64) if "batch_size" in f \
             else np.full(n, int(self.kwargs.get("batch_size", 32)))
         if "baseline_gpus" in f and "efficiency" in self.ds.data_vars:
             self.baseline = f["baseline_gpus"].to_numpy(dtype=np.int64)
         else:
             self.baseline = np.ones(n, dtype=np.int64)
+        self.grad_accum = np.array([_positive_int(v, 1) for v in self._said("grad_accum")])
+        self.seq = np.array([_positive_int(v, 0) for v in self._said("seq")])
         keys = list(zip(self.workload, self.gpu, self.precision, self.algorithm, self.network,
-                        self.intra_link, strict=True))
+                        self.intra_link, self.framework, self.transport, self.colocated,
+                        self.grad_accum, self.seq, strict=True))
         self.group, uniques = pd.factorize(pd.Series(keys, dtype=object))
         self.group_settings = list(uniques)
         self.group_axes = []
@@ -416,7 +450,8 @@ class PointModel:
                 if reasons is not None:
                     reasons[idx] = why
                 continue
-            names = variables or tuple(v for v in ds.data_vars)
+            names = variables or tuple(v for v in ds.data_vars
+                                       if set(ds[v].dims) <= {"gpus", "batch_size", "gpus_per_node"})
             gpus_ax, batch_ax, node_ax = self.group_axes[int(key[0])]
             pos = {"gpus": np.searchsorted(gpus_ax, self.gpus[idx]),
                    "batch_size": np.searchsorted(batch_ax, self.batch_size[idx]),
@@ -444,7 +479,8 @@ class PointModel:
         key = (group, *params.values())
         if key in self._cache:
             return self._cache[key]
-        workload, gpu, precision, algorithm, _, intra = self.group_settings[group]
+        (workload, gpu, precision, algorithm, network, intra, framework, transport, colocated,
+         grad_accum, seq) = self.group_settings[group]
         gpus_ax, batch_ax, node_ax = self.group_axes[group]
         bandwidth, latency = params["bandwidth"], params["latency"]
         result: tuple[xr.Dataset | None, str]
@@ -458,12 +494,17 @@ class PointModel:
             return result
         try:
             ds = predict(
-                workload, gpu, None, gpus=list(gpus_ax), batch_size=list(batch_ax),
-                gpus_per_node=list(node_ax), bandwidth=bandwidth, latency=latency, intra_link=intra,
-                intra_bandwidth=params["intra_bandwidth"], intra_latency=params["intra_latency"],
-                algorithm=algorithm, servers=int(round(params["servers"])), precision=precision,
-                compute_efficiency=params["compute_efficiency"], overlap=params["overlap"],
-                gamma=params["gamma"], **self.fixed,
+                workload, gpu, network if _link(network) is not None else None, gpus=list(gpus_ax),
+                batch_size=list(batch_ax), gpus_per_node=list(node_ax), bandwidth=bandwidth,
+                latency=latency, intra_link=intra, intra_bandwidth=params["intra_bandwidth"],
+                intra_latency=params["intra_latency"], algorithm=algorithm,
+                servers=int(round(params["servers"])), precision=precision, framework=framework,
+                transport=transport, servers_colocated=bool(colocated), grad_accum=int(grad_accum),
+                # a table's seq column holds some value on every row: CNN rows ignore it
+                seq=int(seq) if seq and catalog.workload(workload).kind == "transformer" else None,
+                **{name: params[name] for name in ("compute_efficiency", "overlap", "gamma",
+                                                   *_GLOBAL_DEFAULTS)},
+                **self.fixed,
             )
             result = (ds, "")
         except DlexploreError as exc:
@@ -489,32 +530,74 @@ class PointModel:
         if reasons is not None and missing.any():
             reasons[missing] = "network not in the catalog: give bandwidth (GB/s) and latency (s)"
         mask = mask & ~missing
-        bw = np.where(hierarchical | ~one_node, values["bandwidth"], values["intra_bandwidth"])
-        lat = np.where(hierarchical | ~one_node, values["latency"], values["intra_latency"])
-        for (collective, algorithm), rows in pd.DataFrame(
-                {"c": self.collective, "a": self.algorithm})[mask].groupby(["c", "a"]).groups.items():
+        # what collectives see of the links: their efficiency, and kernel TCP's between nodes
+        tcp = np.where(self.transport == "tcp", values["tcp_efficiency"], 1.0)
+        net_bw = values["bandwidth"] * self.net_efficiency * tcp
+        intra_bw = values["intra_bandwidth"] * self.intra_efficiency
+        flat = ~np.isin(self.algorithm, ["hierarchical", "nccl", "nvls"])
+        bw = np.where(flat & one_node, intra_bw, net_bw)
+        lat = np.where(flat & one_node, values["intra_latency"], values["latency"])
+        groups = pd.DataFrame({"c": self.collective, "a": self.algorithm, "f": self.intra_fabric,
+                               "r": self.architecture, "v": self.nvls})[mask]
+        for (collective, algorithm, fabric, arch, nvls), rows in groups.groupby(
+                ["c", "a", "f", "r", "v"]).groups.items():
             i = np.asarray(rows, dtype=np.int64)
             n = self.nbytes[i]
             sized = np.isfinite(n)
+            node_kw = dict(intra_fabric=fabric, architecture=arch, nvls=bool(nvls)) \
+                if algorithm in ("nccl", "nvls") else {}
 
-            def run(nbytes: np.ndarray, lat_scale: float, i: np.ndarray = i,
-                    collective: str = collective, algorithm: str = algorithm) -> np.ndarray:
+            def run(nbytes: np.ndarray, i: np.ndarray = i, collective: str = collective,
+                    algorithm: str = algorithm, node_kw: dict = node_kw) -> np.ndarray:
                 return collective_time(
                     collective, algorithm, nbytes, p[i], np.where(np.isfinite(bw[i]), bw[i], 1.0),
-                    np.nan_to_num(lat[i]) * lat_scale, values["gamma"][i], servers=values["servers"][i],
-                    gpus_per_node=node[i], intra_bandwidth=values["intra_bandwidth"][i],
-                    intra_latency=values["intra_latency"][i] * lat_scale)
+                    np.nan_to_num(lat[i]), values["gamma"][i], servers=values["servers"][i],
+                    gpus_per_node=node[i], intra_bandwidth=intra_bw[i],
+                    intra_latency=values["intra_latency"][i], **node_kw)
 
-            time = np.where(sized, run(np.where(sized, n, 1.0), 1.0), np.nan)
+            time = np.where(sized, run(np.where(sized, n, 1.0)), np.nan)
             with np.errstate(divide="ignore", invalid="ignore"):
-                # no message size: the large-message limit, bandwidth term only
-                unit = run(np.ones(len(i)), 0.0)
-                algbw = np.where(sized, n / time / 1e9, 1.0 / unit / 1e9)
+                # no message size: the large-message limit, the slope of time against bytes (every
+                # candidate is latency + bytes / bandwidth, so a terabyte more isolates the latter)
+                huge = np.full(len(i), 1e12)
+                slope = (run(2 * huge) - run(huge)) / 1e12
+                algbw = np.where(sized, n / time / 1e9, 1.0 / slope / 1e9)
             factor = np.asarray(busbw_factor(collective, p[i]), dtype=float)
             result = {"time": time, "algbw": algbw, "busbw": algbw * factor}
             for name in variables:
                 out[name][i] = result[name]
         return out
+
+
+def _positive_int(value: object, unsaid: int) -> int:
+    """A whole number from a table cell or keyword; ``unsaid`` where it says nothing."""
+    text = str(value).strip().lower()
+    if text in _UNSAID:
+        return unsaid
+    try:
+        number = float(text)
+    except ValueError:
+        raise DlexploreError(f"expected a whole number, got {value!r}") from None
+    if number != int(number) or number < 0:
+        raise DlexploreError(f"expected a whole number, got {value!r}")
+    return int(number)
+
+
+def _yes(value: object) -> bool:
+    """``servers_colocated``: yes (the default, one server on each worker node) unless it says no."""
+    return str(value).strip().lower() not in ("no", "false", "0", "dedicated")
+
+
+def _transport(value: object) -> str:
+    text = str(value).strip().lower()
+    return text if text in ("tcp", "rdma") else "auto"
+
+
+def _architecture(name: str) -> str:
+    try:
+        return catalog.gpu(name).architecture
+    except DlexploreError:
+        return ""
 
 
 def _take(da: xr.DataArray, positions: dict[str, np.ndarray]) -> np.ndarray:
@@ -648,6 +731,8 @@ def _align_grid(predicted: xr.Dataset, measured: xr.Dataset, names: list[str],
     for name in predicted.coords:
         if name not in measured.coords or measured[name].dims != ("point",) or name == "point":
             continue
+        if name in _SETTINGS:
+            continue  # how the model ran, not which point: a table's free label, not matched
         wanted = measured[name].values
         coord = predicted[name]
         if name in predicted.dims:
@@ -750,7 +835,9 @@ def compare(predicted: xr.Dataset, measured: str | Path | xr.Dataset, *, variabl
     prediction (``network='25GbE'``, ``gpus_per_node=4``) must equal the point's, else the point is
     not compared (NaN; ``attrs["unmatched"]`` counts them), except a ``network`` of ``custom`` (a
     prediction with ``bandwidth`` and ``latency`` given, which compares with any network) and
-    ``algorithm``: a point whose
+    ``algorithm``, and the model settings ``framework``, ``transport``, ``servers_colocated`` and
+    ``attention``, which tables record as free labels and which are not matched. For ``algorithm``,
+    a point whose
     algorithm is ``none`` or ``unknown`` compares with any, and so does a point on one GPU, whose
     algorithm and GPUs per node change nothing; along an ``algorithm`` dimension such points take
     ``ring``. Dimensions of the prediction the points do

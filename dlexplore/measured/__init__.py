@@ -107,6 +107,7 @@ __all__ = [
     "read_csv",
     "to_frame",
     "select",
+    "concat",
     "COLUMNS",
     "UNIT_ALIASES",
     "MEASURED_PREFIX",
@@ -204,6 +205,61 @@ def to_frame(ds: xr.Dataset) -> pd.DataFrame:
     extra = [n for n in (*ds.coords, *ds.data_vars) if n not in names and n != "point"]
     frame = pd.DataFrame({n: ds[n].values for n in (*names, *extra) if ds[n].dims == ("point",)})
     return frame
+
+
+def concat(datasets: list[xr.Dataset | str | Path], *, name: str = "combined") -> xr.Dataset:
+    """Several measured tables of one kind (training or communication) as one, along ``point``.
+
+    A coordinate some tables lack is filled per point the way a file that leaves the column out
+    gets it: text columns with ``""`` (unsaid), ``baseline_gpus`` with 1; other numbers must be
+    in every table or in none. A measured variable some tables lack is NaN there. Each point
+    keeps its own source in the ``source`` coordinate; ``attrs["source"]`` lists them all and
+    ``attrs["name"]`` is ``name``. Names and paths are loaded with :func:`load`.
+    """
+    from ..errors import DlexploreError
+
+    tables = [load(d) if not isinstance(d, xr.Dataset) else d for d in datasets]
+    if not tables:
+        raise DlexploreError("concat: no measured datasets given")
+    kinds = {t.attrs.get("table") for t in tables}
+    if len(kinds) != 1:
+        raise DlexploreError(f"concat: the tables mix kinds {sorted(map(str, kinds))}; expected all "
+                             "training or all communication tables")
+    frames = [to_frame(t) for t in tables]
+    columns = list(dict.fromkeys(c for f in frames for c in f.columns))
+    for frame, table in zip(frames, tables, strict=True):
+        for column in columns:
+            if column in frame:
+                continue
+            spec = COLUMNS.get(column)
+            if spec is not None and spec.role == "var":
+                frame[column] = np.nan
+            elif column == "baseline_gpus":
+                frame[column] = 1
+            elif spec is not None and spec.kind == "int":
+                raise DlexploreError(f"concat: {table.attrs.get('name', 'a table')} has no "
+                                     f"{column!r} column, which another table has")
+            else:
+                frame[column] = ""
+    combined = pd.concat(frames, ignore_index=True)
+    coords = {}
+    data_vars = {}
+    for column in combined.columns:
+        spec = COLUMNS.get(column)
+        values = combined[column].to_numpy()
+        if spec is not None and spec.role == "var":
+            first = next(t[column] for t in tables if column in t.data_vars)
+            data_vars[column] = xr.Variable("point", values.astype(float), dict(first.attrs))
+        else:
+            attrs = next((dict(t[column].attrs) for t in tables if column in t.coords), {})
+            dtype = object if values.dtype == object or spec is None or spec.kind == "str" else None
+            coords[column] = xr.Variable("point", values.astype(dtype) if dtype else values, attrs)
+    ds = xr.Dataset(data_vars, coords=coords)
+    sources = list(dict.fromkeys(t.attrs.get("source", "") for t in tables))
+    ds.attrs = {"name": name, "title": f"{len(tables)} measured tables",
+                "source": MEASURED_PREFIX + "; ".join(s.removeprefix(MEASURED_PREFIX) for s in sources),
+                "kind": "measured", "table": kinds.pop()}
+    return ds
 
 
 def select(ds: xr.Dataset, **criteria: object) -> xr.Dataset:

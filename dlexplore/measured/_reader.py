@@ -46,6 +46,9 @@ MEASURED_PREFIX = "measured: "
 _KEY_LINE = re.compile(r"^#\s?([A-Za-z][A-Za-z0-9_]*)\s*:(?!//)\s*(.*)$")
 _CONTINUATION = re.compile(r"^#\s{2,}(\S.*)$")
 
+# Integer columns where 0 means something (servers: one per node).
+_ZERO_OK = ("servers",)
+
 # Metadata every dataset carries, empty when a file does not give it.
 _STANDARD_META = ("name", "title", "source", "url", "setup", "notes")
 
@@ -321,7 +324,7 @@ def _cell(path: Path, number: int, column: Column, text: str, required: bool,
         return text
     if column.kind == "int":
         value = _parse_int(text)
-        if value is None or value < 1:
+        if value is None or value < (0 if column.name in _ZERO_OK else 1):
             _bad(path, number, column, text)
         return value
     # A measured quantity: an empty cell is "not measured" (NaN); the row check above makes

@@ -29,14 +29,27 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "intra_bandwidth": ("GB/s", "intra-node link bandwidth per direction"),
     "intra_latency": ("s", "intra-node link latency per message"),
     "gpus_per_node": ("count", "GPUs per node"),
-    "servers": ("count", "parameter servers"),
+    "servers": ("count", "parameter servers (0: one per node)"),
     "bytes": ("bytes", "message size"),
     "gamma": ("s/byte", "reduction cost per byte"),
     "bucket_size": ("bytes", "gradient bucket (fusion buffer) size"),
-    "compute_efficiency": ("1", "fraction of peak FLOP/s achieved by compute"),
+    "compute_efficiency": ("1", "fraction of peak FLOP/s that large GEMMs reach"),
     "overlap": ("1", "fraction of communication allowed to overlap backward compute"),
     "io_threads": ("count", "data-loader reads in flight per GPU"),
     "peak_flops": ("FLOP/s", "peak dense FLOP/s of the GPU at this precision"),
+    "grad_accum": ("count", "micro-batches per step (gradient accumulation)"),
+    "memory_efficiency": ("1", "fraction of GPU memory bandwidth reached by memory-bound kernels"),
+    "kernel_time": ("s", "fixed time of one GPU kernel (launch, pipeline fill and drain)"),
+    "winograd_speedup": ("1", "FLOP saving of Winograd's algorithm on 3x3 convolutions"),
+    "flash_efficiency": ("1", "fraction of peak FLOP/s a flash-attention kernel reaches"),
+    "seq": ("tokens", "sequence length"),
+    "tcp_efficiency": ("1", "fraction of a network's bandwidth collectives reach over kernel TCP"),
+    "ps_efficiency": ("1", "fraction of a link's bandwidth parameter-server transfers reach"),
+    "cycle_time": ("s", "Horovod's cycle time"),
+    "servers_colocated": ("1", "whether the parameter servers run on the workers' nodes"),
+    "negotiation_time": ("s", "Horovod's negotiation time per tensor and tree level"),
+    "operator": ("1", "operator category of the compute breakdown"),
+    "kernel": ("1", "kernel of one training step, in launch order"),
     # communication
     "time": ("s", "collective time"),
     "algbw": ("GB/s", "algorithm bandwidth (bytes / time)"),
@@ -47,6 +60,8 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "time_backward": ("s", "backward compute time per step"),
     "time_optimizer": ("s", "optimizer update time per step"),
     "time_compute": ("s", "compute time per step (forward + backward + update)"),
+    "time_operator": ("s", "compute time per step by operator category"),
+    "time_kernel": ("s", "time of each kernel per step (all micro-batches)"),
     "time_comm": ("s", "gradient communication time per step"),
     "time_comm_exposed": ("s", "communication time not hidden behind backward compute"),
     "time_io": ("s", "input reading time per step"),
@@ -78,7 +93,7 @@ VARIABLES: dict[str, tuple[str, str]] = {
 
 def is_sweep(value: object) -> bool:
     """True for a 1-D sequence of values (a sweep), False for a scalar or a string."""
-    if isinstance(value, (str, bytes)):
+    if isinstance(value, (str, bytes, np.generic)):
         return False
     if isinstance(value, np.ndarray):
         return value.ndim > 0

@@ -129,16 +129,20 @@ def predict_lazy(*args: Any, chunks: Mapping[str, int] | int | None = None, **kw
     fixed = {k: v for k, v in kwargs.items() if k not in dims}
 
     template_vars = {}
+    # Dimensions that are not sweeps (the compute breakdown's operator) are whole in every block.
+    inner = {d: small.sizes[d] for d in small.dims if d not in dims}
     for name, var in small.data_vars.items():
-        vshape = tuple(len(coords[d]) for d in var.dims)
-        vchunks = tuple(sizes[dims.index(d)] for d in var.dims)
+        vshape = tuple(len(coords[d]) if d in dims else inner[d] for d in var.dims)
+        vchunks = tuple(sizes[dims.index(d)] if d in dims else inner[d] for d in var.dims)
         data = dsa.empty(vshape, dtype=var.dtype, chunks=vchunks)
         template_vars[name] = xr.Variable(var.dims, data, var.attrs)
     # Coordinates that are not sweep dimensions are scalars or lie along categorical sweeps (a
     # GPU's peak_flops along gpu): small has them whole.
     other_coords = {name: c.variable for name, c in small.coords.items() if name not in dims}
+    inner_coords = {d: other_coords.pop(d) for d in inner if d in other_coords}
     dim_coords = {d: xr.Variable(d, coords[d], small[d].attrs) for d in dims}
-    template = xr.Dataset(template_vars, coords={**dim_coords, **other_coords}, attrs=small.attrs)
+    template = xr.Dataset(template_vars, coords={**dim_coords, **inner_coords, **other_coords},
+                          attrs=small.attrs)
     if not numeric:
         return small.chunk()
 
@@ -154,7 +158,7 @@ def predict_lazy(*args: Any, chunks: Mapping[str, int] | int | None = None, **kw
         out = predict(**fixed, **values)
         return xr.Dataset(
             {name: _fit_to(template[name], out[name]) for name in template.data_vars},
-            coords={**{d: piece[d].variable for d in dims},
+            coords={**{d: piece[d].variable for d in dims}, **inner_coords,
                     **{name: out[name].variable for name in other_coords}},
             attrs=template.attrs,
         )

@@ -23,6 +23,10 @@ allreduce        halving_doubling       2 lg q a + 2(q-1)/q n b + (q-1)/q n g + 
 allreduce        parameter_server       2a + 2 max(1, p/k) n b + (p/k) n g  (k servers)
 allreduce        hierarchical           ring reduce-scatter in node + allreduce of n/g between nodes
                                         + ring allgather in node (g GPUs per node)
+allreduce        nccl                   NCCL's choice of ring or tree and of the LL, LL128 or Simple
+                                        protocol by size, with NVLS where the node offers it
+                                        (:mod:`dlexplore.model.nccl`)
+allreduce        nvls                   NCCL's NVLink SHARP: the NVSwitches reduce, n / (5/6 B)
 broadcast        tree                   L (a + n b)
 broadcast        ring                   (L + p - 1) a + 2(p-1)/p n b  (scatter + ring allgather)
 reduce           tree                   L (a + n b + n g)
@@ -69,6 +73,7 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
         "halving_doubling",
         "hierarchical",
         "parameter_server",
+        "nccl",
     ),
     "broadcast": ("tree", "ring"),
     "reduce": ("tree", "ring"),
@@ -77,6 +82,9 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
     "alltoall": ("pairwise",),
 }
 COLLECTIVES = tuple(ALGORITHMS)
+#: Algorithms accepted by name that need particular hardware, so not in the general lists: NVLink
+#: SHARP needs third-generation NVSwitches inside one node.
+HARDWARE_ALGORITHMS: dict[str, tuple[str, ...]] = {"allreduce": ("nvls",)}
 
 _COLLECTIVE_ALIASES = {
     "all_reduce": "allreduce",
@@ -97,6 +105,8 @@ _ALGORITHM_ALIASES = {
     "two_level": "hierarchical",
     "scatter_allgather": "ring",
     "bruck": "recursive_doubling",
+    "auto": "nccl",
+    "nvlink_sharp": "nvls",
 }
 
 
@@ -124,7 +134,7 @@ def normalize_algorithm(algorithm: str, collective: str = "allreduce") -> str:
     collective = normalize_collective(collective)
     key = _norm(algorithm)
     key = _ALGORITHM_ALIASES.get(key, key)
-    allowed = ALGORITHMS[collective]
+    allowed = ALGORITHMS[collective] + HARDWARE_ALGORITHMS.get(collective, ())
     if key not in allowed:
         hint = suggest(key, allowed)
         raise DlexploreError(
@@ -166,14 +176,20 @@ def collective_time(
     intra_bandwidth: ArrayLike | None = None,
     intra_latency: ArrayLike | None = None,
     inter_algorithm: str = "ring",
+    intra_fabric: str = "nvlink",
+    architecture: str = "",
+    nvls: bool = False,
 ) -> np.ndarray:
     """Time (s) of one collective on ``ranks`` ranks moving ``nbytes`` bytes.
 
     ``bandwidth`` is GB/s (1e9 bytes/s) per link and direction, ``latency`` seconds per message,
     ``gamma`` seconds per byte reduced. ``servers`` is used by ``parameter_server``; the hierarchical
     allreduce also needs ``gpus_per_node`` and the intra-node ``intra_bandwidth`` (GB/s) and
-    ``intra_latency`` (s), and runs ``inter_algorithm`` between nodes. See the module docstring for
-    every formula. Arguments broadcast together like numpy arrays.
+    ``intra_latency`` (s), and runs ``inter_algorithm`` between nodes. ``nccl`` and ``nvls`` take
+    the same and the node's ``intra_fabric`` (``nvlink``, ``pcie``), the GPU ``architecture`` and
+    whether the node offers ``nvls`` (:func:`dlexplore.model.nccl.nccl_allreduce`); their
+    ``bandwidth``/``intra_bandwidth`` are the effective ones (the links' efficiency applied). See
+    the module docstring for every formula. Arguments broadcast together like numpy arrays.
     """
     collective = normalize_collective(collective)
     algorithm = normalize_algorithm(algorithm, collective)
@@ -213,11 +229,26 @@ def collective_time(
                 raise DlexploreError(f"servers must be >= 1, got {servers!r}")
             load = np.maximum(1.0, p / k)
             return 2 * a + 2 * load * n * b + (p / k) * n * g
-        # hierarchical
         if gpus_per_node is None or intra_bandwidth is None or intra_latency is None:
             raise DlexploreError(
-                "the hierarchical allreduce needs gpus_per_node, intra_bandwidth and intra_latency"
+                f"the {algorithm} allreduce needs gpus_per_node, intra_bandwidth and intra_latency"
             )
+        if algorithm in ("nccl", "nvls"):
+            from .nccl import NCCL_ALGORITHMS, nccl_allreduce
+
+            if algorithm == "nvls" and not nvls:
+                raise DlexploreError("the nvls allreduce needs NVLink SHARP: an intra-node link "
+                                     "whose reduction is 'nvls' (NVLink4 through NVSwitch)")
+            time, _, _ = nccl_allreduce(
+                n, p, gpus_per_node, intra_bandwidth, intra_latency, bw, a,
+                intra_fabric=intra_fabric, architecture=architecture, nvls=nvls,
+                algorithms=NCCL_ALGORITHMS if algorithm == "nccl" else ("nvls",),
+            )
+            multi_node = np.ceil(p / np.minimum(_check_ranks(gpus_per_node), p)) > 1
+            if algorithm == "nvls" and np.any(multi_node & (p > 1)):
+                raise DlexploreError("the nvls allreduce runs inside one node (gpus <= gpus_per_node)")
+            return time
+        # hierarchical
         per_node = _check_ranks(gpus_per_node)
         local = np.minimum(p, per_node)
         nodes = np.ceil(p / per_node)
@@ -294,14 +325,18 @@ def predict_comm(
     gpus_per_node: ArrayLike = 8,
     intra_bandwidth: ArrayLike | None = None,
     intra_latency: ArrayLike | None = None,
+    intra_fabric: str = "nvlink",
+    architecture: str = "",
+    nvls: bool = False,
 ) -> xr.Dataset:
     """Predicted time, algbw and busbw of one collective as an ``xarray.Dataset``.
 
     Each of ``nbytes`` (bytes), ``gpus`` (ranks), ``bandwidth`` (GB/s), ``latency`` (s) and ``gamma``
     (s/byte) may be a scalar or a 1-D sequence; each sequence becomes a dimension (``bytes``,
     ``gpus``, ``bandwidth``, ``latency``, ``gamma``). ``algorithm`` defaults to the collective's
-    first algorithm. For the hierarchical allreduce the intra-node link defaults to the network's
-    figures unless given.
+    first algorithm. For the hierarchical, ``nccl`` and ``nvls`` allreduces the intra-node link
+    defaults to the network's figures unless given; ``intra_fabric``, ``architecture`` and
+    ``nvls`` describe the node for the NCCL ones (:func:`collective_time`).
     """
     from ._sweep import as_dataarray, finish_dataset
 
@@ -315,13 +350,15 @@ def predict_comm(
     kwargs: dict = {}
     if algorithm == "parameter_server":
         kwargs["servers"] = as_dataarray("servers", servers)
-    if algorithm == "hierarchical":
+    if algorithm in ("hierarchical", "nccl", "nvls"):
         kwargs["gpus_per_node"] = as_dataarray("gpus_per_node", gpus_per_node)
         kwargs["intra_bandwidth"] = bw if intra_bandwidth is None else as_dataarray(
             "intra_bandwidth", intra_bandwidth)
         kwargs["intra_latency"] = lat if intra_latency is None else as_dataarray(
             "intra_latency", intra_latency)
-    time = _comm_time_da(collective, algorithm, n, p, bw, lat, gam, kwargs)
+    node = dict(intra_fabric=intra_fabric, architecture=architecture, nvls=nvls) \
+        if algorithm in ("nccl", "nvls") else {}
+    time = _comm_time_da(collective, algorithm, n, p, bw, lat, gam, kwargs, node)
     factor = busbw_factor(collective, p.values)
     ds = xr.Dataset({"time": time})
     ds["algbw"] = ds["bytes"] / ds["time"].where(ds["time"] > 0) / 1e9
@@ -330,7 +367,7 @@ def predict_comm(
     return finish_dataset(ds, title=f"{collective} ({algorithm}) in the alpha-beta model")
 
 
-def _comm_time_da(collective, algorithm, n, p, bw, lat, gam, kwargs) -> xr.DataArray:
+def _comm_time_da(collective, algorithm, n, p, bw, lat, gam, kwargs, node=None) -> xr.DataArray:
     # xarray broadcasts by dimension name (outer product of the sweeps), numpy does the arithmetic.
     arrays = xr.broadcast(n, p, bw, lat, gam, *kwargs.values())
     values = collective_time(
@@ -338,5 +375,6 @@ def _comm_time_da(collective, algorithm, n, p, bw, lat, gam, kwargs) -> xr.DataA
         algorithm,
         *(x.values for x in arrays[:5]),
         **{k: v.values for k, v in zip(kwargs, arrays[5:], strict=True)},
+        **(node or {}),
     )
     return arrays[0].copy(data=values)

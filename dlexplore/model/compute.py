@@ -13,11 +13,15 @@ appear to run above "peak"); kernel-launch overheads; data augmentation on the C
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import numpy.typing as npt
 
-from ..catalog import GPU, PRECISIONS
+from ..catalog import GPU, PRECISIONS, gemm_efficiency, model_default
+from ..catalog.gemm import unit_kind
 from ..errors import DlexploreError
+from .operators import Operators, operator_times
 
 __all__ = [
     "DEFAULT_COMPUTE_EFFICIENCY",
@@ -30,7 +34,15 @@ __all__ = [
     "normalize_optimizer",
     "normalize_precision",
     "training_peak_flops",
+    "COMPUTE_PARAMETERS",
+    "compute_defaults",
+    "fill_compute_defaults",
+    "kernel_times",
 ]
+
+#: The numeric parameters of the per-operator compute model (:mod:`dlexplore.model.operators`).
+COMPUTE_PARAMETERS = ("compute_efficiency", "memory_efficiency", "kernel_time", "winograd_speedup",
+                      "flash_efficiency")
 
 #: Default fraction of peak FLOP/s reached by the whole training step, by precision. These are
 #: round, commonly reported utilisations for convolution- and GEMM-heavy training (about half of
@@ -75,9 +87,49 @@ def normalize_precision(precision: str) -> str:
     return key
 
 
-def default_compute_efficiency(precision: str) -> float:
-    """The documented default fraction of peak for ``precision`` (see DEFAULT_COMPUTE_EFFICIENCY)."""
-    return DEFAULT_COMPUTE_EFFICIENCY[normalize_precision(precision)]
+def default_compute_efficiency(precision: str, gpu: GPU | str | None = None) -> float:
+    """The default fraction of peak that large GEMMs reach: from the published GEMM measurements of
+    ``gpu`` (:func:`dlexplore.catalog.gemm_efficiency`); without a GPU, the whole-step round
+    figure of :data:`DEFAULT_COMPUTE_EFFICIENCY` (the model before per-operator compute)."""
+    precision = normalize_precision(precision)
+    if gpu is None:
+        return DEFAULT_COMPUTE_EFFICIENCY[precision]
+    return gemm_efficiency(gpu, precision).value
+
+
+def compute_defaults(gpu: GPU | str, precision: str) -> dict[str, float]:
+    """Default of every :data:`COMPUTE_PARAMETERS` entry for ``gpu`` at ``precision``: the GEMM
+    plateau from published GEMM measurements, the others from
+    :func:`dlexplore.catalog.model_defaults`."""
+    out = {"compute_efficiency": default_compute_efficiency(precision, gpu)}
+    for name in COMPUTE_PARAMETERS[1:]:
+        out[name] = model_default(name)
+    return out
+
+
+def fill_compute_defaults(values: dict, gpu: GPU | str, precision: str) -> None:
+    """Replace the ``None`` compute parameters in ``values`` by their defaults, in place."""
+    missing = [name for name in COMPUTE_PARAMETERS if values.get(name) is None]
+    if missing:
+        defaults = compute_defaults(gpu, precision)
+        for name in missing:
+            values[name] = defaults[name]
+
+
+def kernel_times(ops: Operators, batch: npt.ArrayLike, gpu: GPU, precision: str,
+                 params: Mapping[str, npt.ArrayLike]) -> np.ndarray:
+    """Time (s) of every kernel of ``ops`` for ``batch`` samples on ``gpu`` at ``precision``, with
+    the compute parameters in ``params`` (:func:`dlexplore.model.operators.operator_times`).
+    Winograd's saving applies on vector units only: cuDNN runs tensor-core convolutions as
+    implicit GEMMs."""
+    winograd = params["winograd_speedup"] if unit_kind(gpu, precision) == "vector" else 1.0
+    return operator_times(
+        ops, batch, training_peak_flops(gpu, precision), gpu.memory_bandwidth_gbs,
+        compute_efficiency=params["compute_efficiency"],
+        memory_efficiency=params["memory_efficiency"], kernel_time=params["kernel_time"],
+        winograd_speedup=winograd, flash_efficiency=params["flash_efficiency"],
+        sm_count=int(gpu.sm_count),
+    )
 
 
 def training_peak_flops(gpu: GPU, precision: str) -> float:

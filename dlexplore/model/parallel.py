@@ -70,6 +70,7 @@ links, and efficiency losses of thin GEMMs at large ``tp``. Calibrate before tru
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,12 +82,14 @@ from ._sweep import PREDICTED_SOURCE
 from .comm import collective_time
 from .compute import (
     OPTIMIZER_TRAFFIC_BYTES,
-    default_compute_efficiency,
+    fill_compute_defaults,
     normalize_optimizer,
     normalize_precision,
     training_peak_flops,
 )
 from .memory import ACTIVATION_SCALE, DEFAULT_WORKSPACE, bytes_per_param
+from .operators import CATEGORIES
+from .stage import stage_compute
 
 __all__ = [
     "predict_parallel",
@@ -133,6 +136,7 @@ PARALLEL_VARIABLES: dict[str, tuple[str, str]] = {
     "mem_capacity": ("bytes", "GPU memory capacity"),
     "fits": ("1", "whether the step fits in GPU memory"),
     "mem_cpu_offload": ("bytes", "CPU memory per GPU for offloaded optimizer state"),
+    "time_operator": ("s", "compute time per step by operator category (slowest stage)"),
 }
 
 
@@ -231,7 +235,7 @@ def _evaluate(
     st: _Setup, *, gpus: int, dp: int | None, tp: int, pp: int, micro_batch: int, batch_size: int,
     recompute: str, sequence_parallel: bool, zero: int, offload: bool, schedule: str,
     gpus_per_node: int, compute_efficiency: float | None, overlap: float, workspace: float,
-    cpu_bandwidth: float,
+    cpu_bandwidth: float, attention: str = "fused", compute: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
     """Every variable of :func:`predict_parallel` as floats (see the module docstring)."""
     wl, dev = st.wl, st.dev
@@ -281,31 +285,41 @@ def _evaluate(
     m = batch_size // (dp * micro_batch)
 
     peak = training_peak_flops(dev, st.precision)
-    eff = default_compute_efficiency(st.precision) if compute_efficiency is None else compute_efficiency
+    params = {"compute_efficiency": compute_efficiency, **dict(compute or {})}
+    fill_compute_defaults(params, dev, st.precision)
+    eff = params["compute_efficiency"]
     if not 0 < eff <= 1:
         raise DlexploreError(f"compute_efficiency is a fraction of peak in (0, 1], got {eff!r}")
     rate = peak * eff
     value_bytes = 4.0 * ACTIVATION_SCALE[st.precision]  # bytes per activation value
     F = wl.flops_per_sample
-    # One micro-batch on one stage of one tensor-parallel group.
-    fwd = F * micro_batch / (tp * pp) / rate
-    recomp = 0.0
-    if recompute == "full":
-        recomp = fwd
-    elif recompute == "selective":
-        recomp = 4.0 * s * s * h * L * micro_batch / (tp * pp) / rate
-    t_comp_mb = 3 * fwd + recomp
+    # One micro-batch on the slowest stage of one tensor-parallel group, kernel by kernel.
+    stage = stage_compute(wl, dev, st.precision, micro_batch=micro_batch, tp=tp, pp=pp,
+                          sequence_parallel=sequence_parallel, recompute=recompute,
+                          attention=attention, params=params,
+                          optimizer_traffic=OPTIMIZER_TRAFFIC_BYTES[st.optimizer])
+    recomp = stage.recompute
+    t_comp_mb = stage.total
 
     def link(intra: bool) -> tuple[float, float]:
+        # what collectives see of the link: its efficiency (NCCL's per-link figure)
         lk = st.intra if intra or st.net is None else st.net
-        return lk.bandwidth_gbs, lk.latency_s
+        return lk.bandwidth_gbs * lk.efficiency, lk.latency_s
+
+    def allreduce(nbytes: float, ranks: int, per_node: int) -> float:
+        """NCCL's allreduce of ``nbytes`` over ``ranks`` GPUs, ``per_node`` of them per node."""
+        inter_bw, inter_lat = link(False)
+        intra_bw, intra_lat = link(True)
+        return float(collective_time(
+            "allreduce", "nccl", nbytes, ranks, inter_bw, inter_lat, gpus_per_node=per_node,
+            intra_bandwidth=intra_bw, intra_latency=intra_lat, intra_fabric=st.intra.fabric or "pcie",
+            architecture=dev.architecture, nvls=st.intra.reduction == "nvls"))
 
     tp_bytes_mb = pp_bytes_mb = t_tp_mb = t_pp_mb = 0.0
     if transformer and tp > 1:
         n_ar = (4 + (2 if recompute == "full" else 0)) * (L // pp)
         msg = tp_allreduce_bytes(s, micro_batch, h, value_bytes)
-        bw, lat = link(tp <= gpus_per_node)
-        t_tp_mb = n_ar * float(collective_time("allreduce", "ring", msg, tp, bw, lat))
+        t_tp_mb = n_ar * allreduce(msg, tp, min(tp, gpus_per_node))
         tp_bytes_mb = n_ar * msg
     if transformer and pp > 1:
         msg = s * micro_batch * h * value_bytes
@@ -324,20 +338,21 @@ def _evaluate(
     if dp > 1:
         bw, lat = link(tp * dp <= gpus_per_node)
         if zero == 0:
-            t_dp = float(collective_time("allreduce", "ring", grad_bytes, dp, bw, lat))
+            # Megatron's rank order: tensor-parallel ranks adjacent, then data-parallel ones
+            t_dp = allreduce(grad_bytes, dp, min(dp, max(1, gpus_per_node // tp)))
             dp_bytes = 2 * (dp - 1) / dp * grad_bytes
         else:
             rs = float(collective_time("reduce_scatter", "ring", grad_bytes, dp, bw, lat))
             ag = float(collective_time("allgather", "ring", p_rank * per["params"], dp, bw, lat))
             t_dp = rs + ag * (2 if zero == 3 else 1)
             dp_bytes = (dp - 1) / dp * (grad_bytes + p_rank * per["params"] * (2 if zero == 3 else 1))
-    hide = 2 * fwd  # the last micro-batch's backward
+    hide = stage.backward  # the last micro-batch's backward
     t_dp_exposed = (1 - overlap) * t_dp + overlap * max(0.0, t_dp - hide)
 
     # Optimizer update over the parameters this rank owns.
     p_update = p_rank / (dp if zero >= 1 else 1)
     traffic = OPTIMIZER_TRAFFIC_BYTES[st.optimizer] * p_update
-    t_opt = traffic / (dev.memory_bandwidth_gbs * 1e9)
+    t_opt = traffic / (params["memory_efficiency"] * dev.memory_bandwidth_gbs * 1e9)
     t_off = off_bytes = 0.0
     if offload:
         t_opt = traffic / (cpu_bandwidth * 1e9)
@@ -359,7 +374,7 @@ def _evaluate(
         acts = wl.activation_bytes_per_sample * ACTIVATION_SCALE[st.precision] * micro_batch
     total = states["params"] + states["grads"] + states["optimizer"] + acts + workspace
 
-    ideal = 3 * F * batch_size / (gpus * rate)
+    ideal = 3 * F * batch_size / (gpus * rate)  # every FLOP at the GEMM plateau, nothing else
     out = {
         "step_time": step,
         "time_compute": m * t_comp_mb,
@@ -395,8 +410,10 @@ def _evaluate(
         gpus=gpus, dp=dp, tp=tp, pp=pp, micro_batch=micro_batch, batch_size=batch_size,
         seq=s if transformer else 0, recompute=recompute, sequence_parallel=bool(sequence_parallel),
         zero=int(zero), offload=bool(offload), schedule=schedule, peak_flops=peak,
-        compute_efficiency=eff,
+        compute_efficiency=eff, attention=attention,
+        **{k: float(v) for k, v in params.items() if k != "compute_efficiency"},
     )
+    out["_operators"] = stage.by_category * m
     return out
 
 
@@ -410,7 +427,11 @@ _COORD_UNITS = {
     "seq": ("tokens", "sequence length"),
     "zero": ("1", "ZeRO stage"),
     "peak_flops": ("FLOP/s", "peak dense FLOP/s of the GPU at this precision"),
-    "compute_efficiency": ("1", "fraction of peak FLOP/s achieved by compute"),
+    "compute_efficiency": ("1", "fraction of peak FLOP/s that large GEMMs reach"),
+    "memory_efficiency": ("1", "fraction of GPU memory bandwidth reached by memory-bound kernels"),
+    "kernel_time": ("s", "fixed time of one GPU kernel"),
+    "winograd_speedup": ("1", "FLOP saving of Winograd's algorithm on 3x3 convolutions"),
+    "flash_efficiency": ("1", "fraction of peak FLOP/s a flash-attention kernel reaches"),
 }
 
 
@@ -440,6 +461,10 @@ def predict_parallel(
     compute_efficiency: float | None = None,
     overlap: float = 0.0,
     workspace: float = DEFAULT_WORKSPACE,
+    attention: str = "fused",
+    memory_efficiency: float | None = None,
+    kernel_time: float | None = None,
+    flash_efficiency: float | None = None,
 ) -> xr.Dataset:
     """Predict step time, throughput and memory per GPU of hybrid dp x tp x pp training.
 
@@ -465,13 +490,21 @@ def predict_parallel(
         ``1f1b`` or ``gpipe``: same bubble, different activations in flight.
     gpus_per_node, intra_link:
         Node size and the link inside it; collectives across nodes use ``network``.
+    compute_efficiency, memory_efficiency, kernel_time, flash_efficiency, attention:
+        The per-operator compute model (:mod:`dlexplore.model.operators`, the same as
+        :func:`dlexplore.predict`'s): the GEMM plateau (default from published GEMM measurements of
+        the GPU), the memory-bound kernels' share of bandwidth, the fixed time per kernel (s), the
+        flash-attention kernel's share of peak, and the attention kernels (``fused``, ``unfused``
+        or ``flash``). The compute time is per kernel at the micro-batch, sequence length and
+        tensor-parallel shapes (:mod:`dlexplore.model.stage`).
 
     Returns
     -------
     xarray.Dataset
         Scalar variables of :data:`PARALLEL_VARIABLES` (times s, bytes, samples/s, tokens/s,
         fractions), each with ``units`` and ``long_name``; the configuration as coordinates;
-        ``attrs["source"]`` starts with ``"predicted: "``.
+        ``attrs["source"]`` starts with ``"predicted: "``. ``time_operator`` splits the compute
+        time per step by operator category (dimension ``operator``).
     """
     st = _setup(workload, gpu, network, intra_link, offload_link, precision, optimizer, seq)
     if batch_size is None:
@@ -481,10 +514,16 @@ def predict_parallel(
         st, gpus=gpus, dp=dp, tp=tp, pp=pp, micro_batch=micro_batch, batch_size=batch_size,
         recompute=recompute, sequence_parallel=sequence_parallel, zero=zero, offload=offload,
         schedule=schedule, gpus_per_node=gpus_per_node, compute_efficiency=compute_efficiency,
-        overlap=overlap, workspace=workspace, cpu_bandwidth=cpu_bandwidth,
+        overlap=overlap, workspace=workspace, cpu_bandwidth=cpu_bandwidth, attention=attention,
+        compute={k: v for k, v in (("memory_efficiency", memory_efficiency),
+                                   ("kernel_time", kernel_time),
+                                   ("flash_efficiency", flash_efficiency)) if v is not None},
     )
     coords = values.pop("_coords")
+    by_operator = values.pop("_operators")
     ds = xr.Dataset({name: xr.DataArray(np.asarray(v)) for name, v in values.items()})
+    ds["time_operator"] = xr.DataArray(by_operator, dims="operator",
+                                       coords={"operator": list(CATEGORIES)})
     labels = {"workload": st.wl.name, "gpu": st.dev.name,
               "network": st.net.name if st.net is not None else "none",
               "intra_link": st.intra.name, "precision": st.precision, "optimizer": st.optimizer,

@@ -40,16 +40,25 @@ from ..errors import DlexploreError
 from ._sweep import as_dataarray, finish_dataset, is_sweep
 from .comm import collective_time, normalize_algorithm
 from .compute import (
-    BACKWARD_TO_FORWARD,
-    default_compute_efficiency,
-    forward_time,
+    OPTIMIZER_TRAFFIC_BYTES,
+    fill_compute_defaults,
+    kernel_times,
     normalize_optimizer,
     normalize_precision,
-    optimizer_time,
     training_peak_flops,
+)
+from .gradsync import (
+    FRAMEWORKS,
+    FUSION_THRESHOLD,
+    TRANSPORTS,
+    horovod_delay,
+    parameter_server_time,
+    resolve_transport,
+    server_load_fraction,
 )
 from .io import io_time
 from .memory import ACTIVATION_SCALE, DEFAULT_WORKSPACE, bytes_per_param
+from .operators import CATEGORIES, PHASES, category_sums, operator_table, phase_sums
 
 __all__ = ["predict", "gradient_buckets", "DEFAULT_BUCKET_SIZE", "NUMERIC_PARAMETERS"]
 
@@ -71,6 +80,15 @@ NUMERIC_PARAMETERS = (
     "overlap",
     "gamma",
     "io_threads",
+    "grad_accum",
+    "memory_efficiency",
+    "kernel_time",
+    "winograd_speedup",
+    "flash_efficiency",
+    "tcp_efficiency",
+    "ps_efficiency",
+    "cycle_time",
+    "negotiation_time",
 )
 #: Parameters that select catalog entries or change the bucket structure: a sequence of them is
 #: evaluated one value at a time and concatenated along a dimension of that name.
@@ -84,8 +102,18 @@ CATEGORICAL_PARAMETERS = (
     "optimizer",
     "storage",
     "bucket_size",
+    "seq",
+    "attention",
+    "framework",
+    "transport",
+    "servers_colocated",
 )
-_INTEGER_PARAMETERS = {"gpus", "batch_size", "gpus_per_node", "servers", "io_threads"}
+_INTEGER_PARAMETERS = {"gpus", "batch_size", "gpus_per_node", "servers", "io_threads", "grad_accum"}
+#: Fractions in (0, 1].
+_FRACTIONS = ("compute_efficiency", "memory_efficiency", "flash_efficiency", "tcp_efficiency",
+              "ps_efficiency")
+#: Communication overheads and their defaults' names in data/catalog/defaults.csv.
+COMM_PARAMETERS = ("tcp_efficiency", "ps_efficiency", "cycle_time", "negotiation_time")
 
 
 @dataclass(frozen=True)
@@ -95,6 +123,7 @@ class Buckets:
 
     nbytes: np.ndarray
     ready_fraction: np.ndarray
+    tensors: np.ndarray  # gradient tensors (layers with parameters) fused into each bucket
 
 
 def gradient_buckets(
@@ -110,17 +139,20 @@ def gradient_buckets(
     ready = wl.gradient_ready_fraction
     if bucket_size < 0 or np.isnan(bucket_size):
         raise DlexploreError(f"bucket_size must be >= 0 bytes, got {bucket_size!r}")
-    nbytes, ready_at, current = [], [], 0.0
+    nbytes, ready_at, tensors, current, count = [], [], [], 0.0, 0
     for size, frac in zip(sizes, ready, strict=True):
         current += size
+        count += 1
         if current >= bucket_size:
             nbytes.append(current)
             ready_at.append(frac)
-            current = 0.0
+            tensors.append(count)
+            current, count = 0.0, 0
     if current > 0:
         nbytes.append(current)
         ready_at.append(ready[-1])
-    return Buckets(np.array(nbytes), np.array(ready_at))
+        tensors.append(count)
+    return Buckets(np.array(nbytes), np.array(ready_at), np.array(tensors, dtype=float))
 
 
 class _Grid:
@@ -159,16 +191,23 @@ class _Grid:
 def _validate(name: str, arr: np.ndarray) -> None:
     if not np.all(np.isfinite(arr)):
         raise DlexploreError(f"{name} must be finite, got {arr.ravel().tolist()}")
-    if name in _INTEGER_PARAMETERS:
+    if name == "servers":
+        if np.any(arr < 0) or np.any(arr != np.floor(arr)):
+            raise DlexploreError(f"servers must be whole numbers >= 0 (0: one per node), got "
+                                 f"{arr.ravel().tolist()}")
+    elif name in _INTEGER_PARAMETERS:
         if np.any(arr < 1) or np.any(arr != np.floor(arr)):
             raise DlexploreError(f"{name} must be whole numbers >= 1, got {arr.ravel().tolist()}")
-    elif name in ("bandwidth", "intra_bandwidth", "compute_efficiency"):
+    elif name in ("bandwidth", "intra_bandwidth", *_FRACTIONS):
         if np.any(arr <= 0):
             raise DlexploreError(f"{name} must be > 0, got {arr.ravel().tolist()}")
-        if name == "compute_efficiency" and np.any(arr > 1):
+        if name in _FRACTIONS and np.any(arr > 1):
             raise DlexploreError(
-                f"compute_efficiency is a fraction of peak in (0, 1], got {arr.ravel().tolist()}"
+                f"{name} is a fraction in (0, 1], got {arr.ravel().tolist()}"
             )
+    elif name == "winograd_speedup":
+        if np.any(arr < 1):
+            raise DlexploreError(f"winograd_speedup must be >= 1, got {arr.ravel().tolist()}")
     elif name == "overlap":
         if np.any((arr < 0) | (arr > 1)):
             raise DlexploreError(f"overlap must be within [0, 1], got {arr.ravel().tolist()}")
@@ -189,12 +228,12 @@ def predict(
     intra_link: str | catalog.Link | Sequence[str] = "PCIe3",
     intra_bandwidth: float | Sequence[float] | None = None,
     intra_latency: float | Sequence[float] | None = None,
-    algorithm: str | Sequence[str] = "ring",
-    servers: int | Sequence[int] = 1,
+    algorithm: str | Sequence[str] = "nccl",
+    servers: int | Sequence[int] = 0,
     precision: str | Sequence[str] = "fp32",
     optimizer: str | Sequence[str] = "momentum",
     compute_efficiency: float | Sequence[float] | None = None,
-    bucket_size: float | Sequence[float] = DEFAULT_BUCKET_SIZE,
+    bucket_size: float | Sequence[float] | None = None,
     overlap: float | Sequence[float] = 1.0,
     gamma: float | Sequence[float] = 0.0,
     storage: str | catalog.StorageTier | Sequence[str] | None = None,
@@ -202,6 +241,21 @@ def predict(
     prefetch: bool = True,
     workspace: float = DEFAULT_WORKSPACE,
     buckets: bool = False,
+    grad_accum: int | Sequence[int] = 1,
+    seq: int | Sequence[int] | None = None,
+    attention: str | Sequence[str] = "fused",
+    memory_efficiency: float | Sequence[float] | None = None,
+    kernel_time: float | Sequence[float] | None = None,
+    winograd_speedup: float | Sequence[float] | None = None,
+    flash_efficiency: float | Sequence[float] | None = None,
+    framework: str | Sequence[str] = "ddp",
+    transport: str | Sequence[str] = "auto",
+    servers_colocated: bool | Sequence[bool] = True,
+    tcp_efficiency: float | Sequence[float] | None = None,
+    ps_efficiency: float | Sequence[float] | None = None,
+    cycle_time: float | Sequence[float] | None = None,
+    negotiation_time: float | Sequence[float] | None = None,
+    operators: bool = False,
 ) -> xr.Dataset:
     """Predict step time, throughput, scaling efficiency and memory of data-parallel training.
 
@@ -228,10 +282,26 @@ def predict(
     optimizer:
         ``sgd``, ``momentum`` or ``adam``: sets optimizer-state memory and update traffic.
     compute_efficiency:
-        Fraction of peak FLOP/s reached; default by precision from
-        :data:`dlexplore.model.compute.DEFAULT_COMPUTE_EFFICIENCY`.
+        Fraction of peak FLOP/s that large GEMMs and convolutions reach (the plateau of the GEMM
+        efficiency curve, :mod:`dlexplore.model.operators`); default from published GEMM
+        measurements of the GPU (or its architecture) at the precision,
+        :func:`dlexplore.catalog.gemm_efficiency`.
+    memory_efficiency, kernel_time, winograd_speedup, flash_efficiency:
+        The rest of the per-operator compute model: the fraction of memory bandwidth that
+        memory-bound kernels reach, the fixed time of one kernel (s), the FLOP saving of
+        Winograd's algorithm on 3x3 convolutions (applied on vector units only), and the fraction
+        of peak of a flash-attention kernel. Defaults: :func:`dlexplore.catalog.model_defaults`.
+    grad_accum:
+        Micro-batches per step (gradient accumulation): each GPU runs ``grad_accum`` forward and
+        backward passes of ``batch_size`` samples, then one allreduce and one update; only the
+        last micro-batch's backward hides the allreduce. The global batch is
+        ``gpus * batch_size * grad_accum``.
+    seq, attention:
+        Transformers only: the sequence length (tokens; default the workload's) and the attention
+        kernels (``fused``, ``unfused`` or ``flash``).
     bucket_size:
-        Gradient fusion buffer, bytes (default 25 MiB, as PyTorch DDP); 0 = one allreduce per layer.
+        Gradient fusion buffer, bytes (default 25 MiB, as PyTorch DDP; 64 MiB with Horovod);
+        0 = one allreduce per layer.
     overlap:
         1 lets communication overlap the backward pass as the bucket schedule allows; 0 serialises it.
     prefetch:
@@ -241,12 +311,17 @@ def predict(
         (bucket 0 is the first one the backward pass fills): ``bucket_bytes``,
         ``bucket_ready``, ``bucket_start``, ``bucket_end`` (s from the start of the step),
         ``bucket_time`` (s), ``bucket_algbw`` and ``bucket_busbw`` (GB/s).
+    operators:
+        Also return ``time_kernel``, the time of every kernel of one step on a ``kernel``
+        dimension (with its ``kernel_category`` and ``kernel_phase``): the per-operator detail
+        behind ``time_operator``.
 
     Returns
     -------
     xarray.Dataset
         Variables ``step_time``, ``time_forward``, ``time_backward``, ``time_optimizer``,
-        ``time_compute``, ``time_comm``, ``time_comm_exposed``, ``time_io``, ``time_io_exposed``
+        ``time_compute``, ``time_operator`` (compute time per step by operator category, on an
+        ``operator`` dimension), ``time_comm``, ``time_comm_exposed``, ``time_io``, ``time_io_exposed``
         (s), ``throughput`` (samples/s), ``efficiency`` (1), ``comm_bytes`` (bytes),
         ``n_buckets``, ``mem_params``, ``mem_grads``, ``mem_optimizer``, ``mem_activations``,
         ``mem_workspace``, ``mem_total``, ``mem_capacity`` (bytes) and ``fits``; every variable has
@@ -255,12 +330,18 @@ def predict(
     args = dict(
         workload=workload, gpu=gpu, network=network, intra_link=intra_link, algorithm=algorithm,
         precision=precision, optimizer=optimizer, storage=storage, bucket_size=bucket_size,
+        seq=seq, attention=attention, framework=framework, transport=transport,
+        servers_colocated=servers_colocated,
     )
     numeric = dict(
         gpus=gpus, batch_size=batch_size, bandwidth=bandwidth, latency=latency,
         gpus_per_node=gpus_per_node, intra_bandwidth=intra_bandwidth,
         intra_latency=intra_latency, servers=servers, compute_efficiency=compute_efficiency,
-        overlap=overlap, gamma=gamma, io_threads=io_threads,
+        overlap=overlap, gamma=gamma, io_threads=io_threads, grad_accum=grad_accum,
+        memory_efficiency=memory_efficiency, kernel_time=kernel_time,
+        winograd_speedup=winograd_speedup, flash_efficiency=flash_efficiency,
+        tcp_efficiency=tcp_efficiency, ps_efficiency=ps_efficiency, cycle_time=cycle_time,
+        negotiation_time=negotiation_time,
     )
     if workspace < 0:
         raise DlexploreError(f"workspace must be >= 0 bytes, got {workspace!r}")
@@ -275,7 +356,8 @@ def predict(
     pieces = []
     for combo in itertools.product(*(list(args[name]) for name in swept)):
         one = dict(args, **dict(zip(swept, combo, strict=True)))
-        pieces.append(_predict_one(one, numeric, bool(prefetch), float(workspace), bool(buckets)))
+        pieces.append(_predict_one(one, numeric, bool(prefetch), float(workspace), bool(buckets),
+                                   bool(operators)))
     ds = _combine(pieces, swept, [[_label(v) for v in args[name]] for name in swept])
     title = "data-parallel training step"
     return finish_dataset(ds, title=title)
@@ -333,15 +415,20 @@ def _combine(pieces: list[xr.Dataset], dims: list[str], labels: list[list]) -> x
 
 
 def _predict_one(
-    args: dict, numeric: dict, prefetch: bool, workspace: float, detail: bool = False
+    args: dict, numeric: dict, prefetch: bool, workspace: float, detail: bool = False,
+    kernels: bool = False,
 ) -> xr.Dataset:
-    wl = catalog.workload(args["workload"])
+    wl = catalog.with_sequence(args["workload"], args["seq"])
     dev = catalog.gpu(args["gpu"])
     precision = normalize_precision(args["precision"])
     optimizer = normalize_optimizer(args["optimizer"])
     algorithm = normalize_algorithm(args["algorithm"], "allreduce")
     tier = None if args["storage"] is None else catalog.storage(args["storage"])
-    bucket_size = float(args["bucket_size"])
+    framework = _choice("framework", args["framework"], FRAMEWORKS)
+    transport = _choice("transport", args["transport"], TRANSPORTS)
+    colocated = bool(args["servers_colocated"])
+    bucket_size = float(args["bucket_size"]) if args["bucket_size"] is not None else \
+        float(FUSION_THRESHOLD if framework == "horovod" else DEFAULT_BUCKET_SIZE)
 
     values = dict(numeric)
     net = None
@@ -358,40 +445,70 @@ def _predict_one(
         values["intra_bandwidth"] = intra.bandwidth_gbs
     if values["intra_latency"] is None:
         values["intra_latency"] = intra.latency_s
-    if values["compute_efficiency"] is None:
-        values["compute_efficiency"] = default_compute_efficiency(precision)
+    fill_compute_defaults(values, dev, precision)
+    for name in COMM_PARAMETERS:
+        if values[name] is None:
+            values[name] = catalog.model_default(name)
     grid = _Grid(values)
-    P, B, G = grid["gpus"], grid["batch_size"], grid["gpus_per_node"]
+    P, B, G, A = grid["gpus"], grid["batch_size"], grid["gpus_per_node"], grid["grad_accum"]
 
-    # compute
+    # compute: every kernel of one micro-batch, then grad_accum of them and one update
     peak = training_peak_flops(dev, precision)
-    t_fwd = forward_time(wl.flops_per_sample, B, peak, grid["compute_efficiency"])
-    t_bwd = BACKWARD_TO_FORWARD * t_fwd
-    t_opt = optimizer_time(wl.params, optimizer, dev.memory_bandwidth_gbs)
+    ops = operator_table(wl, precision, attention=args["attention"],
+                         optimizer_traffic=OPTIMIZER_TRAFFIC_BYTES[optimizer])
+    times = kernel_times(ops, B, dev, precision, grid)
+    phases = phase_sums(ops, times)
+    t_fwd_mb, t_bwd_mb, t_opt = phases["forward"], phases["backward"], phases["optimizer"]
+    t_fwd, t_bwd = A * t_fwd_mb, A * t_bwd_mb
     t_compute = t_fwd + t_bwd + t_opt
+    per_step = np.where(ops.phase == PHASES.index("optimizer"), 1.0, 0.0)
+    step_times = times * (per_step + (1.0 - per_step) * A[..., np.newaxis])
+    by_operator = category_sums(ops, step_times)
+    # the last micro-batch's forward starts after the others' forward and backward
+    t_before = (A - 1) * (t_fwd_mb + t_bwd_mb) + t_fwd_mb
 
     # communication: one allreduce per bucket, serialised on one stream, overlapping backward
     per_param = bytes_per_param(precision, optimizer)
     buckets = gradient_buckets(wl, per_param["grads"], bucket_size)
     schedule: dict[str, list] = {"bucket_ready": [], "bucket_start": [], "bucket_time": []}
     one_node = P <= G
-    if algorithm == "hierarchical":
-        bw, lat = grid["bandwidth"], grid["latency"]
+    # what collectives see of each link: its efficiency, and kernel TCP's between nodes
+    tcp = resolve_transport(transport, net) == "tcp"
+    bw_net = grid["bandwidth"] * (net.efficiency if net is not None else 1.0) \
+        * (grid["tcp_efficiency"] if tcp else 1.0)
+    bw_intra = grid["intra_bandwidth"] * intra.efficiency
+    if algorithm in ("hierarchical", "nccl", "nvls"):
+        bw, lat = bw_net, grid["latency"]
     else:
-        bw = np.where(one_node, grid["intra_bandwidth"], grid["bandwidth"])
+        bw = np.where(one_node, bw_intra, bw_net)
         lat = np.where(one_node, grid["intra_latency"], grid["latency"])
+    if algorithm == "parameter_server":
+        servers = np.where(grid["servers"] > 0, grid["servers"], np.ceil(P / np.minimum(G, P)))
+        share = server_load_fraction(wl, servers)
+        # gRPC rather than NCCL: ps_efficiency of the link in place of the transport's
+        bw_ps = np.where(one_node, bw_intra, bw_net / (grid["tcp_efficiency"] if tcp else 1.0)) \
+            * grid["ps_efficiency"]
+    node = dict(intra_fabric=intra.fabric or "pcie", architecture=dev.architecture,
+                nvls=intra.reduction == "nvls") if algorithm in ("nccl", "nvls") else {}
     multi = P > 1
     t_comm = 0.0
     end = 0.0
-    for nbytes, ready_frac in zip(buckets.nbytes, buckets.ready_fraction, strict=True):
-        c = collective_time(
-            "allreduce", algorithm, nbytes, P, bw, lat, grid["gamma"], servers=grid["servers"],
-            gpus_per_node=G, intra_bandwidth=grid["intra_bandwidth"],
-            intra_latency=grid["intra_latency"],
-        )
+    for nbytes, ready_frac, tensors in zip(buckets.nbytes, buckets.ready_fraction,
+                                           buckets.tensors, strict=True):
+        if algorithm == "parameter_server":
+            c = parameter_server_time(nbytes, P, G, servers, share, colocated, bw_ps, lat,
+                                      grid["gamma"])
+        else:
+            c = collective_time(
+                "allreduce", algorithm, nbytes, P, bw, lat, grid["gamma"],
+                gpus_per_node=G, intra_bandwidth=bw_intra, intra_latency=grid["intra_latency"],
+                **node,
+            )
+        if framework == "horovod":
+            c = c + horovod_delay(tensors, P, grid["cycle_time"], grid["negotiation_time"])
         c = np.where(multi, c, 0.0)
         t_comm = t_comm + c
-        ready_at = t_fwd + ready_frac * t_bwd
+        ready_at = t_before + ready_frac * t_bwd_mb
         if detail:
             schedule["bucket_ready"].append(ready_at)
             schedule["bucket_start"].append(np.maximum(ready_at, end))
@@ -403,13 +520,13 @@ def _predict_one(
     t_comm_exposed = np.minimum(ov * hidden_limit + (1.0 - ov) * t_comm, t_comm)
 
     # input
-    t_io = io_time(tier, wl.input_bytes_per_sample, B, P, G, grid["io_threads"])
+    t_io = io_time(tier, wl.input_bytes_per_sample, B * A, P, G, grid["io_threads"])
     busy = t_compute + t_comm_exposed
     t_io_exposed = np.maximum(t_io - busy, 0.0) if prefetch else t_io
     step = busy + t_io_exposed
-    throughput = P * B / step
+    throughput = P * B * A / step
 
-    t_io_1 = io_time(tier, wl.input_bytes_per_sample, B, 1, G, grid["io_threads"])
+    t_io_1 = io_time(tier, wl.input_bytes_per_sample, B * A, 1, G, grid["io_threads"])
     step_1 = t_compute + (np.maximum(t_io_1 - t_compute, 0.0) if prefetch else t_io_1)
     efficiency = step_1 / step
 
@@ -446,6 +563,14 @@ def _predict_one(
         "fits": mem_total <= dev.memory_bytes,
     }
     ds = xr.Dataset({name: grid.wrap(value) for name, value in data.items()})
+    ds["time_operator"] = _along(grid, by_operator, "operator", list(CATEGORIES))
+    if kernels:
+        ds["time_kernel"] = _along(grid, step_times, "kernel", np.arange(len(ops)))
+        ds = ds.assign_coords(
+            kernel_name=("kernel", np.array(ops.name, dtype=object)),
+            kernel_category=("kernel", np.array([CATEGORIES[i] for i in ops.category], dtype=object)),
+            kernel_phase=("kernel", np.array([PHASES[i] for i in ops.phase], dtype=object)),
+        )
     if detail:
         ds = ds.assign(_bucket_schedule(grid, buckets.nbytes, schedule, P))
     scalar_coords = {
@@ -454,7 +579,7 @@ def _predict_one(
         if name not in grid.dims
     }
     labels = {
-        "workload": wl.name,
+        "workload": catalog.workload(args["workload"]).name,
         "gpu": dev.name,
         "network": net.name if net is not None else "custom",
         "intra_link": intra.name,
@@ -464,5 +589,31 @@ def _predict_one(
         "storage": tier.name if tier is not None else "none",
         "bucket_size": bucket_size,
         "peak_flops": peak,
+        "attention": str(args["attention"]),
+        "framework": framework,
+        "transport": resolve_transport(transport, net),
+        "servers_colocated": colocated,
     }
+    if wl.kind == "transformer":
+        labels["seq"] = int(wl.config["seq"])
     return ds.assign_coords({**scalar_coords, **labels})
+
+
+def _choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
+    key = str(value).strip().lower()
+    if key not in allowed:
+        raise DlexploreError(f"unknown {name} {value!r}; expected one of {', '.join(allowed)}")
+    return key
+
+
+def _along(grid: _Grid, value: np.ndarray, dim: str, labels: object) -> xr.DataArray:
+    """``value`` (last axis along ``dim``, the others the grid's) as a DataArray with ``dim``
+    last, over the grid dimensions it varies along."""
+    arr = np.asarray(value, dtype=float)
+    arr = np.broadcast_to(arr, np.broadcast_shapes(arr.shape, (1,) * len(grid.dims) + arr.shape[-1:]))
+    keep = [i for i, n in enumerate(arr.shape[:-1]) if n > 1 or grid.shape[i] == 1]
+    squeezed = arr.reshape([arr.shape[i] for i in keep] + [arr.shape[-1]])
+    dims = [grid.dims[i] for i in keep] + [dim]
+    coords = {d: grid.coords[d] for d in dims[:-1]}
+    coords[dim] = labels
+    return xr.DataArray(squeezed, dims=dims, coords=coords)

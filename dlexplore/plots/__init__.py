@@ -2,7 +2,8 @@
 
 - :mod:`~dlexplore.plots._columns`: pure functions from a prediction (and a measured dataset) to
   the columns each plot draws, with times in ms and memory in GiB;
-- :class:`ExplorerFigures`: the explorer's four figures, built once and fed new columns.
+- :class:`ExplorerFigures`: the explorer's four figures, built once and fed new columns;
+- :mod:`~dlexplore.plots.operators`: the compute breakdown by operator category.
 """
 
 from ._columns import (
@@ -19,6 +20,7 @@ from ._columns import (
     throughput_columns,
 )
 from .figures import SOURCE_NAMES, ExplorerFigures
+from .operators import operator_columns, operator_figure
 
 __all__ = [
     "GPU_COUNTS",
@@ -30,6 +32,8 @@ __all__ = [
     "largest_batch",
     "measured_columns",
     "memory_columns",
+    "operator_columns",
+    "operator_figure",
     "phase_columns",
     "selected_columns",
     "step_breakdown_columns",

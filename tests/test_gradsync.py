@@ -1,0 +1,118 @@
+"""Gradient synchronisation as frameworks run it (dlexplore.model.gradsync), worked out by hand;
+the catalog's published GEMM measurements and the fitted defaults behind the uncalibrated model."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dlexplore as dlx
+from dlexplore.catalog import Link
+from dlexplore.errors import InputFileError
+from dlexplore.model.gradsync import (
+    horovod_delay,
+    parameter_server_time,
+    resolve_transport,
+    server_load_fraction,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_vgg16s_first_fully_connected_layer_sits_whole_on_one_server():
+    vgg = dlx.catalog.workload("vgg16")
+    fc6 = 512 * 7 * 7 * 4096 + 4096  # classifier.0: 102,764,544 parameters
+    share = fc6 / vgg.params
+    np.testing.assert_allclose(server_load_fraction(vgg, [1, 2, 4, 16]), [1.0, share, share, share])
+    # ResNet-50's largest layer (fc, 2.05M of 25.6M) leaves 4 servers nearly even
+    resnet = dlx.catalog.workload("resnet50")
+    assert 0.25 <= float(server_load_fraction(resnet, 4)) < 0.26
+
+
+def test_parameter_server_time_by_hand():
+    n, p, g, f, bw, a = 1e8, 16, 4, 0.5, 2.0, 1e-5
+    # colocated: the busiest server's node link carries n (f (p - g) + g (1 - f)) = 8 n each way
+    colocated = parameter_server_time(n, p, g, 4, f, True, bw, a)
+    assert float(colocated) == pytest.approx(2 * a + 2 * 8 * n / 2e9)
+    dedicated = parameter_server_time(n, p, g, 4, f, False, bw, a)
+    assert float(dedicated) == pytest.approx(2 * a + 2 * 8 * n / 2e9)  # f p n = 8 n too
+    assert float(parameter_server_time(n, p, g, 4, 0.25, False, bw, a)) == pytest.approx(
+        2 * a + 2 * 4 * n / 2e9)
+    # one worker still pushes and pulls its own bytes
+    assert float(parameter_server_time(n, 1, 1, 1, 1.0, True, bw, a)) == pytest.approx(
+        2 * a + 2 * n / 2e9)
+
+
+def test_horovod_delay_and_transport():
+    # half a 5 ms cycle, then 10 tensors negotiated up and down ceil(log2 64) = 6 tree levels
+    assert float(horovod_delay(10, 64, 5e-3, 1e-5)) == pytest.approx(2.5e-3 + 10 * 6 * 1e-5)
+    assert resolve_transport("auto", dlx.catalog.network("25GbE")) == "tcp"
+    assert resolve_transport("auto", dlx.catalog.network("IB-HDR")) == "rdma"
+    assert resolve_transport("rdma", dlx.catalog.network("25GbE")) == "rdma"
+    assert resolve_transport("auto", None) == "rdma"
+
+
+@pytest.mark.parametrize(("gpu", "precision", "value", "rule"), [
+    # DeepBench's SGEMM on its (PCIe) P100, 8.21 of 9.3 TFLOP/s, serves the SXM2 part
+    ("P100", "fp32", 8.21 / 9.3, "measured on a Pascal GPU"),
+    ("V100-16GB", "fp16", 83 / 125, "measured on this GPU"),
+    ("A100-40GB", "bf16", 267.9 / 312, "measured on a Ampere GPU"),
+    # TF32 runs on the same tensor cores as bf16: the A100's measured fraction
+    ("A100-80GB", "tf32", 267.9 / 312, "same kind of unit, at bf16"),
+    ("H100-SXM", "fp16", 792.1 / 989.4, "as bf16"),
+    # Kepler has no row: the median of the vector-unit rows, P100 8.21/9.3 and V100 11.86/15.7
+    ("K80", "fp32", (8.21 / 9.3 + 11.86 / 15.7) / 2, "median of the published vector-unit GEMMs"),
+])
+def test_gemm_plateau_from_published_measurements(gpu, precision, value, rule):
+    found = dlx.catalog.gemm_efficiency(gpu, precision)
+    assert found.value == pytest.approx(value)
+    assert rule in found.rule
+    assert found.source
+    table = dlx.catalog.gemm_measurements()
+    assert set(table.columns) >= {"gpu", "precision", "tflops", "source", "efficiency"}
+    assert (table["source"].str.len() > 20).all()
+
+
+def test_network_catalog_efficiency_and_fabric(tmp_path):
+    nvlink4 = dlx.catalog.network("NVLink4")
+    assert nvlink4.efficiency == pytest.approx(20.6 / 25)  # NCCL's SM90_NVLINK_BW per 25 GB/s link
+    assert (nvlink4.fabric, nvlink4.reduction) == ("nvlink", "nvls")
+    assert dlx.catalog.network("PCIe3").efficiency == pytest.approx(12.0 / 15.75, abs=1e-3)
+    assert Link("x", "network", 1.0, 1e-6, "test").efficiency == 1.0  # the default
+    bad = tmp_path / "links.csv"
+    bad.write_text("name,kind,bandwidth_gbs,latency_s,efficiency,source\n"
+                   "mylink,intra,10,1e-6,1.5,test\n", encoding="utf-8")
+    with pytest.raises(InputFileError, match=r"efficiency: expected a fraction in \(0, 1\]"):
+        dlx.catalog.hardware.read_csv(bad, "networks")
+    ok = tmp_path / "ok.csv"
+    ok.write_text("name,kind,bandwidth_gbs,latency_s,efficiency,fabric,source\n"
+                  "mylink,intra,10,1e-6,,nvlink,test\n", encoding="utf-8")
+    (link,) = dlx.catalog.hardware.read_csv(ok, "networks")
+    assert (link.efficiency, link.fabric) == (1.0, "nvlink")  # a blank optional cell: the default
+
+
+def test_defaults_file_says_where_each_value_comes_from():
+    defaults = dlx.catalog.model_defaults()
+    assert set(defaults) >= {"memory_efficiency", "kernel_time", "winograd_speedup", "tcp_efficiency",
+                             "ps_efficiency", "cycle_time", "negotiation_time", "flash_efficiency"}
+    for d in defaults.values():
+        assert d.units and d.meaning and d.source
+        assert np.isfinite(d.value)
+    text = (ROOT / "data" / "catalog" / "defaults.csv").read_text(encoding="utf-8")
+    assert "written by benchmarks/fit_defaults.py" in text
+    fitted = [d for d in defaults.values() if d.source.startswith("fitted")]
+    held = [d for d in defaults.values() if not d.source.startswith("fitted")]
+    assert fitted and held
+    assert all(np.isfinite(d.stderr) for d in fitted) and all(math.isnan(d.stderr) for d in held)
+
+
+def test_fit_defaults_reproduces_the_committed_file():
+    """The defaults are what benchmarks/fit_defaults.py fits to the bundled tables (about 90 s)."""
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fit_defaults.py"), "--check"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-2000:]

@@ -1,0 +1,168 @@
+"""The per-operator compute model (dlexplore.model.operators) against numbers worked out by hand:
+a GEMM's 2mnk FLOPs and its three operands, a roofline crossover, tile and wave quantisation,
+Winograd only on vector units, Megatron's tensor-parallel split and flash attention's FLOPs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import dlexplore as dlx
+from dlexplore.catalog import GPU, Layer, Workload
+from dlexplore.model.compute import kernel_times
+from dlexplore.model.operators import (
+    CATEGORIES,
+    PHASES,
+    category_sums,
+    operator_table,
+    operator_times,
+    phase_sums,
+    tile_efficiency,
+    wave_efficiency,
+)
+
+# 10 TFLOP/s fp32, 40 fp16, 1000 GB/s, no SM count (no wave quantisation)
+CARD = GPU("card", "test", 10.0, math.nan, 40.0, math.nan, 16 * 2**30, 1000.0, 300.0, 50.0, "test")
+# one fully connected layer of 4096 x 4096 on a vector of 4096 values per sample
+FC = Workload("fc", "custom", (Layer("fc", "linear", 4096 * 4096, 2.0 * 4096 * 4096, 4 * 4096,
+                                     gemm=(1.0, 4096.0, 4096.0, 1.0), values_in=4096.0,
+                                     values_out=4096.0),),
+              input_bytes_per_sample=0.0, sample_unit="samples", source="test")
+
+
+def test_a_gemm_is_three_products_of_2mnk_flops_over_three_operands():
+    ops = operator_table(FC, "fp32")
+    names = list(ops.name)
+    # the first layer's input needs no gradient: forward and weight gradient only, and the update
+    assert names == ["fc:fwd", "fc:wgrad", "optimizer:update"]
+    np.testing.assert_allclose(ops.flops[:2], [2 * 4096**2] * 2)
+    # operands m x k (per sample 1 x 4096), k x n (the weights, 4096 x 4096, fixed), m x n (1 x 4096)
+    np.testing.assert_allclose(ops.bytes_sample[:2], [4 * (4096 + 4096)] * 2)
+    np.testing.assert_allclose(ops.bytes_fixed[:2], [4 * 4096**2] * 2)
+    # momentum streams 20 bytes per parameter once per step
+    assert ops.bytes_fixed[2] == pytest.approx(20 * 4096**2)
+    assert [PHASES[p] for p in ops.phase] == ["forward", "backward", "optimizer"]
+
+
+def test_roofline_crossover_by_hand():
+    ops = operator_table(FC, "fp32")
+    # per sample: 2 x 4096^2 FLOPs at 0.5 x 10 TFLOP/s = 6.7109 us; 32768 bytes at 1000 GB/s =
+    # 32.768 ns; the weights' 67.1 MB take 67.109 us whatever the batch. Memory-bound below
+    # b* = 67.109 / (6.7109 - 0.032768) = 10.05 samples, compute-bound above.
+    compute, per_sample, fixed = 2 * 4096**2 / 5e12, 32768 / 1e12, 4 * 4096**2 / 1e12
+    crossover = fixed / (compute - per_sample)
+    assert crossover == pytest.approx(10.05, abs=0.01)
+    batch = np.array([1.0, 5.0, 10.0, 11.0, 64.0])
+    times = operator_times(ops, batch, 10e12, 1000.0, compute_efficiency=0.5, memory_efficiency=1.0,
+                           kernel_time=0.0)
+    forward = times[:, 0]
+    expected = np.maximum(compute * batch, fixed + per_sample * batch)
+    np.testing.assert_allclose(forward, expected, rtol=1e-12)
+    assert np.all((forward == fixed + per_sample * batch) == (batch < crossover))
+    # the fixed time per kernel makes the achieved rate a curve of size: F / (F / R + t)
+    with_launch = operator_times(ops, 64.0, 10e12, 1000.0, compute_efficiency=0.5,
+                                 memory_efficiency=1.0, kernel_time=5e-6)
+    assert with_launch[0] == pytest.approx(64 * compute + 5e-6)
+
+
+@pytest.mark.parametrize(("size", "share"), [(128, 1.0), (96, 0.75), (48, 0.75), (64, 1.0),
+                                             (1000, 1000 / 1024), (130, 130 / 256), (3, 0.75)])
+def test_tile_quantisation(size, share):
+    assert tile_efficiency(size) == pytest.approx(share)
+
+
+def test_wave_quantisation_by_hand():
+    # ResNet-50's layer1 1x1 convolution: 56 x 56 = 3136 output rows per sample, 64 channels
+    ops = operator_table("resnet50", "fp32")
+    i = ops.name.index("layer1.0.conv1:fwd")
+    # one sample: ceil(3136 / 128) = 25 row tiles x 1 column tile on 80 SMs: one wave, 25 busy
+    share = wave_efficiency(ops, np.array([[1.0], [4.0]]), 80)
+    assert share[0, i] == pytest.approx(25 / 80)
+    # four samples: ceil(12544 / 128) = 98 tiles: two waves of 80, 98 of 160 slots busy
+    assert share[1, i] == pytest.approx(98 / 160)
+    # the weight gradient is split along its long reduction: no wave loss
+    assert share[0, ops.name.index("layer1.0.conv1:wgrad")] == 1.0
+    # the V100 has 80 SMs: its times carry the same share
+    v100 = dlx.catalog.gpu("V100-16GB")
+    params = dict(compute_efficiency=0.8, memory_efficiency=1.0, kernel_time=0.0,
+                  winograd_speedup=1.0, flash_efficiency=0.6)
+    t = kernel_times(ops, 1.0, v100, "fp32", params)
+    flops = ops.flops[i]
+    bytes_ = ops.bytes_sample[i] + ops.bytes_fixed[i]
+    assert t[i] == pytest.approx(max(flops / (0.8 * 15.7e12 * 25 / 80), bytes_ / 900e9))
+
+
+def test_winograd_only_on_vector_units():
+    v100 = dlx.catalog.gpu("V100-16GB")
+    params = dict(compute_efficiency=0.8, memory_efficiency=1.0, kernel_time=0.0,
+                  winograd_speedup=2.0, flash_efficiency=0.6)
+    base = dict(params, winograd_speedup=1.0)
+    for precision, saving in (("fp32", True), ("fp16", False)):  # fp16 on the V100: tensor cores
+        ops = operator_table("vgg16", precision)
+        fast = kernel_times(ops, 64.0, v100, precision, params)
+        slow = kernel_times(ops, 64.0, v100, precision, base)
+        i = ops.name.index("features.2:fwd")  # a 3x3 stride-1 convolution, compute-bound here
+        assert ops.winograd[i]
+        assert fast[i] == pytest.approx(slow[i] / 2 if saving else slow[i])
+
+
+def test_transformer_flops_match_the_catalog_and_split_over_tensor_parallel_ranks():
+    wl = dlx.catalog.workload("gpt2")
+    flops = operator_table(wl, "bf16").flops_per_sample("forward")
+    assert flops == pytest.approx(wl.flops_per_sample, rel=1e-12)
+    # Megatron splits every product t ways: QKV and fc1 by columns, the attention output and fc2
+    # by rows, attention by heads, the logits by the vocabulary
+    for tp in (2, 4):
+        split = operator_table(wl, "bf16", tp=tp).flops_per_sample("forward")
+        assert split == pytest.approx(wl.flops_per_sample / tp, rel=1e-12)
+        assert operator_table(wl, "bf16", tp=tp).flops_per_sample("backward") == pytest.approx(
+            2 * wl.flops_per_sample / tp, rel=1e-12)
+    with pytest.raises(dlx.DlexploreError, match="must divide the 12 attention heads"):
+        operator_table(wl, "bf16", tp=5)
+
+
+def test_flash_attention_kernels_by_hand():
+    wl = dlx.catalog.workload("gpt2")  # causal: the kernel skips the masked half
+    L, s, h = 12, 1024, 768
+    ops = operator_table(wl, "bf16", attention="flash")
+    i = ops.name.index("layers.attn.flash:fwd")
+    assert ops.flops[i] == pytest.approx(L * 4 * s * s * h * 0.5)
+    assert ops.flops[ops.name.index("layers.attn.flash:bwd")] == pytest.approx(2.5 * ops.flops[i])
+    # Q, K, V read and the output written, 2 bytes each: no s x s matrix in memory
+    assert ops.bytes_sample[i] == pytest.approx(L * 4 * 2 * s * h)
+    assert not any("softmax" in name for name in ops.name)
+    fused = operator_table(wl, "bf16")
+    softmax = fused.name.index("layers.attn.softmax:fwd")
+    assert fused.bytes_sample[softmax] == pytest.approx(L * 2 * 2 * 12 * s * s)  # read + write
+
+
+def test_batch_norm_relu_and_residual_bytes_by_hand():
+    ops = operator_table("resnet50", "fp16")
+    values = 256 * 56 * 56  # layer1.0.bn3: 256 channels of 56 x 56
+    bn = ops.name.index("layer1.0.bn3:fwd")
+    assert ops.bytes_sample[bn] == pytest.approx(3 * 2 * values)  # statistics pass, then normalise
+    assert ops.bytes_sample[ops.name.index("layer1.0.bn3:bwd")] == pytest.approx(5 * 2 * values)
+    assert ops.bytes_sample[ops.name.index("layer1.0.bn3.add:fwd")] == pytest.approx(3 * 2 * values)
+    assert ops.bytes_sample[ops.name.index("layer1.0.bn3.relu:bwd")] == pytest.approx(3 * 2 * values)
+    assert CATEGORIES[ops.category[bn]] == "norm"
+
+
+def test_breakdown_adds_up_to_the_compute_time():
+    ds = dlx.predict("resnet50", "A100-80GB", gpus=[1, 8], batch_size=[32, 256], precision="tf32",
+                     operators=True)
+    total = ds.time_operator.sum("operator")
+    np.testing.assert_allclose(total.values, ds.time_compute.values, rtol=1e-12)
+    assert ds.time_operator.attrs["units"] == "s"
+    assert list(ds.operator.values) == list(CATEGORIES)
+    np.testing.assert_allclose(ds.time_kernel.sum("kernel").values, ds.time_compute.values,
+                               rtol=1e-12)
+    # at tf32 on an A100 the convolutions are not the whole step: memory-bound kernels weigh
+    conv = float(ds.time_operator.sel(operator="conv", batch_size=256) / ds.time_compute.sel(batch_size=256))
+    assert 0.4 < conv < 0.9
+    ops = operator_table("resnet50", "tf32")
+    times = operator_times(ops, np.array([32.0]), 156e12, 2039.0, compute_efficiency=0.8,
+                           memory_efficiency=0.9, kernel_time=2e-6)
+    np.testing.assert_allclose(category_sums(ops, times).sum(-1),
+                               sum(phase_sums(ops, times).values()), rtol=1e-12)
