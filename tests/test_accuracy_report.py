@@ -71,6 +71,20 @@ def test_check_reports_a_changed_number(tmp_path):
     assert module.check(copy, redated) == []
 
 
+def test_check_tolerates_the_last_digit_only(tmp_path):
+    # A standard error printed as 0.058 on one machine and 0.059 on another (BLAS, CPU) is the
+    # same report; 0.061, or a changed word, is not.
+    module = _module()
+    copy = tmp_path / "accuracy.md"
+    line = "| `compute_efficiency` | inception_v3, P100, fp32 | 0.461 ± 0.058 | 0.500 | 3 |"
+    copy.write_text(line + "\n", encoding="utf-8")
+    assert module.check(copy, line.replace("0.058", "0.059") + "\n") == []
+    assert module.check(copy, line.replace("0.461", "0.460") + "\n") == []
+    assert module.check(copy, line.replace("0.058", "0.061") + "\n") != []
+    assert module.check(copy, line.replace("P100", "V100") + "\n") != []
+    assert module.check(copy, line.replace("| 3 |", "| 4 |") + "\n") != []
+
+
 def test_check_of_a_missing_file_fails_at_once(tmp_path, capsys):
     module = _module()
     assert module.main(["--check", "-o", str(tmp_path / "none.md")]) == 1
