@@ -236,10 +236,10 @@ _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?")
 
 
 def _same_line(old: str, new: str) -> bool:
-    """Whether two report lines say the same: the same words, the same integers, and decimal numbers
-    equal to within one unit of their last printed digit. Least-squares fits and their standard errors differ in that last
-    digit between BLAS builds and CPUs (0.058 here, 0.059 on another machine), which is not a
-    stale report."""
+    """Whether two report lines say the same: the same words, the same integers, and decimal
+    numbers equal to within one unit of their last printed digit. Least-squares fits and their
+    standard errors differ in that last digit between BLAS builds and CPUs (0.058 here, 0.059 on
+    another machine), which is not a stale report."""
     if old == new:
         return True
     old_numbers, new_numbers = _NUMBER.findall(old), _NUMBER.findall(new)
