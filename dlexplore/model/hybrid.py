@@ -45,6 +45,7 @@ from .hybrid_comm import Links, dp_comm, exposed, pp_comm, tp_comm
 from .hybrid_memory import memory_per_gpu
 from .hybrid_rules import configuration_problems, sanitized
 from .memory import ACTIVATION_SCALE, DEFAULT_WORKSPACE
+from .operators import CATEGORIES
 from .pipeline import (
     bubble_fraction,
     bubble_overhead,
@@ -172,6 +173,31 @@ def resolve_inputs(
     return out
 
 
+def _distinct(flat: Mapping[str, np.ndarray], keys: list[str]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The distinct combinations of the ``keys`` columns (each a value per distinct combination)
+    and, for every row, the index of its combination: one 1-D ``np.unique`` per column and one on
+    a mixed-radix code of them (sorting rows of several columns costs far more)."""
+    n = next(iter(flat.values())).size
+    uniques, inverses = {}, {}
+    for k in keys:
+        uniques[k], inverse = np.unique(flat[k], return_inverse=True)
+        inverses[k] = inverse.ravel()
+    if np.prod([float(len(u)) for u in uniques.values()]) >= 2.0**62:  # the code would overflow
+        rows = np.stack([inverses[k] for k in keys], axis=1)
+        combos, which = np.unique(rows, axis=0, return_inverse=True)
+        return {k: uniques[k][combos[:, i]] for i, k in enumerate(keys)}, which.ravel()
+    code = np.zeros(n, dtype=np.int64)
+    for k in keys:
+        code = code * len(uniques[k]) + inverses[k]
+    codes, which = np.unique(code, return_inverse=True)
+    out = {}
+    for k in reversed(keys):
+        size = len(uniques[k])
+        out[k] = uniques[k][codes % size]
+        codes = codes // size
+    return out, which.ravel()
+
+
 def _combo_sums(
     st: HybridSetup, a: Mapping[str, np.ndarray], attention: str, operators: bool
 ) -> tuple[np.ndarray, np.ndarray | None]:
@@ -181,38 +207,22 @@ def _combo_sums(
     keys = ["tp", "sequence_parallel", "micro_batch", *COMPUTE_PARAMETERS]
     shape = np.broadcast_shapes(*(a[k].shape for k in keys))
     flat = {k: np.broadcast_to(a[k], shape).ravel() for k in keys}
-    swept = [k for k in keys[2:] if a[k].size > 1]
-    sums = np.empty((flat["tp"].size, len(GROUPS)))
-    cats = np.empty((flat["tp"].size, 5, 12)) if operators else None
-    pairs = np.stack([flat["tp"], flat["sequence_parallel"]], axis=1)
-    pair_values, pair_of = np.unique(pairs, axis=0, return_inverse=True)
-    offload = OPTIMIZER_TRAFFIC_BYTES[st.optimizer]
-    for j, (t, sp) in enumerate(pair_values):
-        rows = np.flatnonzero(pair_of.ravel() == j)
-        columns = np.stack([flat[k][rows] for k in swept], axis=1) if swept else np.zeros((rows.size, 0))
-        values, which = (
-            np.unique(columns, axis=0, return_inverse=True)
-            if swept
-            else (np.zeros((1, 0)), np.zeros(rows.size, dtype=np.int64))
-        )
-        params = {
-            k: (values[:, swept.index(k)] if k in swept else float(flat[k][0])) for k in COMPUTE_PARAMETERS
-        }
+    swept = ["tp", "sequence_parallel", *(k for k in keys[2:] if a[k].size > 1)]
+    combos, which = _distinct(flat, swept)
+    n = len(combos["tp"])
+    sums = np.full((n, len(GROUPS)), np.nan)
+    cats = np.full((n, 5, len(CATEGORIES)), np.nan) if operators else None
+    for t, sp in set(zip(combos["tp"].tolist(), combos["sequence_parallel"].tolist(), strict=True)):
+        rows = np.flatnonzero((combos["tp"] == t) & (combos["sequence_parallel"] == sp))
+        heads_ok = st.wl.config["heads"] % int(t) == 0 if st.transformer else int(t) == 1
+        if not (t >= 1 and float(t).is_integer() and heads_ok):
+            continue  # a configuration problem: NaN
+        params = {k: (combos[k][rows] if k in combos else float(flat[k][0])) for k in COMPUTE_PARAMETERS}
         mb = (
-            values[:, swept.index("micro_batch")]
-            if "micro_batch" in swept
-            else np.full(len(values), flat["micro_batch"][0])
+            combos["micro_batch"][rows]
+            if "micro_batch" in combos
+            else np.full(rows.size, flat["micro_batch"][0])
         )
-        good = (
-            int(t) >= 1
-            and float(t).is_integer()
-            and (not st.transformer or st.wl.config["heads"] % int(t) == 0)
-        )
-        if not good or (not st.transformer and int(t) != 1):
-            sums[rows] = np.nan
-            if cats is not None:
-                cats[rows] = np.nan
-            continue
         s = stage_sums(
             st.wl,
             st.dev,
@@ -222,13 +232,13 @@ def _combo_sums(
             sequence_parallel=bool(sp),
             attention=attention,
             params=params,
-            optimizer_traffic=offload,
+            optimizer_traffic=OPTIMIZER_TRAFFIC_BYTES[st.optimizer],
         )
-        sums[rows] = s.sums.reshape(len(values), len(GROUPS))[which.ravel()]
+        sums[rows] = s.sums.reshape(rows.size, len(GROUPS))
         if cats is not None:
-            cats[rows] = s.by_category.reshape(len(values), 5, 12)[which.ravel()]
-    out_cats = None if cats is None else cats.reshape(*shape, 5, 12)
-    return sums.reshape(*shape, len(GROUPS)), out_cats
+            cats[rows] = s.by_category.reshape(rows.size, 5, len(CATEGORIES))
+    out_cats = None if cats is None else cats[which].reshape(*shape, 5, len(CATEGORIES))
+    return sums[which].reshape(*shape, len(GROUPS)), out_cats
 
 
 def _links(st: HybridSetup, a: Mapping[str, np.ndarray]) -> Links:

@@ -101,6 +101,39 @@ def _masks(ops: Operators, attention: str) -> tuple[np.ndarray, np.ndarray]:
     return groups, category
 
 
+#: (id of the workload, settings) -> (the workload, its kernels, their group and category masks):
+#: the operator table's own cache hashes the whole workload (thousands of layers) at every call,
+#: which a calibration, calling the model hundreds of times, would pay each time.
+_TABLES: dict[tuple, tuple] = {}
+
+
+def _table(
+    workload: catalog.Workload,
+    precision: str,
+    tp: int,
+    sequence_parallel: bool,
+    attention: str,
+    optimizer_traffic: float,
+) -> tuple[Operators, np.ndarray, np.ndarray]:
+    key = (id(workload), precision, tp, sequence_parallel, attention, optimizer_traffic)
+    hit = _TABLES.get(key)
+    if hit is not None and hit[0] is workload:
+        return hit[1], hit[2], hit[3]
+    ops = operator_table(
+        workload,
+        precision,
+        tp=tp,
+        sequence_parallel=sequence_parallel,
+        attention=attention,
+        optimizer_traffic=optimizer_traffic,
+    )
+    groups, category = _masks(ops, attention)
+    if len(_TABLES) >= 512:
+        _TABLES.clear()
+    _TABLES[key] = (workload, ops, groups, category)
+    return ops, groups, category
+
+
 def stage_sums(
     workload: catalog.Workload,
     gpu: catalog.GPU,
@@ -116,18 +149,10 @@ def stage_sums(
     """Every kernel of one micro-batch timed (:func:`dlexplore.model.compute.kernel_times`) and
     added up per :data:`GROUPS` entry; ``micro_batch`` (samples) and the compute ``params`` may be
     arrays, which broadcast."""
-    ops = operator_table(
-        workload,
-        precision,
-        tp=tp,
-        sequence_parallel=sequence_parallel,
-        attention=attention,
-        optimizer_traffic=optimizer_traffic,
-    )
+    ops, groups, category = _table(workload, precision, tp, sequence_parallel, attention, optimizer_traffic)
     times = np.asarray(
         kernel_times(ops, np.asarray(micro_batch, dtype=float), gpu, precision, params), dtype=float
     )
-    groups, category = _masks(ops, attention)
     sums = times @ groups
     # the breakdown's groups: layers forward, layers backward, attention core, first, last stage
     pick = np.stack(
