@@ -170,6 +170,8 @@ def test_calibrated_prediction_of_another_configuration():
         workload=wl, gpus=128, tp=8, pp=8, batch_size=128, recompute="selective", sequence_parallel=True
     )
     assert float(same["step_time"]) == pytest.approx(float(ds["step_time"]), rel=1e-12)
+    other = cal.predict(workload=wl, gpus=128, tp=4, pp=8, batch_size=128)
+    assert int(other["tp"]) == 4 and str(other["precision"].values) == "fp16"
 
 
 def test_leave_one_out(tmp_path):

@@ -238,16 +238,12 @@ class Calibration:
         have it. ``kwargs`` override anything, fitted parameters included.
         ``attrs["calibration"]`` says what was fitted on what.
         """
+        if self.kind == "hybrid":
+            return self._predict_hybrid(**kwargs)
         selectors = {k: kwargs.pop(k) for k in list(kwargs)
                      if self.setups is not None and k in self.setups and k not in _PREDICT_ARGUMENTS}
         base = {k: v for k, v in self._settings_for({**selectors, **kwargs}).items()
                 if k in _PREDICT_ARGUMENTS}
-        if self.kind == "hybrid":
-            from ..model.parallel import predict_parallel
-
-            hybrid = {k: v for k, v in self._settings_for({**selectors, **kwargs}).items()
-                      if k in _HYBRID_ARGUMENTS}
-            return predict_parallel(**{**hybrid, **kwargs}, calibration=self)
         fitted = self.fitted(**{**base, **selectors, **kwargs})
         if self.kind == "communication":
             return self.predict_comm(**kwargs)
@@ -262,6 +258,19 @@ class Calibration:
         ds = self.add_band(ds, lambda **p: model_predict(**{**args, **p}), **where)
         ds.attrs["calibration"] = self._summary_line()
         return ds
+
+    def _predict_hybrid(self, **kwargs: Any) -> xr.Dataset:
+        """:func:`dlexplore.predict_parallel` with this calibration: the settings the matching
+        points share as defaults (a label such as ``model="GPT 1.7B"`` narrows them), ``kwargs``
+        over them."""
+        import inspect
+
+        from ..model.parallel import predict_parallel
+
+        accepted = set(inspect.signature(predict_parallel).parameters)
+        shared = {k: v for k, v in self._settings_for(kwargs).items() if k in _HYBRID_ARGUMENTS}
+        call = {k: v for k, v in kwargs.items() if k in accepted}
+        return predict_parallel(**{**shared, **call}, calibration=self)
 
     def add_band(self, ds: xr.Dataset, evaluate: Callable[..., xr.Dataset],
                  level: float | None = None, **where: Any) -> xr.Dataset:
