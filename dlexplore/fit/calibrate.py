@@ -184,7 +184,7 @@ class Calibration:
     covariance: pd.DataFrame | None = field(default=None, repr=False)
     residual_variance: float = math.nan
     dof: int = 0
-    level: float = DEFAULT_LEVEL
+    level: float | None = DEFAULT_LEVEL
     folds: pd.DataFrame | None = field(default=None, repr=False)
 
     # -- predicting with the fitted parameters --------------------------------------------------
@@ -279,7 +279,7 @@ class Calibration:
         (default :attr:`level`) from the residuals and the covariance of the fitted parameters that
         apply to ``where`` (:mod:`dlexplore.fit.band`). ``evaluate(**parameters)`` recomputes the
         prediction with other parameter values."""
-        level = self.level if level is None else float(level)
+        level = (self.level or DEFAULT_LEVEL) if level is None else float(level)
         chosen = self._band_parameters(where)
         names = [name for name, _, _ in chosen]
         values = {name: value for name, _, value in chosen}
@@ -294,7 +294,7 @@ class Calibration:
 
         grads = gradients(lambda vals: flat(evaluate(**vals)), values,
                           {n: (PARAMETERS[n].lower, PARAMETERS[n].upper) for n in names},
-                          {n: PARAMETERS[n].typical for n in names})
+                          {n: PARAMETERS[n].typical for n in names}, base=flat(ds))
         cov = np.array([[self.covariance.loc[a, b] if self.covariance is not None else math.nan
                          for _, b, _ in chosen] for _, a, _ in chosen]).reshape(len(chosen), len(chosen))
         lower, upper = interval(flat(ds), grads, cov, names, self.residual_variance, self.dof, level)
@@ -781,7 +781,7 @@ def calibrate(
     fit_on: Selection = None,
     params: Sequence[str] | str | None = None,
     per: str | Sequence[str] | Mapping[str, str | Sequence[str]] | None = None,
-    level: float = DEFAULT_LEVEL,
+    level: float | None = DEFAULT_LEVEL,
     **model_kwargs: Any,
 ) -> Calibration:
     """Fit model parameters to the measured points ``fit_on`` selects, and predict all the points.
@@ -813,7 +813,9 @@ def calibrate(
         "precision")``), or ``{parameter: columns}``; default one value for all points.
     level:
         Nominal coverage of the prediction intervals (``points["lower"]``, ``points["upper"]``,
-        ``in_band``; and of :meth:`Calibration.predict`'s bounds), :mod:`dlexplore.fit.band`.
+        ``in_band``; and of :meth:`Calibration.predict`'s bounds), :mod:`dlexplore.fit.band`;
+        ``None``: no interval for the points (it costs one evaluation of every point per fitted
+        parameter), the predictions' at the default level.
     model_kwargs:
         Model settings as in :func:`dlexplore.fit.predict_points` (``intra_link``, ``servers``,
         ``bucket_size``, ...; for hybrid tables ``network``, ``micro_batch``, ``schedule``, ...,
@@ -937,7 +939,7 @@ def calibrate(
     final = predictions(x_final, None, reasons)
     result = _result(ds, model, frame, free, y, variable, final, fit, reasons, fit_text, notes,
                      per_map, dict(model_kwargs), table)
-    result.level = float(level)
+    result.level = None if level is None else float(level)
     return with_uncertainty(result, free, x_final, lambda x: predictions(x, None), residual(x_final),
                             dof)
 
@@ -1032,6 +1034,10 @@ def with_uncertainty(result: Calibration, free: list[_Free], x: np.ndarray,
     (:mod:`dlexplore.fit.band`)."""
     r = np.asarray(residuals, dtype=float)
     result.dof = int(dof)
+    if result.level is None:  # no interval asked for (it costs one evaluation per parameter)
+        result.residual_variance = float(np.nansum(r**2) / dof) if dof > 0 else math.nan
+        result.covariance = covariance_frame(free)
+        return result
     result.residual_variance = float(np.nansum(r**2) / dof) if dof > 0 else math.nan
     result.covariance = covariance_frame(free)
     active = [j for j, f in enumerate(free) if f.identifiable and f.override
@@ -1044,11 +1050,11 @@ def with_uncertainty(result: Calibration, free: list[_Free], x: np.ndarray,
             y[j] = values[_label(free[j])]
         return predict_all(y)
 
+    pred = result.points["predicted"].to_numpy(dtype=float)
     grads = gradients(evaluate, {_label(free[j]): float(x[j]) for j in active},
                       {_label(free[j]): (free[j].spec.lower, free[j].spec.upper) for j in active},
-                      {_label(free[j]): free[j].scale for j in active})
+                      {_label(free[j]): free[j].scale for j in active}, base=pred)
     cov = result.covariance.loc[names, names].to_numpy() if names else np.zeros((0, 0))
-    pred = result.points["predicted"].to_numpy(dtype=float)
     lower, upper = interval(pred, grads, cov, names, result.residual_variance, result.dof,
                             result.level)
     measured = result.points["measured"].to_numpy(dtype=float)

@@ -139,7 +139,7 @@ def calibrate_hybrid(
             "positive measurement, or a configuration the model cannot run)"
         )
     result = _result(ds, points, free, final, fit, fit_text, notes, per_map, model_kwargs)
-    result.level = float(level)
+    result.level = None if level is None else float(level)
     return with_uncertainty(result, free, x, lambda v: predictions(v, None), residual(x), dof)
 
 
