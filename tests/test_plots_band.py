@@ -62,3 +62,20 @@ def test_calibration_plot(calibration):
     assert "throughput" in fig.xaxis[0].axis_label
     html = file_html(fig, INLINE, "calibration")
     assert "calibration_figure" in html
+
+
+def test_explorer_draws_the_calibrated_band():
+    from dlexplore.widgets import Explorer
+
+    explorer = Explorer("resnet50", "P100", "NVLink1", gpus_per_node=8,
+                        measured="tf-benchmarks-2017-dgx1")
+    assert not explorer.figures.band.visible
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CalibrationWarning)
+        explorer.calibrate("gpus <= 4")
+    data = explorer.figures.sources["throughput_predicted"].data
+    assert explorer.figures.band.visible
+    assert np.all(np.asarray(data["lower"]) < np.asarray(data["throughput"]))
+    np.testing.assert_allclose(data["upper"], explorer.prediction["throughput_upper"].values)
+    explorer.reset_calibration()
+    assert not explorer.figures.band.visible
