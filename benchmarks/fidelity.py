@@ -4,30 +4,36 @@ On the same rows of each measured table, side by side:
 
 - **dlexplore uncalibrated**: the catalog and the defaults of ``data/catalog/defaults.csv``;
 - **dlexplore calibrated**: fitted with ``dlexplore.calibrate`` on the smallest configurations
-  (the points at the smallest ``min(3, counts - 1)`` GPU counts of the table; one GPU count: the
-  ring row), predicting the others: the GEMM plateau per workload, GPU and precision, and the
-  parameters of the links the fitted points use, where they determine them;
+  (data-parallel tables: the points at the smallest ``min(3, counts - 1)`` GPU counts, one GPU
+  count: the ring row; the GEMM plateau per workload, GPU and precision, and the parameters of the
+  links the fitted points use, where they determine them; hybrid-parallel tables: the smallest
+  ``min(3, rows - 1)`` configurations, ``dlexplore.fit.smallest``, and the GEMM plateau), with its
+  90% prediction interval, whose coverage of the held-out rows is reported;
 - **Extra-P** (``dlexplore.fit.extrap.fit_scaling``): an empirical scaling model per series of the
   fitted points, where a series has three GPU counts to fit;
-- **llm-analysis 0.2.2** on LLM rows (the peer that applies): with its documentation's
+- **llm-analysis 0.2.2** on the hybrid-parallel (LLM) rows: with its documentation's
   ``flops_efficiency`` for Megatron-LM (0.5), and with ``flops_efficiency`` fitted on the same rows
-  as dlexplore's calibration. The hybrid-parallel rows are calibrated the same way for dlexplore:
-  its GEMM plateau, by least squares on log(predicted / measured).
+  as dlexplore's calibration (least squares on log step time).
 
-One MAPE table per dataset. The LLM rows are Narayanan et al. 2021, Table 1
-(``../shared/reference/narayanan2021-table1.csv``; development data: nothing is fitted to it but
-the calibrated rows' own fit). Micro-batch size is not given there: 1 (Megatron-LM's GPT-3 175B
-script), every row with the same value.
+One MAPE table per dataset. The hybrid tables: Narayanan et al. 2021, Table 1
+(``../shared/reference/narayanan2021-table1.csv``, read as it is; development data: nothing is fitted
+to it but the calibrated rows' own fit; its micro-batch and pipeline schedule are not in the table,
+so the model's defaults apply, 1 and 1F1B; the paper's prose mentions the interleaved schedule,
+shown as a variant with two chunks per GPU), and the bundled ``data/measured/hybrid`` tables
+(Korthikanti et al. 2022, Smith et al. 2022). The memory part compares GPT-3 175B's activation
+bytes with Korthikanti et al.'s formulas per recomputation mode and schedule, and the model states'
+bytes per parameter with Megatron Core's table, for dlexplore and llm-analysis.
 
 Install the peer and run::
 
     pip install -e '.[fidelity]'          # llm-analysis==0.2.2 (and transformers; no torch)
-    python benchmarks/fidelity.py         # bundled tables, Narayanan rows and peers; prints tables
+    python benchmarks/fidelity.py         # every table and the peers; prints tables
     python benchmarks/fidelity.py --external-only   # only the LLM rows and the peers
 
-Results for rows outside the repository (the LLM table) and for the peers are written to
-``benchmarks/results/fidelity-external.csv``, which ``docs/make_accuracy.py`` reads, so that
-``docs/accuracy.md`` can be regenerated (and checked) without the peer or ``../shared``.
+Results for rows outside the repository (the Narayanan table) and for the peers are written to
+``benchmarks/results/fidelity-external.csv`` and ``fidelity-memory.csv``, which
+``docs/make_accuracy.py`` reads, so that ``docs/accuracy.md`` can be regenerated (and checked)
+without the peer or ``../shared``.
 """
 
 from __future__ import annotations
@@ -43,8 +49,10 @@ import numpy as np
 import pandas as pd
 
 import dlexplore as dlx
+from dlexplore._io import atomic_open
 from dlexplore.errors import DlexploreError
 from dlexplore.fit.extrap import fit_scaling
+from dlexplore.model.parallel import model_state_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 NARAYANAN = ROOT.parent / "shared" / "reference" / "narayanan2021-table1.csv"
@@ -52,6 +60,8 @@ EXTERNAL = ROOT / "benchmarks" / "results" / "fidelity-external.csv"
 METHODS = ("dlexplore uncalibrated", "dlexplore calibrated", "Extra-P", "llm-analysis (0.5)",
            "llm-analysis calibrated")
 LLM_MICRO_BATCH = 1
+#: The nominal coverage of dlexplore's prediction intervals here (dlexplore.fit.band).
+BAND_LEVEL = 0.9
 
 
 # --- the smallest configurations --------------------------------------------------------------------
@@ -128,7 +138,10 @@ def bundled(name: str) -> pd.DataFrame:
         uncal = dlx.predict_points(ds)[variable].values
         params = _calibration_params(frame, fit, table)
         per = {"compute_efficiency": ("workload", "gpu", "precision")} if table == "training" else None
-        cal = dlx.calibrate(ds, fit_on=fit, params=params, per=per).points["predicted"].to_numpy(float)
+        calibration = dlx.calibrate(ds, fit_on=fit, params=params, per=per)
+        cal = calibration.points["predicted"].to_numpy(float)
+        band = calibration.points[["lower", "upper"]].to_numpy(float) \
+            if "lower" in calibration.points else np.full((len(frame), 2), np.nan)
     labels = [c for c in ("workload", "collective", "gpu", "precision", "batch_size", "bytes",
                           "algorithm", "setup") if c in frame]
     out = []
@@ -142,31 +155,45 @@ def bundled(name: str) -> pd.DataFrame:
         part["method"] = method
         part["predicted"] = pred
         part["fitted"] = fitted
+        part["lower"] = band[:, 0] if method == METHODS[1] else np.nan
+        part["upper"] = band[:, 1] if method == METHODS[1] else np.nan
         out.append(part)
     return pd.concat(out, ignore_index=True)
 
 
-# --- the LLM table (hybrid parallelism) ---------------------------------------------------------------
+# --- hybrid-parallel tables (LLM runs) -------------------------------------------------------------
 
-def _megatron_tflops(row: pd.Series, step_time: np.ndarray | float) -> np.ndarray:
-    """Narayanan et al.'s eq. 3: 96 B s l h^2 (1 + s/6h + V/16lh) FLOPs per iteration, per GPU."""
-    B, s, L, h, V = row.global_batch, row.seq, row.layers, row.hidden, row.vocab
-    flops = 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
-    return flops / np.asarray(step_time) / row.gpus / 1e12
-
-
-def _dlexplore_llm(row: pd.Series, efficiency: float | None) -> float:
-    wl = dlx.catalog.transformer(int(row.layers), int(row.hidden), int(row.heads), int(row.seq),
-                                 int(row.vocab), causal=True, name=str(row.model))
-    ds = dlx.predict_parallel(wl, "A100-80GB", "IB-HDR", gpus=int(row.gpus), tp=int(row.tp),
-                              pp=int(row.pp), micro_batch=LLM_MICRO_BATCH,
-                              batch_size=int(row.global_batch), recompute=str(row.recompute),
-                              precision=str(row.precision), gpus_per_node=int(row.gpus_per_node),
-                              intra_link="NVLink3", compute_efficiency=efficiency)
-    return float(_megatron_tflops(row, float(ds.step_time)))
+#: Variants shown beside the methods on one table only (not in the summary's columns).
+EXTRA_METHODS = ("dlexplore calibrated, interleaved v=2",)
+_HYBRID_LABELS = ("model", "gpu", "precision", "tp", "pp", "dp", "micro_batch", "global_batch",
+                  "recompute", "sequence_parallel")
 
 
-def _llm_analysis(row: pd.Series, efficiency: float) -> float:
+def hybrid_fit_count(n: int) -> int:
+    """How many of a hybrid table's ``n`` rows the calibrations fit: the smallest min(3, n - 1)."""
+    return max(1, min(3, n - 1))
+
+
+def _with_interleaving(ds, virtual: int = 2):
+    """``ds`` with the interleaved schedule at ``virtual`` chunks per GPU on every row that can run it
+    (pp > 1, the stage's layers divisible by it), 1F1B elsewhere: Narayanan et al.'s prose says the
+    interleaved schedule was used but not with how many chunks."""
+    frame = dlx.measured.to_frame(ds)
+    ok = (frame["pp"] > 1) & ((frame["layers"] // frame["pp"]) % virtual == 0)
+    out = ds.assign_coords(schedule=("point", np.where(ok, "interleaved", "1f1b").astype(object)),
+                           virtual_stages=("point", np.where(ok, virtual, 1)))
+    return out
+
+
+def _step_to_variable(variable: str, step: np.ndarray, ref_value: np.ndarray,
+                      ref_step: np.ndarray) -> np.ndarray:
+    """A step time as the row's measured quantity: the quantity itself for step_time, else a rate
+    (samples, tokens or FLOPs over the step), which the reference pair converts."""
+    return step if variable == "step_time" else ref_value * ref_step / step
+
+
+def _llm_analysis_step(row: pd.Series, efficiency: float) -> float:
+    """llm-analysis 0.2.2's iteration time (s) of a hybrid table's row."""
     import llm_analysis.analysis as la
     from llm_analysis.config import (
         ModelConfig,
@@ -178,66 +205,193 @@ def _llm_analysis(row: pd.Series, efficiency: float) -> float:
     la.logger.setLevel(logging.ERROR)
     model = ModelConfig(name=str(row.model), num_layers=int(row.layers), n_head=int(row.heads),
                         hidden_dim=int(row.hidden), vocab_size=int(row.vocab), max_seq_len=int(row.seq))
+    sp = str(getattr(row, "sequence_parallel", "no")) == "yes"
     analysis = la.LLMAnalysis(model, get_gpu_config_by_name("a100-sxm-80gb"),
                               get_dtype_config_by_name("w16a16e16"),
                               ParallelismConfig(tp_size=int(row.tp), pp_size=int(row.pp),
-                                                dp_size=int(row.dp)),
+                                                dp_size=int(row.dp), sp_size=int(row.tp) if sp else 1),
                               flops_efficiency=efficiency, hbm_memory_efficiency=1.0)
     recompute = {"full": la.ActivationRecomputation.FULL,
                  "selective": la.ActivationRecomputation.SELECTIVE}.get(str(row.recompute),
                                                                          la.ActivationRecomputation.NONE)
-    out = analysis.training(batch_size_per_gpu=LLM_MICRO_BATCH, global_batch_size=int(row.global_batch),
+    micro = int(getattr(row, "micro_batch", LLM_MICRO_BATCH) or LLM_MICRO_BATCH)
+    out = analysis.training(batch_size_per_gpu=micro, global_batch_size=int(row.global_batch),
                             seq_len=int(row.seq), activation_recomputation=recompute, flash_attn=False)
-    return float(_megatron_tflops(row, out["latency_per_iter"]))
+    return float(out["latency_per_iter"])
 
 
-def _fit_efficiency(predict, rows: pd.DataFrame, measured: np.ndarray) -> float:
-    """The efficiency (0, 1] whose predictions of ``rows`` have the least squared log error."""
+def _fit_efficiency(step, rows: pd.DataFrame, target_step: np.ndarray) -> float:
+    """The efficiency (0, 1] whose step times of ``rows`` have the least squared log error."""
     from scipy.optimize import minimize_scalar
 
     def cost(e: float) -> float:
-        pred = np.array([predict(row, e) for _, row in rows.iterrows()])
-        return float(np.sum(np.log(pred / measured) ** 2))
+        pred = np.array([step(row, e) for _, row in rows.iterrows()])
+        return float(np.sum(np.log(pred / target_step) ** 2))
 
     return float(minimize_scalar(cost, bounds=(0.05, 1.0), method="bounded",
                                  options={"xatol": 1e-5}).x)
 
 
-def llm_table(path: Path, peers: bool) -> pd.DataFrame:
-    """dlexplore (and llm-analysis where installed) on the LLM table: TFLOP/s per GPU."""
-    table = pd.read_csv(path, comment="#")
-    y = table["tflops_per_gpu"].to_numpy(dtype=float)
-    frame = table.rename(columns={"model": "workload"})
-    fit = fit_mask(frame.assign(algorithm=""))
-    methods = {METHODS[0]: (np.array([_dlexplore_llm(r, None) for _, r in table.iterrows()]),
-                            np.zeros(len(table), bool))}
-    e = _fit_efficiency(_dlexplore_llm, table[fit], y[fit])
-    methods[METHODS[1]] = (np.array([_dlexplore_llm(r, e) for _, r in table.iterrows()]), fit)
-    methods[METHODS[2]] = (_extrap(frame, y, fit), fit)
+def hybrid(source, name: str, *, dlexplore: bool = True, peers: bool = False) -> pd.DataFrame:
+    """Every method's prediction at every row of a hybrid table (long format, with the band of the
+    calibrated dlexplore), fitting the smallest configurations (:func:`hybrid_fit_count`)."""
+    ds = dlx.measured.load(source) if not hasattr(source, "attrs") else source
+    frame = dlx.measured.to_frame(ds).reset_index(drop=True)
+    k = hybrid_fit_count(len(frame))
+    fit = dlx.fit.smallest(k)(frame)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cal = dlx.calibrate(ds, fit_on=dlx.fit.smallest(k))
+    variable = cal.points["variable"].to_numpy()
+    y = cal.points["measured"].to_numpy(dtype=float)
+    methods: dict[str, tuple] = {}
+    if dlexplore:
+        uncal = dlx.predict_points(ds)
+        methods[METHODS[0]] = (np.array([float(uncal[v].values[i]) for i, v in enumerate(variable)]),
+                               np.zeros(len(frame), bool), None)
+        methods[METHODS[1]] = (cal.points["predicted"].to_numpy(float), fit,
+                               cal.points[["lower", "upper"]].to_numpy(float))
+        methods[METHODS[2]] = (_extrap(frame.assign(workload=frame.get("model", "")), y, fit), fit, None)
+        if name == "narayanan2021-table1":
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                inter = dlx.calibrate(_with_interleaving(ds), fit_on=dlx.fit.smallest(k))
+            methods[EXTRA_METHODS[0]] = (inter.points["predicted"].to_numpy(float), fit,
+                                         inter.points[["lower", "upper"]].to_numpy(float))
     if peers:
-        methods[METHODS[3]] = (np.array([_llm_analysis(r, 0.5) for _, r in table.iterrows()]),
-                               np.zeros(len(table), bool))
-        e_peer = _fit_efficiency(_llm_analysis, table[fit], y[fit])
-        methods[METHODS[4]] = (np.array([_llm_analysis(r, e_peer) for _, r in table.iterrows()]), fit)
+        uncal = dlx.predict_points(ds)
+        ref_step = uncal["step_time"].values
+        ref_value = np.array([float(uncal[v].values[i]) for i, v in enumerate(variable)])
+        measured_step = np.array([_step_to_variable(v, y[i], ref_value[i], ref_step[i])
+                                  for i, v in enumerate(variable)])  # a rate is inverted back
+        for method, e in ((METHODS[3], 0.5),
+                          (METHODS[4], _fit_efficiency(_llm_analysis_step, frame[fit], measured_step[fit]))):
+            steps = np.array([_llm_analysis_step(row, e) for _, row in frame.iterrows()])
+            pred = np.array([_step_to_variable(v, steps[i], ref_value[i], ref_step[i])
+                             for i, v in enumerate(variable)])
+            methods[method] = (pred, fit if method == METHODS[4] else np.zeros(len(frame), bool), None)
     out = []
-    for method, (pred, fitted) in methods.items():
-        part = frame[["workload", "gpu", "precision", "tp", "pp", "dp", "global_batch", "gpus"]].copy()
-        part.insert(0, "dataset", "narayanan2021-table1")
-        part["row"] = np.arange(len(table))
-        part["variable"] = "tflops_per_gpu"
+    labels = [c for c in _HYBRID_LABELS if c in frame]
+    for method, (pred, fitted, band) in methods.items():
+        part = frame[labels + ["gpus"]].copy().rename(columns={"model": "workload"})
+        part.insert(0, "dataset", name)
+        part["row"] = np.arange(len(frame))
+        part["variable"] = variable
         part["measured"] = y
         part["method"] = method
         part["predicted"] = pred
         part["fitted"] = fitted
+        part["lower"] = band[:, 0] if band is not None else np.nan
+        part["upper"] = band[:, 1] if band is not None else np.nan
         out.append(part)
     return pd.concat(out, ignore_index=True)
+
+
+def compute_hybrid(peers: bool = False, dlexplore: bool = True) -> pd.DataFrame:
+    """The bundled hybrid tables (data/measured/hybrid)."""
+    return pd.concat([hybrid(name, name, dlexplore=dlexplore, peers=peers)
+                      for name in dlx.measured.available_hybrid()], ignore_index=True)
+
+
+# --- memory: Megatron's model states, Korthikanti's activations -------------------------------------
+
+MEMORY = ROOT / "benchmarks" / "results" / "fidelity-memory.csv"
+#: Megatron Core's Distributed Optimizer guide: bytes per parameter (non-distributed; distributed as
+#: fixed + sharded / d) for (parameter dtype, gradient dtype), and dlexplore's convention for it.
+MEGATRON_STATES = (("fp16 parameters, fp16 gradients", "fp16", "megatron", 20, 4, 16),
+                   ("bf16 parameters, fp32 gradients", "bf16", "megatron", 18, 6, 12),
+                   ("fp16 parameters, fp32 gradients", "fp16", "megatron-fp32-grads", 18, 6, 12),
+                   ("fp32 parameters, fp32 gradients", "fp32", "megatron", 16, 8, 8))
+#: GPT-3 175B as Korthikanti et al.'s Table 3 runs it: t = 8, p = 8, one sequence per micro-batch,
+#: 64 micro-batches per step.
+GPT3 = dict(layers=96, hidden=12288, heads=96, seq=2048, vocab=51200, tp=8, pp=8, global_batch=64)
+
+
+def korthikanti_activations(recompute: str, sp: bool, schedule: str, virtual: int) -> float:
+    """Korthikanti et al.'s activation bytes of the first stage, GPT-3 175B: the layers (Table 2 per
+    layer; L layers with 1F1B, L (1 + (p-1)/(pv)) interleaved, m L / p with GPipe) and the input
+    embedding's dropout mask, sbh per micro-batch held (sbhp/t with 1F1B and sequence parallelism,
+    section 4.3)."""
+    s, h, a, L, t, p = (GPT3[k] for k in ("seq", "hidden", "heads", "layers", "tp", "pp"))
+    sbh = s * h
+    if recompute == "full":
+        layer = 2 * sbh / (t if sp else 1)
+    else:
+        scores = 5 * a * s / h if recompute == "none" else 0
+        layer = sbh / t * (34 + scores) if sp else sbh * (10 + 24 / t + scores / t)
+    m = GPT3["global_batch"]
+    layers = {"1f1b": L, "interleaved": L * (1 + (p - 1) / (p * virtual)), "gpipe": m * L / p}
+    held = {"1f1b": p, "interleaved": (virtual * p + p - 1) / virtual, "gpipe": m}
+    return layer * layers[schedule] + sbh / (t if sp else 1) * held[schedule]
+
+
+def _llm_analysis_memory(recompute: str, sp: bool) -> dict[str, float]:
+    import llm_analysis.analysis as la
+    from llm_analysis.config import (
+        ModelConfig,
+        ParallelismConfig,
+        get_dtype_config_by_name,
+        get_gpu_config_by_name,
+    )
+
+    la.logger.setLevel(logging.ERROR)
+    g = GPT3
+    model = ModelConfig(name="gpt3-175b", num_layers=g["layers"], n_head=g["heads"],
+                        hidden_dim=g["hidden"], vocab_size=g["vocab"], max_seq_len=g["seq"])
+    analysis = la.LLMAnalysis(model, get_gpu_config_by_name("a100-sxm-80gb"),
+                              get_dtype_config_by_name("w16a16e16"),
+                              ParallelismConfig(tp_size=g["tp"], pp_size=g["pp"], dp_size=1,
+                                                sp_size=g["tp"] if sp else 1),
+                              flops_efficiency=0.5, hbm_memory_efficiency=1.0)
+    mode = {"full": la.ActivationRecomputation.FULL, "selective": la.ActivationRecomputation.SELECTIVE,
+            "none": la.ActivationRecomputation.NONE}[recompute]
+    out = analysis.training(batch_size_per_gpu=1, global_batch_size=g["global_batch"], seq_len=g["seq"],
+                            activation_recomputation=mode, flash_attn=False)
+    params = out["weight_memory_per_gpu"] / 2  # 16-bit weights
+    return {"activations": out["activation_memory_per_gpu"],
+            "states_per_param": out["(weight+op_state+grad)_memory_per_gpu"] / params}
+
+
+def memory_table(peers: bool) -> pd.DataFrame:
+    """Activation bytes of GPT-3 175B's first stage for every recomputation mode, with and without
+    sequence parallelism, per schedule: Korthikanti et al.'s formulas, dlexplore (and llm-analysis,
+    which has the 1F1B schedule only); and the bytes per parameter of the model states."""
+    wl = dlx.catalog.transformer(GPT3["layers"], GPT3["hidden"], GPT3["heads"], GPT3["seq"],
+                                 GPT3["vocab"], causal=True, name="gpt3-175b")
+    rows = []
+    for schedule, virtual in (("1f1b", 1), ("interleaved", 3), ("gpipe", 1)):
+        for recompute in ("none", "selective", "full"):
+            for sp in (False, True):
+                ds = dlx.predict_parallel(wl, "A100-80GB", gpus=64, tp=8, pp=8,
+                                          batch_size=GPT3["global_batch"], recompute=recompute,
+                                          sequence_parallel=sp, schedule=schedule,
+                                          virtual_stages=virtual, operators=False)
+                peer = _llm_analysis_memory(recompute, sp) if peers and schedule == "1f1b" else {}
+                rows.append({"kind": "activations", "schedule": schedule, "virtual_stages": virtual,
+                             "recompute": recompute, "sequence_parallel": sp,
+                             "reference": korthikanti_activations(recompute, sp, schedule, virtual),
+                             "dlexplore": float(ds["mem_activations_first"]),
+                             "llm-analysis": peer.get("activations", math.nan)})
+    for label, precision, convention, plain, fixed, sharded in MEGATRON_STATES:
+        for zero, d in ((0, 1), (1, 8)):
+            states = model_state_bytes(1.0, d, zero, precision=precision, convention=convention)
+            peer = _llm_analysis_memory("full", False) if peers and precision == "bf16" and not zero \
+                else {}
+            rows.append({"kind": "states", "schedule": label, "virtual_stages": d,
+                         "recompute": convention, "sequence_parallel": bool(zero),
+                         "reference": plain if not zero else fixed + sharded / d,
+                         "dlexplore": float(states["params"] + states["grads"] + states["optimizer"]),
+                         "llm-analysis": peer.get("states_per_param", math.nan)})
+    return pd.DataFrame(rows)
 
 
 # --- summaries ---------------------------------------------------------------------------------------
 
 def summary(points: pd.DataFrame) -> pd.DataFrame:
     """One row per dataset and method: MAPE and the largest |error| on the held-out rows (those the
-    calibration did not fit; the same rows for every method) and on all rows."""
+    calibration did not fit; the same rows for every method) and on all rows, and how many
+    held-out rows the method's prediction interval covers (``band_coverage``, where it has one:
+    dlexplore calibrated, nominal :data:`BAND_LEVEL`)."""
     points = points.assign(error=(points["predicted"] - points["measured"]) / points["measured"])
     held = points.groupby(["dataset", "row"])["fitted"].transform("max") == 0
     rows = []
@@ -245,7 +399,14 @@ def summary(points: pd.DataFrame) -> pd.DataFrame:
         out = group[held[group.index]]
         err_out = np.abs(out["error"].to_numpy(dtype=float))
         err_all = np.abs(group["error"].to_numpy(dtype=float))
+        band = out[["lower", "upper"]].to_numpy(dtype=float) if "lower" in out else \
+            np.full((len(out), 2), np.nan)
+        banded = np.isfinite(band).all(axis=1)
+        inside = (out["measured"].to_numpy(dtype=float) >= band[:, 0]) & \
+            (out["measured"].to_numpy(dtype=float) <= band[:, 1])
         rows.append({"dataset": dataset, "method": method,
+                     "band_points": int(banded.sum()),
+                     "band_coverage": float(inside[banded].mean()) if banded.any() else math.nan,
                      "held_out": int(np.isfinite(err_out).sum()), "of": len(out),
                      "mape_held_out": float(np.nanmean(err_out)) if np.isfinite(err_out).any() else math.nan,
                      "max_held_out": float(np.nanmax(err_out)) if np.isfinite(err_out).any() else math.nan,
@@ -274,17 +435,22 @@ def main(argv: list[str] | None = None) -> int:
         peers = False
         print("llm-analysis is not installed (pip install -e '.[fidelity]'): no peer columns",
               file=sys.stderr)
-    parts = [] if args.external_only else [compute_bundled()]
+    parts = [] if args.external_only else [compute_bundled(), compute_hybrid()]
     if args.narayanan.is_file():
-        external = llm_table(args.narayanan, peers)
+        external = hybrid(dlx.measured.load(args.narayanan), "narayanan2021-table1", peers=peers)
+        if peers:
+            external = pd.concat([external, compute_hybrid(peers=True, dlexplore=False)],
+                                 ignore_index=True)
         args.external.parent.mkdir(parents=True, exist_ok=True)
-        from dlexplore._io import atomic_open
-
         with atomic_open(args.external, "w", encoding="utf-8") as handle:
             external.to_csv(handle, index=False, float_format="%.6g")
         parts.append(external)
     else:
         print(f"{args.narayanan}: not found, the LLM rows are left out", file=sys.stderr)
+    memory = memory_table(peers)
+    if peers:
+        with atomic_open(MEMORY, "w", encoding="utf-8") as handle:
+            memory.to_csv(handle, index=False, float_format="%.8g")
     table = summary(pd.concat(parts, ignore_index=True))
     with pd.option_context("display.width", 160, "display.max_rows", 200):
         for dataset, group in table.groupby("dataset", sort=False):

@@ -24,12 +24,13 @@ import math
 import sys
 from collections.abc import Callable, Iterable
 
+import numpy as np
 import pandas as pd
 
 from . import catalog
 from .errors import DlexploreError
 from .model.memory import DEFAULT_WORKSPACE
-from .model.parallel import RECOMPUTE_MODES, _evaluate, _setup
+from .model.parallel import RECOMPUTE_MODES, evaluate_hybrid, hybrid_setup
 
 __all__ = [
     "advise", "pareto_front", "add_arguments", "run_cli", "AdvisorWidget", "ADVISE_COLUMNS",
@@ -50,6 +51,33 @@ ADVISE_COLUMNS = tuple(COLUMN_UNITS)
 
 def _divisors(n: int, limit: int | None = None) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0 and (limit is None or d <= limit)]
+
+
+def _configurations(wl: catalog.Workload, gpus: int, batch_size: int, gpus_per_node: int,
+                    stages: list[int], max_micro_batch: int | None) -> list[dict]:
+    """Every (dp, tp, pp, micro-batch, ZeRO stage) :func:`advise` enumerates."""
+    if wl.kind == "transformer":
+        tps = _divisors(wl.config["heads"], min(gpus_per_node, gpus))
+        pps = _divisors(wl.config["layers"], gpus)
+    else:
+        tps, pps = [1], [1]
+    out = []
+    for tp in tps:
+        for pp in pps:
+            if gpus % (tp * pp):
+                continue
+            dp = gpus // (tp * pp)
+            if batch_size % dp:
+                continue
+            per_replica = batch_size // dp
+            mbs = [b for b in (2**k for k in range(per_replica.bit_length()))
+                   if per_replica % b == 0 and (max_micro_batch is None or b <= max_micro_batch)]
+            for mb in mbs:
+                for z in stages:
+                    if (z >= 2 and pp > 1) or (z > 0 and dp == 1):
+                        continue  # DeepSpeed's pipeline takes ZeRO 0-1; nothing to shard over
+                    out.append({"dp": dp, "tp": tp, "pp": pp, "micro_batch": mb, "zero": z})
+    return out
 
 
 def _energy_function() -> Callable | None:
@@ -126,59 +154,43 @@ def advise(
     ``frame.attrs`` also holds ``evaluated``, ``dropped`` (configurations that did not fit in
     memory) and ``source``. Raises :class:`DlexploreError` when nothing fits.
     """
-    st = _setup(workload, gpu, network, intra_link, "PCIe4", precision, optimizer, seq)
+    st = hybrid_setup(workload, gpu, network, intra_link, "PCIe4", precision, optimizer, seq)
     gpus = int(gpus)
     if gpus < 1 or batch_size < 1:
         raise DlexploreError(f"gpus and batch_size must be >= 1, got {gpus} and {batch_size}")
     wl = st.wl
     modes = [str(r).lower() for r in recompute]
     stages = [int(z) for z in zero]
-    if wl.kind == "transformer":
-        tps = _divisors(wl.config["heads"], min(gpus_per_node, gpus))
-        pps = _divisors(wl.config["layers"], gpus)
-    else:
-        tps, pps, modes = [1], [1], ["none"]
     if energy is None:
         energy = _energy_function()
     elif energy == "tdp":
         energy = None
     elif not callable(energy):
         raise DlexploreError(f"energy must be None, 'tdp' or a function, got {energy!r}")
+    if wl.kind != "transformer":
+        modes = ["none"]
+    configs = _configurations(wl, gpus, batch_size, gpus_per_node, stages, max_micro_batch)
     rows, evaluated, dropped = [], 0, 0
-    for tp in tps:
-        for pp in pps:
-            if gpus % (tp * pp):
+    columns = {k: np.array([c[k] for c in configs], dtype=float) for k in ("dp", "tp", "pp",
+                                                                          "micro_batch", "zero")}
+    sp = columns["tp"] > 1 if sequence_parallel else np.zeros(len(configs), dtype=bool)
+    for mode in modes:
+        if not configs:
+            break
+        v = evaluate_hybrid(st, {**columns, "gpus": gpus, "batch_size": batch_size,
+                                 "sequence_parallel": sp, "gpus_per_node": gpus_per_node,
+                                 "compute_efficiency": compute_efficiency, "overlap": overlap,
+                                 "workspace": workspace}, recompute=mode, schedule=schedule)
+        for i, config in enumerate(configs):
+            evaluated += 1
+            if not v["fits"][i]:
+                dropped += 1
                 continue
-            dp = gpus // (tp * pp)
-            if batch_size % dp:
-                continue
-            per_replica = batch_size // dp
-            mbs = [b for b in (2**k for k in range(per_replica.bit_length()))
-                   if per_replica % b == 0 and (max_micro_batch is None or b <= max_micro_batch)]
-            for mb in mbs:
-                for mode in modes:
-                    for z in stages:
-                        if z >= 2 and pp > 1:
-                            continue
-                        if z > 0 and dp == 1:
-                            continue  # nothing to shard over
-                        v = _evaluate(
-                            st, gpus=gpus, dp=dp, tp=tp, pp=pp, micro_batch=mb, batch_size=batch_size,
-                            recompute=mode, sequence_parallel=sequence_parallel and tp > 1, zero=z,
-                            offload=False, schedule=schedule, gpus_per_node=gpus_per_node,
-                            compute_efficiency=compute_efficiency, overlap=overlap, workspace=workspace,
-                            cpu_bandwidth=100.0,
-                        )
-                        evaluated += 1
-                        if not v["fits"]:
-                            dropped += 1
-                            continue
-                        row = {k: v[k] for k in ADVISE_COLUMNS if k in v}
-                        row.update(dp=dp, tp=tp, pp=pp, micro_batch=mb, recompute=mode, zero=z,
-                                   sequence_parallel=sequence_parallel and tp > 1)
-                        row.update(_time_bubble=v["time_bubble"],
-                                   _time_update=v["time_optimizer"] + v["time_offload"])
-                        rows.append(row)
+            row = {k: float(v[k][i]) for k in ADVISE_COLUMNS if k in v}
+            row.update(config, recompute=mode, sequence_parallel=bool(sp[i]))
+            row.update(_time_bubble=float(v["time_bubble"][i]),
+                       _time_update=float(v["time_optimizer"][i] + v["time_offload"][i]))
+            rows.append(row)
     if not rows:
         raise DlexploreError(
             f"no configuration of {wl.name!r} fits on {gpus} x {st.dev.name} with a global batch of "

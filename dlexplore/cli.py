@@ -328,10 +328,10 @@ def _target(text: str) -> object:
 
 
 _HYBRID_OPTIONS = ("tp", "pp", "dp", "micro_batch", "seq", "recompute", "sequence_parallel", "zero",
-                   "offload", "schedule")
-_HYBRID_TABLE = ("throughput", "tokens_per_second", "step_time", "efficiency", "mfu", "time_bubble",
-                 "time_tp_comm", "time_pp_comm", "time_dp_comm_exposed", "mem_total", "mem_capacity",
-                 "fits")
+                   "offload", "schedule", "virtual_stages", "memory_convention", "tp_overlap")
+_HYBRID_TABLE = ("throughput", "tokens_per_s", "step_time", "efficiency", "mfu", "time_bubble",
+                 "time_tp_comm_exposed", "time_pp_comm", "time_dp_comm_exposed", "mem_total",
+                 "mem_capacity", "fits")
 
 
 def _predict_hybrid(kwargs: dict[str, object], hybrid: dict[str, object]) -> xr.Dataset:
@@ -349,7 +349,8 @@ def _predict_hybrid(kwargs: dict[str, object], hybrid: dict[str, object]) -> xr.
     unsupported = sorted(set(call) - {"workload", "gpu", "network", "gpus", "batch_size", "gpus_per_node",
                                       "intra_link", "precision", "optimizer", "compute_efficiency",
                                       "overlap", "workspace", "attention", "memory_efficiency",
-                                      "kernel_time"})
+                                      "kernel_time", "bandwidth", "latency", "intra_bandwidth",
+                                      "intra_latency"})
     if unsupported:
         raise _UsageError(f"with --tp/--pp/--zero ... these options do not apply: {unsupported}")
     call.update({k: v for k, v in hybrid.items() if v not in (None, False)})
@@ -772,7 +773,14 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallelism")
     h.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage (3 = FSDP)")
     h.add_argument("--offload", action="store_true", help="optimizer state and master weights on the CPU")
-    h.add_argument("--schedule", choices=("1f1b", "gpipe"), help="pipeline schedule (default 1f1b)")
+    h.add_argument("--schedule", choices=("1f1b", "gpipe", "interleaved"),
+                   help="pipeline schedule (default 1f1b; interleaved: Megatron's interleaved 1F1B)")
+    h.add_argument("--virtual-stages", type=int,
+                   help="model chunks per GPU with --schedule interleaved")
+    h.add_argument("--memory-convention", choices=("megatron", "megatron-fp32-grads", "zero"),
+                   help="how model states are counted (default megatron: 18 B/param in bf16, 20 in fp16)")
+    h.add_argument("--tp-overlap", type=float,
+                   help="share of tensor-parallel communication hidden behind the GEMMs (0..1)")
     p.add_argument("--energy", action="store_true",
                    help="add energy per step and sample (J) and average power (W)")
     p.add_argument("--pue", type=float, default=1.0, help="power usage effectiveness (with --energy)")

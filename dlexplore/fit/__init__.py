@@ -2,9 +2,11 @@
 
 - :func:`compare`: lay a prediction over a measured dataset; per-point error, MAPE, maximum error;
 - :func:`predict_points`: the model at every measured point, with that point's own setup;
-- :func:`calibrate`: fit model parameters to chosen measured points (``fit_on="gpus<=8"``), with
-  standard errors, and predict the others; :func:`calibrate_from_trace`: latency, bandwidth and
-  compute time per sample from a measured trace; both return a :class:`Calibration`;
+- :func:`calibrate`: fit model parameters to chosen measured points (``fit_on="gpus<=8"``,
+  ``fit_on=smallest(3)``), with standard errors and prediction intervals, and predict the others,
+  data-parallel, communication and hybrid-parallel (LLM) tables alike; :func:`leave_one_out`: every
+  point predicted by a fit on the others; :func:`calibrate_from_trace`: latency, bandwidth and
+  compute time per sample from a measured trace; all return a :class:`Calibration`;
 - :func:`noise_scale_from_gradients`, :func:`fit_noise_scale`, :func:`noise_scale_from_runs`
   (:mod:`~dlexplore.fit.noise_scale`): the gradient noise scale of a run, with its standard error;
   :func:`fit_published_convergence`: ``S_min`` and ``B_noise`` from published steps to a target;
@@ -18,6 +20,8 @@ Errors are fractions, ``(predicted - measured) / measured`` (:data:`ERROR_DEFINI
 from .calibrate import PARAMETERS, Calibration, CalibrationWarning, calibrate, calibrate_from_trace
 from .compare import ERROR_DEFINITION, as_points, compare, predict_points
 from .extrap import ScalingModel, fit_scaling
+from .hybrid import smallest
+from .hybrid_calibration import leave_one_out
 from .noise_scale import (
     NoiseScale,
     compare_convergence,
@@ -34,6 +38,8 @@ __all__ = [
     "as_points",
     "calibrate",
     "calibrate_from_trace",
+    "smallest",
+    "leave_one_out",
     "Calibration",
     "CalibrationWarning",
     "PARAMETERS",

@@ -65,6 +65,7 @@ from ..model.compute import (
 from ..model.step import predict as model_predict
 from ..traces.schema import Trace
 from ._select import Selection, select
+from .band import BAND_TEXT, BAND_VARIABLES, DEFAULT_LEVEL, gradients, interval
 from .compare import ERROR_DEFINITION, PointModel, _canonical, as_points
 
 __all__ = ["PARAMETERS", "Calibration", "CalibrationWarning", "calibrate", "calibrate_from_trace"]
@@ -107,10 +108,12 @@ PARAMETERS: dict[str, _Spec] = {
     "cycle_time": _Spec("s", 0.0, 1.0, 5e-3, "Horovod's cycle time"),
     "negotiation_time": _Spec("s", 0.0, 1e-2, 1e-5,
                               "Horovod's negotiation time per tensor and tree level"),
+    "tp_overlap": _Spec("1", 0.0, 1.0, 0.5,
+                        "fraction of tensor-parallel communication allowed to hide behind GEMMs"),
 }
 _TRAINING_ONLY = ("compute_efficiency", "overlap", "memory_efficiency", "kernel_time",
                   "winograd_speedup", "flash_efficiency", "ps_efficiency", "cycle_time",
-                  "negotiation_time")
+                  "negotiation_time", "tp_overlap")
 #: dlexplore.predict's arguments: the settings Calibration.predict passes on.
 _PREDICT_ARGUMENTS = ("workload", "gpu", "network", "gpus", "batch_size", "bandwidth", "latency",
                       "gpus_per_node", "intra_link", "intra_bandwidth", "intra_latency", "algorithm",
@@ -120,6 +123,10 @@ _PREDICT_ARGUMENTS = ("workload", "gpu", "network", "gpus", "batch_size", "bandw
                       "winograd_speedup", "flash_efficiency", "framework", "transport",
                       "servers_colocated", "tcp_efficiency", "ps_efficiency", "cycle_time",
                       "negotiation_time", "operators")
+#: dlexplore.predict_parallel's settings a hybrid calibration's points can share.
+_HYBRID_ARGUMENTS = ("gpu", "network", "gpus_per_node", "intra_link", "precision", "optimizer",
+                     "micro_batch", "recompute", "schedule", "virtual_stages", "attention",
+                     "memory_convention", "sequence_parallel", "zero", "tp", "pp", "seq")
 _IDENTIFYING = {
     "training": ("workload", "gpu", "network", "precision", "algorithm", "gpus", "gpus_per_node",
                  "batch_size", "grad_accum", "seq", "baseline_gpus", "setup"),
@@ -174,6 +181,11 @@ class Calibration:
     group_keys: dict[str, dict[str, tuple]] = field(default_factory=dict)
     setups: pd.DataFrame | None = field(default=None, repr=False)
     settings: dict[str, Any] = field(default_factory=dict)
+    covariance: pd.DataFrame | None = field(default=None, repr=False)
+    residual_variance: float = math.nan
+    dof: int = 0
+    level: float | None = DEFAULT_LEVEL
+    folds: pd.DataFrame | None = field(default=None, repr=False)
 
     # -- predicting with the fitted parameters --------------------------------------------------
 
@@ -212,16 +224,22 @@ class Calibration:
         return out
 
     def predict(self, **kwargs: Any) -> xr.Dataset:
-        """The model with the fitted parameters.
+        """The model with the fitted parameters, and the prediction interval.
 
-        Training and trace calibrations call :func:`dlexplore.predict`, communication calibrations
-        :func:`dlexplore.predict_comm`. The defaults are the settings the measured points share
+        Training and trace calibrations call :func:`dlexplore.predict`, hybrid-table calibrations
+        :func:`dlexplore.predict_parallel`, communication calibrations
+        :func:`dlexplore.predict_comm`. Training and hybrid predictions carry
+        ``<variable>_lower`` and ``<variable>_upper`` (the prediction interval at
+        :attr:`level`, :mod:`dlexplore.fit.band`) for ``step_time``, ``throughput`` and the
+        other rates. The defaults are the settings the measured points share
         (workload, GPU, network, precision, batch size, intra-node link, and the algorithm and GPUs
         per node of the multi-GPU points), and ``gpus`` the measured GPU counts; a label such as
         ``setup="Horovod RDMA, NCCL"`` (or ``workload="vgg16"``) narrows them to the points that
         have it. ``kwargs`` override anything, fitted parameters included.
         ``attrs["calibration"]`` says what was fitted on what.
         """
+        if self.kind == "hybrid":
+            return self._predict_hybrid(**kwargs)
         selectors = {k: kwargs.pop(k) for k in list(kwargs)
                      if self.setups is not None and k in self.setups and k not in _PREDICT_ARGUMENTS}
         base = {k: v for k, v in self._settings_for({**selectors, **kwargs}).items()
@@ -236,8 +254,80 @@ class Calibration:
                                      "calibration")
             args["network"] = None
         ds = model_predict(**args)
+        where = {**base, **selectors, **kwargs}
+        ds = self.add_band(ds, lambda **p: model_predict(**{**args, **p}), **where)
         ds.attrs["calibration"] = self._summary_line()
         return ds
+
+    def _predict_hybrid(self, **kwargs: Any) -> xr.Dataset:
+        """:func:`dlexplore.predict_parallel` with this calibration: the settings the matching
+        points share as defaults (a label such as ``model="GPT 1.7B"`` narrows them), ``kwargs``
+        over them."""
+        import inspect
+
+        from ..model.parallel import predict_parallel
+
+        accepted = set(inspect.signature(predict_parallel).parameters)
+        shared = {k: v for k, v in self._settings_for(kwargs).items() if k in _HYBRID_ARGUMENTS}
+        call = {k: v for k, v in kwargs.items() if k in accepted}
+        return predict_parallel(**{**shared, **call}, calibration=self)
+
+    def add_band(self, ds: xr.Dataset, evaluate: Callable[..., xr.Dataset],
+                 level: float | None = None, **where: Any) -> xr.Dataset:
+        """``ds`` with ``<variable>_lower`` and ``<variable>_upper`` for each of
+        :data:`dlexplore.fit.band.BAND_VARIABLES` it has: the prediction interval at ``level``
+        (default :attr:`level`) from the residuals and the covariance of the fitted parameters that
+        apply to ``where`` (:mod:`dlexplore.fit.band`). ``evaluate(**parameters)`` recomputes the
+        prediction with other parameter values."""
+        level = (self.level or DEFAULT_LEVEL) if level is None else float(level)
+        chosen = self._band_parameters(where)
+        names = [name for name, _, _ in chosen]
+        values = {name: value for name, _, value in chosen}
+        variables = [v for v in BAND_VARIABLES if v in ds.data_vars]
+        if not variables:
+            return ds
+        sizes = [ds[v].size for v in variables]
+
+        def flat(out: xr.Dataset) -> np.ndarray:
+            return np.concatenate([np.asarray(out[v].transpose(*ds[v].dims).values, dtype=float).ravel()
+                                   for v in variables])
+
+        grads = gradients(lambda vals: flat(evaluate(**vals)), values,
+                          {n: (PARAMETERS[n].lower, PARAMETERS[n].upper) for n in names},
+                          {n: PARAMETERS[n].typical for n in names}, base=flat(ds))
+        cov = np.array([[self.covariance.loc[a, b] if self.covariance is not None else math.nan
+                         for _, b, _ in chosen] for _, a, _ in chosen]).reshape(len(chosen), len(chosen))
+        lower, upper = interval(flat(ds), grads, cov, names, self.residual_variance, self.dof, level)
+        out = ds.copy()
+        start = 0
+        for v, size in zip(variables, sizes, strict=True):
+            for suffix, bound in (("lower", lower), ("upper", upper)):
+                da = xr.DataArray(bound[start:start + size].reshape(ds[v].shape), dims=ds[v].dims,
+                                  coords=ds[v].coords)
+                da.attrs = {"units": ds[v].attrs.get("units", ""),
+                            "long_name": f"{suffix} bound of the {level:.0%} prediction interval "
+                                         f"of {ds[v].attrs.get('long_name', v)}"}
+                out[f"{v}_{suffix}"] = da
+            start += size
+        out.attrs.update(band=BAND_TEXT, band_level=level,
+                         band_parameters=", ".join(label for _, label, _ in chosen) or "none")
+        return out
+
+    def _band_parameters(self, where: Mapping[str, Any]) -> list[tuple[str, str, float]]:
+        """(name, covariance label, value) of each identifiable fitted parameter that applies to
+        ``where`` and has a finite variance."""
+        fitted = self.fitted(**where)
+        out = []
+        for name, value in fitted.items():
+            rows = self.params[(self.params["name"] == name) & self.params["identifiable"]]
+            for _, row in rows.iterrows():
+                label = name if row["group"] == "all" else f"{name} [{row['group']}]"
+                if math.isclose(float(row["value"]), value, rel_tol=0, abs_tol=0) and \
+                        self.covariance is not None and label in self.covariance.index and \
+                        np.isfinite(self.covariance.loc[label, label]):
+                    out.append((name, label, value))
+                    break
+        return out
 
     def _settings_for(self, where: Mapping[str, Any]) -> dict[str, Any]:
         """The shared settings of the points that match ``where`` (all points if none match)."""
@@ -415,6 +505,7 @@ class _Free:
     value: float = math.nan
     stderr: float = math.nan
     note: str = ""
+    cov: dict[int, float] = field(default_factory=dict)  # covariance with the free[j] it names
 
     @property
     def spec(self) -> _Spec:
@@ -507,8 +598,10 @@ def _least_squares(free: list[_Free], residual: Callable[[np.ndarray], np.ndarra
     variance = s2 * np.diag(inverse)
     for i in np.flatnonzero(~big):
         variance[np.abs(vt[i]) > 0.1] = math.inf
+    covariance = s2 * inverse * np.outer(scale, scale)
     for i, j in enumerate(active):
         f = free[j]
+        f.cov = {active[k]: float(covariance[i, k]) for k in range(len(active))}
         f.value = float(result.x[i] * scale[i])
         f.stderr = float(np.sqrt(variance[i]) * scale[i]) if np.isfinite(variance[i]) else \
             (math.inf if variance[i] == math.inf else math.nan)
@@ -688,6 +781,7 @@ def calibrate(
     fit_on: Selection = None,
     params: Sequence[str] | str | None = None,
     per: str | Sequence[str] | Mapping[str, str | Sequence[str]] | None = None,
+    level: float | None = DEFAULT_LEVEL,
     **model_kwargs: Any,
 ) -> Calibration:
     """Fit model parameters to the measured points ``fit_on`` selects, and predict all the points.
@@ -696,10 +790,17 @@ def calibrate(
     ----------
     measured:
         A bundled dataset's name (:func:`dlexplore.measured.available`), a measurement CSV, nccl-tests
-        output, a measured dataset along ``point``, or a trace (a :class:`~dlexplore.Trace`, or a
-        trace file or folder, which goes to :func:`calibrate_from_trace`).
+        output, a measured dataset along ``point``, a hybrid-parallel table (a ``tp`` or ``pp``
+        column: LLM runs such as Narayanan et al. 2021's Table 1, which goes to
+        :func:`dlexplore.fit.hybrid_calibration.calibrate_hybrid` and fits the hybrid model's
+        physical parameters, default ``compute_efficiency``; the result's :meth:`Calibration.predict`
+        and ``predict_parallel(..., calibration=cal)`` predict other configurations), or a trace (a
+        :class:`~dlexplore.Trace`, or a trace file or folder, which goes to
+        :func:`calibrate_from_trace`).
     fit_on:
-        Which points to fit: an expression (``"gpus<=8"``, ``"gpus == 1 and precision == fp32"``,
+        Which points to fit: ``"leave-one-out"`` (every point predicted by a fit on the others,
+        :func:`dlexplore.fit.leave_one_out`), :func:`dlexplore.fit.smallest` (``smallest(3)``: the
+        three smallest configurations), an expression (``"gpus<=8"``, ``"gpus == 1 and precision == fp32"``,
         ``"workload in resnet50,vgg16"``; see :mod:`dlexplore.fit._select`), a boolean mask (one per
         point), a callable taking the points' DataFrame (coordinates and measured variables) and
         returning one, or ``None`` for every point.
@@ -710,9 +811,16 @@ def calibrate(
     per:
         One value per group of points: a column (``"workload"``), columns (``("workload",
         "precision")``), or ``{parameter: columns}``; default one value for all points.
+    level:
+        Nominal coverage of the prediction intervals (``points["lower"]``, ``points["upper"]``,
+        ``in_band``; and of :meth:`Calibration.predict`'s bounds), :mod:`dlexplore.fit.band`;
+        ``None``: no interval for the points (it costs one evaluation of every point per fitted
+        parameter), the predictions' at the default level.
     model_kwargs:
         Model settings as in :func:`dlexplore.fit.predict_points` (``intra_link``, ``servers``,
-        ``bucket_size``, ...); a value given for a fitted parameter is its default and start.
+        ``bucket_size``, ...; for hybrid tables ``network``, ``micro_batch``, ``schedule``, ...,
+        where the table has no such column); a value given for a fitted parameter is its default
+        and start.
 
     Returns
     -------
@@ -720,10 +828,19 @@ def calibrate(
         Parameters with standard errors, every point with its prediction and error, MAPE on the
         fitted points and on the others (see the module docstring for the method).
     """
+    if isinstance(fit_on, str) and fit_on.strip().lower() in ("leave-one-out", "loo"):
+        from .hybrid_calibration import leave_one_out
+
+        return leave_one_out(measured, params=params, per=per, level=level, **model_kwargs)
     if _is_trace_source(measured):
         trace_params = params if params is not None else ("latency", "bandwidth")
         return calibrate_from_trace(measured, fit_on=fit_on, params=trace_params, **model_kwargs)
     ds = as_points(measured)
+    if ds.attrs.get("table") == "hybrid":
+        from .hybrid_calibration import calibrate_hybrid
+
+        return calibrate_hybrid(ds, fit_on=fit_on, params=params, per=per, level=level,
+                                **model_kwargs)
     model = PointModel(ds, model_kwargs)
     table = model.table
     frame = model.frame.copy()
@@ -820,8 +937,11 @@ def calibrate(
     x_final = np.array([f.value if f.identifiable else f.start for f in free], dtype=float)
     reasons = model.reason.copy()
     final = predictions(x_final, None, reasons)
-    return _result(ds, model, frame, free, y, variable, final, fit, reasons, fit_text, notes,
-                   per_map, dict(model_kwargs), table)
+    result = _result(ds, model, frame, free, y, variable, final, fit, reasons, fit_text, notes,
+                     per_map, dict(model_kwargs), table)
+    result.level = None if level is None else float(level)
+    return with_uncertainty(result, free, x_final, lambda x: predictions(x, None), residual(x_final),
+                            dof)
 
 
 def _free_parameters(params: Sequence[str], per_map: dict, model: PointModel, frame: pd.DataFrame,
@@ -892,6 +1012,56 @@ def _result(ds: xr.Dataset, model: PointModel, frame: pd.DataFrame, free: list[_
         group_keys={f.name: {g.group: g.key for g in free if g.name == f.name} for f in free},
         settings=_shared(setups, table), setups=setups,
     )
+
+
+def covariance_frame(free: list[_Free]) -> pd.DataFrame:
+    """The fitted parameters' covariance (their units), labelled like :func:`_label`; NaN where
+    a parameter was not fitted."""
+    labels = [_label(f) for f in free]
+    matrix = np.full((len(free), len(free)), math.nan)
+    for i, f in enumerate(free):
+        if f.identifiable:
+            for j, value in f.cov.items():
+                matrix[i, j] = value
+    return pd.DataFrame(matrix, index=labels, columns=labels)
+
+
+def with_uncertainty(result: Calibration, free: list[_Free], x: np.ndarray,
+                     predict_all: Callable[[np.ndarray], np.ndarray], residuals: np.ndarray,
+                     dof: int) -> Calibration:
+    """``result`` with the parameters' covariance, the residual variance (log units), and every
+    point's prediction interval (``lower``, ``upper``, ``in_band``) at ``result.level``
+    (:mod:`dlexplore.fit.band`)."""
+    r = np.asarray(residuals, dtype=float)
+    result.dof = int(dof)
+    if result.level is None:  # no interval asked for (it costs one evaluation per parameter)
+        result.residual_variance = float(np.nansum(r**2) / dof) if dof > 0 else math.nan
+        result.covariance = covariance_frame(free)
+        return result
+    result.residual_variance = float(np.nansum(r**2) / dof) if dof > 0 else math.nan
+    result.covariance = covariance_frame(free)
+    active = [j for j, f in enumerate(free) if f.identifiable and f.override
+              and np.isfinite(result.covariance.iloc[j, j])]
+    names = [_label(free[j]) for j in active]
+
+    def evaluate(values: Mapping[str, float]) -> np.ndarray:
+        y = x.copy()
+        for j in active:
+            y[j] = values[_label(free[j])]
+        return predict_all(y)
+
+    pred = result.points["predicted"].to_numpy(dtype=float)
+    grads = gradients(evaluate, {_label(free[j]): float(x[j]) for j in active},
+                      {_label(free[j]): (free[j].spec.lower, free[j].spec.upper) for j in active},
+                      {_label(free[j]): free[j].scale for j in active}, base=pred)
+    cov = result.covariance.loc[names, names].to_numpy() if names else np.zeros((0, 0))
+    lower, upper = interval(pred, grads, cov, names, result.residual_variance, result.dof,
+                            result.level)
+    measured = result.points["measured"].to_numpy(dtype=float)
+    result.points["lower"] = lower
+    result.points["upper"] = upper
+    result.points["in_band"] = (measured >= lower) & (measured <= upper)
+    return result
 
 
 def _params_frame(free: list[_Free]) -> pd.DataFrame:

@@ -631,10 +631,16 @@ def predict_points(measured: str | Path | xr.Dataset, **model_kwargs: Any) -> xr
         ``model_algorithm`` (what the model used). Training tables: every variable of
         :func:`dlexplore.predict` (``throughput`` samples/s, ``step_time`` s, ``efficiency``
         relative to the table's ``baseline_gpus`` ...); communication tables: ``time`` (s),
-        ``algbw`` and ``busbw`` (GB/s). Points the model cannot predict are NaN, and
-        ``attrs["not_predicted"]`` says why, point by point.
+        ``algbw`` and ``busbw`` (GB/s); hybrid-parallel tables (:mod:`dlexplore.fit.hybrid`):
+        ``step_time``, ``throughput``, ``tokens_per_s``, ``tflops_per_gpu``, ``mfu``, ``hfu``.
+        Points the model cannot predict are NaN, and ``attrs["not_predicted"]`` says why, point by
+        point.
     """
     ds = as_points(measured)
+    if ds.attrs.get("table") == "hybrid":
+        from .hybrid import hybrid_predict_points
+
+        return hybrid_predict_points(ds, **model_kwargs)
     model = PointModel(ds, model_kwargs)
     reasons = model.reason.copy()
     values = model.evaluate(reasons=reasons)

@@ -36,6 +36,13 @@ minibatch, 90 epochs), ``you-2017-lars-imagenet`` (LARS tables), ``mlperf-rcp-re
 sizes). A *noise-scale* table (``b_crit`` and/or ``b_simple``, samples; ``task``, ``phase``,
 ``sample_unit``, ``bound``) holds critical batch sizes: ``mccandlish-2018-noise-scale``.
 
+Hybrid-parallel LLM tables (``data/measured/hybrid/``; :func:`available_hybrid`):
+``korthikanti-2022-megatron`` (GPT 22B to 1T, full recomputation against selective recomputation
+with sequence parallelism: iteration times, Korthikanti et al. 2022, Tables 3 and 5) and
+``smith-2022-mt-nlg-530b`` (Megatron-Turing NLG 530B on 2240 to 3360 GPUs: iteration time and
+TFLOP/s per GPU). Narayanan et al. 2021's Table 1 reads the same way from
+``../shared/reference/narayanan2021-table1.csv``.
+
 Not available: the Horovod experiments of seed 004 (Malik et al., NYSDS 2018: AlexNet, GoogLeNet,
 ResNet-50 on K20, K40, K80 and P100, up to about 400 K80 GPUs over InfiniBand EDR) are described
 only in words ("throughput and latency almost linear"); the slides give no numbers, so no dataset
@@ -58,6 +65,18 @@ canonical units, e.g. ``# units: throughput=images/s, time=ms`` (see ``UNIT_ALIA
 A *training* table (no ``collective`` column) needs ``workload, gpu, network, gpus,
 batch_size, precision`` and ``throughput`` (samples/s of all GPUs together) or ``efficiency``.
 Optional: ``algorithm``, ``gpus_per_node``, ``setup``, ``source``, ``baseline_gpus``.
+
+A *hybrid* table (a ``tp`` or ``pp`` column) has one row per run of a transformer with tensor,
+pipeline and data parallelism: ``gpu``, ``gpus``, ``tp``, ``pp``, ``precision``, ``global_batch``
+(samples per step), the model as ``workload`` (a catalog id or spec) or its sizes ``layers``,
+``hidden``, ``heads``, ``seq``, ``vocab`` (optional ``ffn_hidden``; ``model`` a free label), and
+one or more of ``step_time`` (s), ``throughput`` (samples/s), ``tokens_per_s``,
+``tflops_per_gpu`` (TFLOP/s per GPU, the recomputed forward counted, as Narayanan et al.'s eq. 3;
+``# flops: model`` says the source counts the model's FLOPs only), ``mfu`` or ``hfu``. Optional:
+``network``, ``gpus_per_node``, ``dp``, ``micro_batch``, ``recompute`` (none, selective, full),
+``sequence_parallel`` (yes, no), ``schedule`` (1f1b, gpipe, interleaved), ``virtual_stages``,
+``zero`` (0-3), ``setup``, ``source``; what a table leaves out, the calibration takes from its
+keywords or the model's defaults and says so.
 
 A *communication* table has ``collective`` and ``gpus`` and one or more of ``time`` (s),
 ``algbw`` or ``busbw`` (GB/s). Optional: ``algorithm``, ``gpu``, ``network``, ``gpus_per_node``,
@@ -102,6 +121,7 @@ from ._reader import MEASURED_PREFIX, read_table
 __all__ = [
     "available",
     "available_convergence",
+    "available_hybrid",
     "describe",
     "load",
     "read_csv",
@@ -129,6 +149,12 @@ def available_convergence() -> list[str]:
     return sorted(p.stem for p in (_folder() / "convergence").glob("*.csv"))
 
 
+def available_hybrid() -> list[str]:
+    """Names of the bundled hybrid-parallel LLM tables (``data/measured/hybrid/``), sorted.
+    :func:`load` reads them; :func:`dlexplore.calibrate` fits them."""
+    return sorted(p.stem for p in (_folder() / "hybrid").glob("*.csv"))
+
+
 def read_csv(path: str | Path) -> xr.Dataset:
     """Read a measurement CSV (the format in this module's docs) into a dataset along ``point``.
 
@@ -153,6 +179,8 @@ def load(name: str | Path, *, by: str = "bytes") -> xr.Dataset:
         return read_table(_folder() / f"{text}.csv")
     if text in available_convergence():
         return read_table(_folder() / "convergence" / f"{text}.csv")
+    if text in available_hybrid():
+        return read_table(_folder() / "hybrid" / f"{text}.csv")
     lowered = {n.lower(): n for n in names}
     if text.lower() in lowered:
         return read_table(_folder() / f"{lowered[text.lower()]}.csv")

@@ -13,6 +13,7 @@ __all__ = [
     "Column",
     "COLUMNS",
     "TRAINING",
+    "HYBRID",
     "COMMUNICATION",
     "CONVERGENCE",
     "NOISE_SCALE",
@@ -28,7 +29,10 @@ COMMUNICATION = "communication"
 CONVERGENCE = "convergence"
 #: Critical batch sizes and gradient noise scales per task (McCandlish et al. 2018's Table 1).
 NOISE_SCALE = "noise_scale"
-TABLES = (TRAINING, COMMUNICATION, CONVERGENCE, NOISE_SCALE)
+#: Hybrid-parallel training (tensor, pipeline, data parallelism): LLM tables such as Narayanan et
+#: al. 2021's Table 1, with the parallel layout and the transformer's sizes per row.
+HYBRID = "hybrid"
+TABLES = (TRAINING, COMMUNICATION, CONVERGENCE, NOISE_SCALE, HYBRID)
 
 
 @dataclass(frozen=True)
@@ -58,15 +62,16 @@ _TRAIN = frozenset({TRAINING})
 _COMM = frozenset({COMMUNICATION})
 _CONV = frozenset({CONVERGENCE})
 _NOISE = frozenset({NOISE_SCALE})
+_HYB = frozenset({HYBRID})
 
 #: Every column, in the order the datasets and :func:`~dlexplore.measured.to_frame` list them.
 COLUMNS: dict[str, Column] = {
     c.name: c
     for c in [
-        Column("workload", "coord", "str", None, "workload (catalog id)", _TRAIN | _CONV,
+        Column("workload", "coord", "str", None, "workload (catalog id)", _TRAIN | _CONV | _HYB,
                "a workload id such as resnet50"),
         Column("global_batch", "coord", "int", "samples",
-               "global batch (samples per optimizer step, all workers)", _CONV,
+               "global batch (samples per optimizer step, all workers)", _CONV | _HYB,
                "a positive integer (samples per step, all workers together)"),
         Column("rule", "coord", "str", None, "optimizer and learning-rate rule", _CONV,
                "a rule such as linear, lars, lamb"),
@@ -83,18 +88,18 @@ COLUMNS: dict[str, Column] = {
                "'min'/'max' the extremes of a group)", _NOISE, "one of lower, min, max or empty"),
         Column("collective", "coord", "str", None, "collective operation", _COMM,
                "a collective such as allreduce"),
-        Column("gpu", "coord", "str", None, "GPU (catalog id)", _BOTH,
+        Column("gpu", "coord", "str", None, "GPU (catalog id)", _BOTH | _HYB,
                "a GPU id such as V100-16GB"),
         Column("network", "coord", "str", None,
-               "network or link the GPUs communicate over (catalog id)", _BOTH,
+               "network or link the GPUs communicate over (catalog id)", _BOTH | _HYB,
                "a network or link id such as 25GbE"),
-        Column("gpus", "coord", "int", "count", "GPUs (total devices)", _BOTH,
+        Column("gpus", "coord", "int", "count", "GPUs (total devices)", _BOTH | _HYB,
                "a positive integer (the total number of GPUs)"),
-        Column("gpus_per_node", "coord", "int", "count", "GPUs used per node", _BOTH,
+        Column("gpus_per_node", "coord", "int", "count", "GPUs used per node", _BOTH | _HYB,
                "a positive integer no larger than gpus"),
         Column("batch_size", "coord", "int", "samples", "batch size per GPU", _TRAIN,
                "a positive integer (samples per GPU per step)"),
-        Column("precision", "coord", "str", None, "training precision", _TRAIN,
+        Column("precision", "coord", "str", None, "training precision", _TRAIN | _HYB,
                "one of fp32, tf32, fp16, bf16 (case-insensitive)"),
         Column("algorithm", "coord", "str", None, "gradient exchange or collective algorithm",
                _BOTH, "an algorithm label such as ring"),
@@ -103,7 +108,7 @@ COLUMNS: dict[str, Column] = {
         Column("grad_accum", "coord", "int", "count",
                "micro-batches per step (gradient accumulation)", _TRAIN,
                "a positive integer (micro-batches of batch_size per GPU per step)"),
-        Column("seq", "coord", "int", "tokens", "sequence length", _TRAIN,
+        Column("seq", "coord", "int", "tokens", "sequence length", _TRAIN | _HYB,
                "a positive integer (tokens per sequence)"),
         Column("framework", "coord", "str", None, "training framework", _BOTH,
                "a framework label such as ddp, horovod, tensorflow, mxnet"),
@@ -116,13 +121,51 @@ COLUMNS: dict[str, Column] = {
                "GPUs of the baseline that efficiency is relative to", _TRAIN,
                "a positive integer no larger than gpus"),
         Column("setup", "coord", "str", None, "setup label", _ALL, "a short label"),
+        Column("model", "coord", "str", None, "model name as the source gives it", _HYB,
+               "a name such as 'GPT 1.7B'"),
+        Column("layers", "coord", "int", "count", "transformer layers", _HYB, "a positive integer"),
+        Column("hidden", "coord", "int", "count", "hidden size", _HYB, "a positive integer"),
+        Column("heads", "coord", "int", "count", "attention heads", _HYB, "a positive integer"),
+        Column("vocab", "coord", "int", "count", "vocabulary size", _HYB, "a positive integer"),
+        Column("ffn_hidden", "coord", "int", "count", "feed-forward width (default 4 x hidden)",
+               _HYB, "a positive integer"),
+        Column("tp", "coord", "int", "count", "tensor-parallel degree", _HYB, "a positive integer"),
+        Column("pp", "coord", "int", "count", "pipeline-parallel degree (stages)", _HYB,
+               "a positive integer"),
+        Column("dp", "coord", "int", "count", "data-parallel degree", _HYB,
+               "a positive integer (gpus / (tp x pp))"),
+        Column("micro_batch", "coord", "int", "samples", "micro-batch size", _HYB,
+               "a positive integer (samples per micro-batch)"),
+        Column("recompute", "coord", "str", None, "activation recomputation", _HYB,
+               "one of none, selective, full"),
+        Column("sequence_parallel", "coord", "str", None, "Megatron sequence parallelism", _HYB,
+               "yes or no"),
+        Column("schedule", "coord", "str", None, "pipeline schedule", _HYB,
+               "one of 1f1b, gpipe, interleaved"),
+        Column("virtual_stages", "coord", "int", "count",
+               "model chunks per GPU (interleaved schedule)", _HYB, "a positive integer"),
+        Column("zero", "coord", "int", "1", "ZeRO stage (1: distributed optimizer)", _HYB,
+               "0, 1, 2 or 3"),
         Column("source", "coord", "str", None, "source of the measurement", _ALL,
                "a publication or file"),
-        Column("throughput", "var", "float", "samples/s", "global training throughput", _TRAIN,
+        Column("throughput", "var", "float", "samples/s", "global training throughput", _TRAIN | _HYB,
                "a number >= 0 (samples/s, all GPUs together)"),
         Column("efficiency", "var", "float", "1",
                "scaling efficiency: throughput / (gpus / baseline_gpus x baseline throughput)",
                _TRAIN, "a number >= 0 (1 = linear scaling)"),
+        Column("step_time", "var", "float", "s", "time per training step (iteration)", _HYB,
+               "a number > 0 (seconds unless the units line says otherwise)", strict=True),
+        Column("tokens_per_s", "var", "float", "tokens/s", "global training throughput in tokens",
+               _HYB, "a number > 0 (tokens/s)", strict=True),
+        Column("tflops_per_gpu", "var", "float", "TFLOP/s",
+               "achieved TFLOP/s per GPU, counting recomputation unless '# flops: model' says the "
+               "source counts the model's FLOPs only", _HYB, "a number > 0 (TFLOP/s per GPU)",
+               strict=True),
+        Column("mfu", "var", "float", "1", "model FLOPs utilisation (fraction of peak)", _HYB,
+               "a number > 0 (a fraction, or % when the units line says so)", strict=True),
+        Column("hfu", "var", "float", "1",
+               "hardware FLOPs utilisation, recomputation counted (fraction of peak)", _HYB,
+               "a number > 0 (a fraction, or % when the units line says so)", strict=True),
         Column("steps", "var", "float", "count", "optimizer steps of the run (to the target)",
                _CONV, "a number > 0 (optimizer steps)", strict=True),
         Column("samples", "var", "float", "samples",
@@ -158,12 +201,14 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     COMMUNICATION: ("collective", "gpus"),
     CONVERGENCE: ("workload", "global_batch"),
     NOISE_SCALE: ("task",),
+    HYBRID: ("gpu", "gpus", "tp", "pp", "precision", "global_batch"),
 }
 MEASURED: dict[str, tuple[str, ...]] = {
     TRAINING: ("throughput", "efficiency"),
     COMMUNICATION: ("time", "algbw", "busbw"),
     CONVERGENCE: ("steps", "samples", "epochs", "quality"),
     NOISE_SCALE: ("b_crit", "b_simple"),
+    HYBRID: ("step_time", "throughput", "tokens_per_s", "tflops_per_gpu", "mfu", "hfu"),
 }
 
 #: Units a file may declare on its ``# units:`` line, per canonical unit: spelling -> divisor
@@ -182,5 +227,8 @@ UNIT_ALIASES: dict[str, dict[str, float]] = {
     # Integer columns take no scale: only other spellings of the same unit.
     "count": {"count": 1.0, "1": 1.0, "GPUs": 1.0, "gpus": 1.0},
     "samples": {"samples": 1.0, "images": 1.0, "sequences": 1.0},
+    "tokens/s": {"tokens/s": 1.0, "tokens/sec": 1.0},
+    "TFLOP/s": {"TFLOP/s": 1.0, "TFLOPS": 1.0, "PFLOP/s": 1e-3},
+    "tokens": {"tokens": 1.0},
     "bytes": {"bytes": 1.0, "B": 1.0, "byte": 1.0},
 }

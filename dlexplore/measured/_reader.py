@@ -26,6 +26,7 @@ from ._columns import (
     COLUMNS,
     COMMUNICATION,
     CONVERGENCE,
+    HYBRID,
     MEASURED,
     NOISE_SCALE,
     REQUIRED,
@@ -46,8 +47,13 @@ MEASURED_PREFIX = "measured: "
 _KEY_LINE = re.compile(r"^#\s?([A-Za-z][A-Za-z0-9_]*)\s*:(?!//)\s*(.*)$")
 _CONTINUATION = re.compile(r"^#\s{2,}(\S.*)$")
 
-# Integer columns where 0 means something (servers: one per node).
-_ZERO_OK = ("servers",)
+# Integer columns where 0 means something (servers: one per node; ZeRO stage 0: none).
+_ZERO_OK = ("servers", "zero")
+#: Text columns of hybrid tables that take one of a few values.
+_CHOICES = {"recompute": ("none", "selective", "full"), "schedule": ("1f1b", "gpipe", "interleaved"),
+            "sequence_parallel": ("yes", "no")}
+#: The sizes that define a transformer where a hybrid table has no workload column.
+_SIZES = ("layers", "hidden", "heads", "seq", "vocab")
 
 # Metadata every dataset carries, empty when a file does not give it.
 _STANDARD_META = ("name", "title", "source", "url", "setup", "notes")
@@ -67,6 +73,7 @@ def read_table(path: str | Path) -> xr.Dataset:
     meta, header_at = _preamble(path, lines)
     names = _header(path, lines[header_at - 1], header_at)
     table = (COMMUNICATION if "collective" in names
+             else HYBRID if "tp" in names or "pp" in names
              else CONVERGENCE if "global_batch" in names
              else NOISE_SCALE if "b_crit" in names or "b_simple" in names else TRAINING)
     _check_columns(path, names, table, header_at)
@@ -147,16 +154,18 @@ _TABLE_MARK = {
     COMMUNICATION: "a 'collective' column",
     CONVERGENCE: "a 'global_batch' column",
     NOISE_SCALE: "a 'b_crit' or 'b_simple' column",
+    HYBRID: "a 'tp' or 'pp' column",
 }
 
 
 def _misplaced(name: str, column: Column, table: str) -> str:
     """Why a column does not belong in this kind of table, naming the columns that do."""
-    if table in (CONVERGENCE, NOISE_SCALE):
+    if table in (CONVERGENCE, NOISE_SCALE, HYBRID):
         fits = ", ".join(n for n, c in COLUMNS.items() if table in c.tables)
         return (f"column {name!r} does not belong to {table.replace('_', '-')} tables (which have "
                 f"{_TABLE_MARK[table]}); expected {fits}")
-    owner = next(t for t in (COMMUNICATION, TRAINING, CONVERGENCE, NOISE_SCALE) if t in column.tables)
+    owner = next(t for t in (COMMUNICATION, TRAINING, CONVERGENCE, NOISE_SCALE, HYBRID)
+                 if t in column.tables)
     if table == TRAINING:
         return (f"column {name!r} belongs to {owner.replace('_', '-')} tables (which have "
                 f"{_TABLE_MARK[owner]}); expected the columns of a training table")
@@ -179,11 +188,15 @@ def _check_columns(path: Path, names: list[str], table: str, line: int) -> None:
         if table not in column.tables:
             raise InputFileError(path, _misplaced(name, column, table), line=line)
     missing = [c for c in REQUIRED[table] if c not in names]
+    if table == HYBRID and "workload" not in names:
+        missing += [c for c in _SIZES if c not in names]
     measured = MEASURED[table]
     if not any(c in names for c in measured):
         missing.append(measured[0])
     if missing:
         needs = ", ".join(REQUIRED[table])
+        if table == HYBRID:
+            needs += f", and workload or the transformer's sizes ({', '.join(_SIZES)})"
         alternatives = " or ".join(measured)
         raise InputFileError(
             path,
@@ -290,7 +303,7 @@ def _parse_rows(path: Path, rows: list[tuple[int, list[str]]], names: list[str],
         "setup": [""] * n,
         "source": [default_source] * n,
     }
-    if table not in (CONVERGENCE, NOISE_SCALE):
+    if table not in (CONVERGENCE, NOISE_SCALE, HYBRID):
         defaults["algorithm"] = ["none" if g == 1 else "unknown" for g in columns["gpus"]]
     if table == COMMUNICATION:
         defaults.update(gpu=["unknown"] * n, network=["unknown"] * n)
@@ -316,6 +329,11 @@ def _cell(path: Path, number: int, column: Column, text: str, required: bool,
             return ""
         if column.name == "bound" and text not in ("lower", "min", "max"):
             _bad(path, number, column, text)
+        if column.name in _CHOICES:
+            value = text.lower()
+            if value not in _CHOICES[column.name]:
+                _bad(path, number, column, text)
+            return value
         if column.name == "collective":
             try:
                 return normalize_collective(text)
@@ -324,7 +342,8 @@ def _cell(path: Path, number: int, column: Column, text: str, required: bool,
         return text
     if column.kind == "int":
         value = _parse_int(text)
-        if value is None or value < (0 if column.name in _ZERO_OK else 1):
+        if value is None or value < (0 if column.name in _ZERO_OK else 1) or (
+                column.name == "zero" and value > 3):
             _bad(path, number, column, text)
         return value
     # A measured quantity: an empty cell is "not measured" (NaN); the row check above makes

@@ -5,6 +5,10 @@
 - :mod:`~dlexplore.model.memory`: bytes per GPU;
 - :mod:`~dlexplore.model.io`: reading the input from a storage tier;
 - :mod:`~dlexplore.model.step`: :func:`predict`, the whole data-parallel step;
+- :mod:`~dlexplore.model.parallel`: :func:`predict_parallel`, hybrid data x tensor x pipeline
+  parallelism (:mod:`~dlexplore.model.pipeline` schedules, :mod:`~dlexplore.model.states` memory
+  conventions and activations, :mod:`~dlexplore.model.hybrid_comm` collectives,
+  :mod:`~dlexplore.model.hybrid` the vectorised step);
 - :mod:`~dlexplore.model.convergence`: steps to a target accuracy vs global batch (McCandlish et
   al. 2018) and :mod:`~dlexplore.model.time_to_accuracy`: time and energy to accuracy.
 """

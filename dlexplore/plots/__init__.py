@@ -3,7 +3,9 @@
 - :mod:`~dlexplore.plots._columns`: pure functions from a prediction (and a measured dataset) to
   the columns each plot draws, with times in ms and memory in GiB;
 - :class:`ExplorerFigures`: the explorer's four figures, built once and fed new columns;
-- :mod:`~dlexplore.plots.operators`: the compute breakdown by operator category.
+- :mod:`~dlexplore.plots.operators`: the compute breakdown by operator category;
+- :mod:`~dlexplore.plots.calibration`: a calibration's points, predicted against measured, with
+  their prediction intervals (the throughput plot draws the calibrated interval as a band).
 """
 
 from ._columns import (
@@ -19,6 +21,7 @@ from ._columns import (
     step_breakdown_columns,
     throughput_columns,
 )
+from .calibration import calibration_columns, calibration_figure
 from .figures import SOURCE_NAMES, ExplorerFigures
 from .operators import operator_columns, operator_figure
 
@@ -28,6 +31,8 @@ __all__ = [
     "ExplorerFigures",
     "bottleneck",
     "bucket_columns",
+    "calibration_columns",
+    "calibration_figure",
     "headline",
     "largest_batch",
     "measured_columns",

@@ -91,14 +91,20 @@ def _at(pred: xr.Dataset, gpus: int) -> xr.Dataset:
 
 def throughput_columns(pred: xr.Dataset) -> dict[str, np.ndarray]:
     """Predicted throughput (samples/s) per GPU count, ideal linear scaling from the smallest count,
-    scaling efficiency (fraction), step time (ms) and whether it fits in memory."""
+    scaling efficiency (fraction), step time (ms), whether it fits in memory, and the prediction
+    interval ``lower``/``upper`` (samples/s) where the prediction is calibrated
+    (``throughput_lower``/``throughput_upper``, :mod:`dlexplore.fit.band`; NaN otherwise)."""
     gpus = pred.gpus.values.astype(float)
     throughput = _along_gpus(pred, "throughput")
     per_gpu = throughput[0] / gpus[0]
     fits = _along_gpus(pred, "fits").astype(bool)
+    band = {bound: _along_gpus(pred, f"throughput_{bound}") if f"throughput_{bound}" in pred
+            else np.full(gpus.size, np.nan) for bound in ("lower", "upper")}
     return {
         "gpus": gpus,
         "throughput": throughput,
+        "lower": band["lower"],
+        "upper": band["upper"],
         "ideal": per_gpu * gpus,
         "efficiency": _along_gpus(pred, "efficiency"),
         "step_time_ms": _along_gpus(pred, "step_time") * 1e3,

@@ -107,8 +107,8 @@ class ExplorerFigures:
 
     def _throughput_figure(self, width: int, height: int):
         predicted = self.sources["throughput_predicted"]
-        predicted.data = _empty(["gpus", "throughput", "ideal", "efficiency", "step_time_ms", "fits",
-                                 "color"])
+        predicted.data = _empty(["gpus", "throughput", "lower", "upper", "ideal", "efficiency",
+                                 "step_time_ms", "fits", "color"])
         lo, hi = min(self.gpu_counts), max(self.gpu_counts)
         fig = figure(
             name="throughput_figure", title="Throughput vs GPUs", width=width, height=height,
@@ -119,6 +119,10 @@ class ExplorerFigures:
         fig.xaxis.ticker = FixedTicker(ticks=self.gpu_counts)
         fig.xaxis.formatter = NumeralTickFormatter(format="0")
         fig.yaxis.formatter = NumeralTickFormatter(format="0,0")
+        # the calibrated prediction interval, drawn under the line; hidden while there is none
+        self.band = fig.varea("gpus", "lower", "upper", source=predicted, fill_color=cols.BLUE,
+                              fill_alpha=0.15, legend_label="prediction interval", name="band",
+                              visible=False)
         ideal = fig.line("gpus", "ideal", source=predicted, line_dash="dashed", color=cols.GREY,
                          line_width=1.5, legend_label="ideal (linear)")
         line = fig.line("gpus", "throughput", source=predicted, color=cols.BLUE, line_width=2.5,
@@ -138,6 +142,7 @@ class ExplorerFigures:
         fig.add_tools(
             HoverTool(renderers=[dots], tooltips=[
                 ("GPUs", "@gpus{0}"), ("predicted", "@throughput{0,0} samples/s"),
+                ("interval", "@lower{0,0} to @upper{0,0} samples/s"),
                 ("ideal", "@ideal{0,0} samples/s"), ("efficiency", "@efficiency{0.0%}"),
                 ("step time", "@step_time_ms{0,0.0} ms"), ("fits in memory", "@fits"),
             ]),
@@ -152,6 +157,8 @@ class ExplorerFigures:
                                                  ("throughput", "@throughput{0,0} samples/s")]),
         )
         del ideal, line
+        self.band_item = next(item for item in fig.legend[0].items if self.band in item.renderers)
+        self.band_item.visible = False
         _legend_below(fig, fig.legend[0], ncols=2)
         fig.legend.click_policy = "hide"
         return fig
@@ -296,7 +303,13 @@ class ExplorerFigures:
         ``measured`` is the column dict of :func:`dlexplore.plots.measured_columns` (or None to keep
         the current markers).
         """
-        self.sources["throughput_predicted"].data = cols.throughput_columns(prediction)
+        columns = cols.throughput_columns(prediction)
+        self.sources["throughput_predicted"].data = columns
+        banded = bool(np.isfinite(columns["lower"]).any())
+        self.band.visible = self.band_item.visible = banded
+        if banded and "band_level" in prediction.attrs:
+            self.band_item.label = {"value": f"{float(prediction.attrs['band_level']):.0%} prediction "
+                                             "interval (calibrated)"}
         if measured is not None:
             self.sources["throughput_measured"].data = measured
         self.select(prediction, gpus)

@@ -592,8 +592,9 @@ class Explorer:
     def _predict(self) -> xr.Dataset:
         c = self.controls
         workload = c["workload"].value
-        return predict(
-            self._custom_workloads.get(workload, workload), c["gpu"].value, c["network"].value,
+        args = dict(
+            workload=self._custom_workloads.get(workload, workload), gpu=c["gpu"].value,
+            network=c["network"].value,
             gpus=list(GPU_COUNTS), batch_size=int(c["batch_size"].value),
             bandwidth=float(c["bandwidth"].value), latency=float(c["latency"].value) * 1e-6,
             gpus_per_node=int(c["gpus_per_node"].value), intra_link=c["intra_link"].value,
@@ -601,6 +602,12 @@ class Explorer:
             storage=None if c["storage"].value == _NONE else c["storage"].value,
             **self._model_kwargs,
         )
+        ds = predict(**args)
+        if self.calibration is not None and self.calibration.kind == "training":
+            # the calibrated curve carries its prediction interval, which the plot draws as a band
+            ds = self.calibration.add_band(ds, lambda **p: predict(**{**args, "buckets": False, **p}),
+                                           workload=workload, precision=c["precision"].value)
+        return ds
 
     def _recompute(self, measured_changed: bool) -> None:
         try:
