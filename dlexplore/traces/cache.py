@@ -40,7 +40,7 @@ from .._version import __version__
 from .netcdf import from_dataset, netcdf_encoding, to_dataset
 from .schema import Trace, as_paths
 
-__all__ = ["cache_dir", "clear_cache", "cached", "MIN_JSON_BYTES"]
+__all__ = ["cache_dir", "clear_cache", "cached", "json_bytes", "MIN_JSON_BYTES"]
 
 LAYOUT = 1  #: bump when what an entry holds changes
 MIN_JSON_BYTES = 16 * 2**20  #: smallest trace set cached by default (bytes of JSON)
@@ -71,7 +71,7 @@ def clear_cache() -> int:
     return len(entries)
 
 
-def _json_bytes(path: Path) -> int:
+def json_bytes(path: Path) -> int:
     """The file's bytes of JSON: gzip's trailer holds the size (mod 4 GiB) of what it inflates to."""
     size = path.stat().st_size
     try:
@@ -90,7 +90,7 @@ def _wanted(cache: bool | None, files: list[Path]) -> bool:
     if os.environ.get("DLEXPLORE_CACHE", "").strip().lower() in ("0", "off", "false", "no"):
         return False
     try:
-        return sum(_json_bytes(p) for p in files if p.is_file()) >= MIN_JSON_BYTES
+        return sum(json_bytes(p) for p in files if p.is_file()) >= MIN_JSON_BYTES
     except OSError:
         return False
 

@@ -25,8 +25,11 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from operator import attrgetter
@@ -293,6 +296,33 @@ def _decode_one(args: tuple[str, int, str | None]) -> KinetoColumns:
     return decode_kineto(path, chunk_bytes=chunk_bytes, parser=parser)
 
 
+#: Smallest set (bytes of JSON) decoded in worker processes by default, on 4 cores or more: a worker
+#: imports dlexplore first (0.7-2.6 s measured here), which smaller sets or fewer cores do not win
+#: back (2 loaded cores, 8 files of 12.5 MB: 2.2-2.5 s in this process, 6.3-7.8 s in 2 workers).
+PARALLEL_MIN_BYTES = 256 * 2**20
+
+
+def _spawn_safe() -> bool:
+    """Whether worker processes can start: spawn re-imports ``__main__``, which a notebook, a console
+    script or ``python -m`` allows, but a script without an ``if __name__ == "__main__":`` guard
+    would run again (and stdin cannot be re-read)."""
+    main = sys.modules.get("__main__")
+    return getattr(main, "__file__", None) is None or getattr(main, "__spec__", None) is not None
+
+
+def _default_workers(files: list[str]) -> int:
+    from .cache import json_bytes
+
+    cores = os.cpu_count() or 1
+    if len(files) < 2 or cores < 4 or not _spawn_safe():
+        return 1
+    try:
+        total = sum(json_bytes(Path(p)) for p in files)
+    except OSError:
+        return 1
+    return min(len(files), cores) if total >= PARALLEL_MIN_BYTES else 1
+
+
 def decode_kineto_files(
     paths: Sequence[str | os.PathLike],
     *,
@@ -303,27 +333,39 @@ def decode_kineto_files(
 ) -> list[KinetoColumns]:
     """Decode several trace files, in parallel worker processes; results in the order given.
 
-    Memory is bounded by the number of workers (default: one per core, at most one per file): each
-    holds about two chunks of JSON and its file's columns, and sends back compact numpy columns
-    only; a single file or ``workers=1`` is decoded in this process. ``progress`` shows a tqdm bar
-    of files done (default: when interactive, see :func:`dlexplore.progress.progress_enabled`).
+    ``workers``: processes to decode in (default: one per core, at most one per file, for sets of
+    at least :data:`PARALLEL_MIN_BYTES` of JSON on 4 cores or more where workers can start, see
+    :func:`_spawn_safe`;
+    1 decodes in this process; a script asking for more needs the ``__main__`` guard). Memory is
+    bounded by the number of workers: each holds about two chunks of JSON and one file's columns
+    and sends back its compact numpy columns only, so the peak is the set's columns plus
+    ``workers`` x (16 MiB + one file's columns). ``progress`` shows a tqdm bar of files done
+    (default: when someone watches, :func:`dlexplore.progress.progress_enabled`).
     """
     from ..progress import progress_bar
 
     files = [str(Path(p)) for p in paths]
-    count = min(len(files), workers or os.cpu_count() or 1)
+    count = min(len(files), workers if workers is not None else _default_workers(files))
     tasks = [(p, chunk_bytes, parser) for p in files]
     with progress_bar(total=len(files), desc="traces", unit="file", enabled=progress) as bar:
-        if count <= 1:
-            results = []
-            for task in tasks:
-                results.append(_decode_one(task))
-                bar.update(1)
-            return results
-        # spawn: a forked child of a process holding threads (Jupyter, Dask) may deadlock
-        with ProcessPoolExecutor(max_workers=count, mp_context=get_context("spawn")) as pool:
-            results = []
-            for result in pool.map(_decode_one, tasks):
-                results.append(result)
-                bar.update(1)
-            return results
+        if count > 1:
+            try:
+                # spawn: a forked child of a process holding threads (Jupyter, Dask) may deadlock
+                with ProcessPoolExecutor(max_workers=count, mp_context=get_context("spawn")) as pool:
+                    results = []
+                    for result in pool.map(_decode_one, tasks):
+                        results.append(result)
+                        bar.update(1)
+                    return results
+            except BrokenProcessPool:
+                warnings.warn(
+                    "worker processes could not start (a script without an "
+                    "'if __name__ == \"__main__\":' guard?); decoding here instead",
+                    stacklevel=2,
+                )
+                bar.reset()
+        results = []
+        for task in tasks:
+            results.append(_decode_one(task))
+            bar.update(1)
+        return results
