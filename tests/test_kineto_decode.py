@@ -278,3 +278,26 @@ def test_odd_values_read_as_the_reference_reads_them(tmp_path):
     if PARSER == "msgspec":
         for chunk_bytes in (128, 1 << 20):
             same(decode_kineto(path, chunk_bytes=chunk_bytes), reference)
+
+
+def test_without_msgspec_the_standard_library_gives_the_same_columns(tmp_path):
+    """A platform without msgspec's wheels: the import falls back and the columns do not change."""
+    import pickle
+    import subprocess
+
+    source = REAL / "HolisticTraceAnalysis__nccl_parser_config__nccl_data.json.gz"
+    if not source.exists():
+        pytest.fail(f"{source} is missing: the real traces of shared/traces-real are needed")
+    out = tmp_path / "columns.pickle"
+    code = (
+        "import pickle, sys\n"
+        "sys.modules['msgspec'] = None  # as if it could not be installed\n"
+        "from dlexplore.traces import horovod_decode, kineto_decode\n"
+        "assert kineto_decode.PARSER == 'json' and horovod_decode.msgspec is None\n"
+        f"columns = kineto_decode.decode_kineto({str(source)!r})\n"
+        f"pickle.dump(columns, open({str(out)!r}, 'wb'))\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+    without = pickle.loads(out.read_bytes())
+    assert without.parser == "json"
+    same(without, decode_kineto(source))
