@@ -301,3 +301,21 @@ def test_without_msgspec_the_standard_library_gives_the_same_columns(tmp_path):
     without = pickle.loads(out.read_bytes())
     assert without.parser == "json"
     same(without, decode_kineto(source))
+
+
+@pytest.mark.parametrize("inside", [b'"name": "' + b"a" * (3 << 20), b'"ts": 1' + b"1" * (3 << 20)])
+def test_a_gzip_bomb_stops_at_the_value_bound(tmp_path, monkeypatch, inside):
+    """A value longer than the bound (a string or a number inflating to megabytes) is refused
+    before it is held whole; the bound is lowered to 1 MiB here to keep the test small."""
+    from dlexplore.traces import jsonchunks
+
+    monkeypatch.setattr(jsonchunks, "MAX_VALUE_BYTES", 1 << 20)
+    path = tmp_path / "bomb.json.gz"
+    with gzip.open(path, "wb") as out:
+        out.write(b'{"traceEvents": [{"ph": "X", ' + inside + b'", "dur": 1}]}')
+    assert path.stat().st_size < 100_000
+    for parser in ["json"] + (["msgspec"] if PARSER == "msgspec" else []):
+        with pytest.raises(
+            DlexploreError, match="longer than 1048576 bytes|number in traceEvents that cannot"
+        ):
+            decode_kineto(path, parser=parser, chunk_bytes=1 << 16)

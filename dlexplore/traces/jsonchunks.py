@@ -184,7 +184,7 @@ class EventChunks:
                 more = len(self._buf) - self._pos > len(text) or not self._eof
                 truncated = err.pos >= len(text) - 8 or err.msg.startswith("Unterminated string")
                 if truncated and more and size < MAX_VALUE_BYTES:
-                    size *= 4
+                    size = min(size * 4, MAX_VALUE_BYTES)
                     continue
                 if truncated and more:
                     raise self.error(
@@ -199,9 +199,22 @@ class EventChunks:
                     offset=self._offset() + len(text[: err.pos].encode()),
                     event=event,
                 ) from None
+            except ValueError as err:  # an integer of more digits than Python converts (4,300)
+                raise self.error(
+                    f"a number in {what} that cannot be read ({err}); expected a Chrome trace",
+                    offset=self._offset(),
+                    event=event,
+                ) from None
             nbytes = end if text.isascii() else len(text[:end].encode())
             if end == len(text) and (len(self._buf) - self._pos > nbytes or not self._eof):
-                size *= 2  # a number at the very end of the window may go on after it
+                if size >= MAX_VALUE_BYTES:  # a number as long as the bound: not a trace's
+                    raise self.error(
+                        f"a JSON value in {what} longer than {MAX_VALUE_BYTES} bytes; "
+                        "expected a Chrome trace",
+                        offset=self._offset(),
+                        event=event,
+                    )
+                size = min(size * 2, MAX_VALUE_BYTES)  # a number at the end of the window may go on
                 continue
             self._pos += nbytes
             return value
