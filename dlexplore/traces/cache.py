@@ -1,8 +1,9 @@
 """A cache of parsed traces keyed by the files' content, so reopening a notebook does not re-parse.
 
 :func:`~dlexplore.traces.load_trace` keeps the :class:`~dlexplore.traces.schema.Trace` of a large
-trace set as a compressed netCDF file (:mod:`.netcdf`, about 9 bytes per event) and, next time the
-same bytes are loaded with the same reader and options, reads that back instead of the JSON.
+trace set as a netCDF file (:mod:`.netcdf`'s layout, uncompressed: about 44 bytes per event) and,
+next time the same bytes are loaded with the same reader and options, reads that back instead of
+the JSON.
 
 * **Where**: ``$DLEXPLORE_CACHE_DIR`` if set, else the user's cache folder
   (``$XDG_CACHE_HOME/dlexplore/traces``, ``~/.cache/dlexplore/traces``; ``~/Library/Caches`` on
@@ -37,7 +38,7 @@ import xarray as xr
 
 from .._io import atomic_path
 from .._version import __version__
-from .netcdf import from_dataset, netcdf_encoding, to_dataset
+from .netcdf import from_dataset, to_dataset
 from .schema import Trace, as_paths
 
 __all__ = ["cache_dir", "clear_cache", "cached", "json_bytes", "MIN_JSON_BYTES"]
@@ -174,7 +175,9 @@ def _store(trace: Trace, entry: Path, index: dict[str, Any]) -> None:
     ds.attrs["dlexplore_columns"] = json.dumps([[c, str(t)] for c, t in trace.events.dtypes.items()])
     ds.attrs["dlexplore_event_attrs"] = json.dumps(_encode_meta(dict(trace.events.attrs)), default=str)
     with atomic_path(entry) as tmp:
-        ds.to_netcdf(tmp, engine="h5netcdf", encoding=netcdf_encoding(ds))
+        # uncompressed: 5x faster to write than zlib (0.05 vs 0.25 s CPU for 216k events) and faster
+        # to read, for 44 instead of 4 bytes per event; the size bound keeps the folder in check
+        ds.to_netcdf(tmp, engine="h5netcdf")
         index.setdefault("entries", {})[entry.name] = _checksum(tmp)
 
 
