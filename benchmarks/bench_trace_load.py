@@ -96,13 +96,19 @@ elif tool == "hta":
     def run():
         analysis = TraceAnalysis(trace_dir=folder)
         return sum(len(analysis.t.get_trace(r)) for r in analysis.t.get_ranks())
+def cpu():
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
 before = rss()
+c0 = cpu()
 t0 = time.perf_counter()
 rows = run()
 seconds = time.perf_counter() - t0
+cpu_seconds = cpu() - c0
 usage = resource.getrusage
 peak = max(usage(resource.RUSAGE_SELF).ru_maxrss, usage(resource.RUSAGE_CHILDREN).ru_maxrss) * 1024
-print(json.dumps({"seconds": seconds, "rss": peak, "rss_before": before, "rows": rows}))
+print(json.dumps({"seconds": seconds, "cpu": cpu_seconds, "rss": peak, "rss_before": before, "rows": rows}))
 """
 
 
@@ -215,12 +221,35 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 "seconds": statistics.median(r["seconds"] for r in ok),
                 "seconds_all": [r["seconds"] for r in ok],
                 "process_seconds": statistics.median(r["process_seconds"] for r in ok),
+                "cpu": statistics.median(r["cpu"] for r in ok),
                 "rss": max(r["rss"] for r in ok),
                 "growth": max(r["rss"] - r["rss_before"] for r in ok),
                 "rows": ok[0]["rows"],
             }
         results.append(row)
         print(_line(row), flush=True)
+    print(
+        "\nCPU seconds of the loading process and its workers (medians; less sensitive than the times above "
+        "to other work on the machine):"
+    )
+    print(
+        f"{'format':<10} {'file':<27} {'reader':>7} {'decoder':>7} {'HTA':>7} {'bare':>6} {'cached':>6} "
+        f"{'HTA/dec':>7} {'dec/bare':>8} {'rdr/cch':>7}"
+    )
+    for row in results:
+        c = {t: row.get(t, {}).get("cpu") for t in ("reader", "decoder", "hta", "bare", "cached")}
+
+        def ratio(a, b, c=c):
+            return f"{c[a] / c[b]:.2f}" if c[a] and c[b] else "-"
+
+        shown = " ".join(
+            f"{c[t]:>{w}.2f}" if c[t] is not None else f"{'-':>{w}}"
+            for t, w in (("reader", 7), ("decoder", 7), ("hta", 7), ("bare", 6), ("cached", 6))
+        )
+        print(
+            f"{row['format']:<10} {row['file']:<27} {shown} {ratio('hta', 'decoder'):>7} "
+            f"{ratio('decoder', 'bare'):>8} {ratio('reader', 'cached'):>7}"
+        )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     shutil.rmtree(CACHE, ignore_errors=True)
