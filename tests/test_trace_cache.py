@@ -114,3 +114,17 @@ def test_the_cache_folder_is_the_users_not_the_inputs(monkeypatch, tmp_path):
         assert trace_cache.cache_dir() == tmp_path / "xdg" / "dlexplore" / "traces"
     monkeypatch.setenv("DLEXPLORE_CACHE_DIR", str(tmp_path / "mine"))
     assert trace_cache.cache_dir() == tmp_path / "mine"
+
+
+def test_a_horovod_timeline_round_trips_through_the_cache(cache_dir, tmp_path):
+    """Other readers' columns (nullable integers, categoricals of their own) come back as they were."""
+    path = ROOT / "tests" / "data" / "traces" / "horovod" / "timeline-cycles.json.gz"
+    with pytest.warns(UserWarning, match="2 range.s. still open") as first:
+        fresh = load_trace(path, cache=False)
+    with pytest.warns(UserWarning, match="2 range.s. still open"):
+        load_trace(path, cache=True)
+    with pytest.warns(UserWarning, match="2 range.s. still open") as said_again:  # kept with the entry
+        again = load_trace(path, cache=True)
+    assert "cached_in" in again.meta
+    assert first[0].filename == said_again[0].filename == __file__  # at the caller's line
+    assert_same(again, fresh)
