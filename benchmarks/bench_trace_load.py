@@ -149,6 +149,11 @@ def prepare(workdir: Path, sizes: list[float], real: int, formats: list[str]) ->
     if real and REAL.is_dir():
         for source in sorted(REAL.glob("*.json.gz"), key=lambda p: -p.stat().st_size)[:real]:
             cases.append(("kineto.gz", f"real {source.name.split('__')[-1].split('.')[0][:24]}", source))
+    if "set" in formats:
+        folder = workdir / "set-8x12.5MB"
+        if not folder.exists():
+            write_kineto_set(folder, 100, 8)
+        cases.append(("kineto set", "synthetic 8 ranks, 100 MB", folder))
     for size in sizes:
         if "kineto" in formats:
             path = workdir / f"kineto-{size:g}MB.json"
@@ -165,11 +170,6 @@ def prepare(workdir: Path, sizes: list[float], real: int, formats: list[str]) ->
             if not path.exists():
                 write_horovod(path, size)
             cases.append(("horovod", f"synthetic {size:g} MB", path))
-    if "set" in formats:
-        folder = workdir / "set-8x12.5MB"
-        if not folder.exists():
-            write_kineto_set(folder, 100, 8)
-        cases.append(("kineto set", "synthetic 8 ranks, 100 MB", folder))
     return cases
 
 
