@@ -163,7 +163,7 @@ def test_columns_of_a_hand_written_trace(tmp_path):
         }
         np.testing.assert_array_equal(c.memory["row"], [3])
         assert c.memory["Bytes"][0] == -512 and c.memory["Addr"][0] == 77
-        assert c.memory["Total Reserved"][0] == np.iinfo(np.int64).min  # absent
+        assert np.isnan(c.memory["Total Reserved"][0])  # absent
         assert c.meta_args == {4: {"name": "python3"}}
         assert c.meta["distributedInfo"] == {"rank": 1, "world_size": 2}
         assert c.meta["baseTimeNanoseconds"] == 1711964646000000000
@@ -221,7 +221,7 @@ BAD = {
     ),
     "memory bytes a string": (
         b'{"traceEvents": [{"ph": "i", "name": "[memory]", "ts": 1, "args": {"Bytes": "x"}}]}',
-        "has args 'Bytes' = 'x'; expected an integer",
+        "has args 'Bytes' = 'x'; expected a number",
     ),
     "bad utf-8 where nothing looks": (
         b'{"traceEvents": [{"ph": "X", "ts": 1, "args": {"Call stack": "\xff"}}]}',

@@ -19,8 +19,8 @@ Conventions (one entry per event of ``traceEvents``, in file order):
 * ``comm``: for events whose name is a communication call (:data:`COMM_NAME`: NCCL/RCCL kernels,
   ``record_param_comms``, ``nccl:*``, ``c10d::*``, ``gloo:*``), their arguments among
   :data:`COMM_ARGS` as parsed (row -> dict);
-* ``memory``: for ``[memory]`` instant events, :data:`MEMORY_ARGS` as int64 (:data:`NO_INT` where
-  absent); other values are errors naming the event;
+* ``memory``: for ``[memory]`` instant events, :data:`MEMORY_ARGS` as float64 (NaN where absent;
+  addresses below 2**53 are exact); a value that is not a finite number is an error naming the event;
 * ``meta_args``: for metadata (``"ph": "M"``) events, their ``name``, ``labels``, ``sort_index`` args.
 """
 
@@ -236,15 +236,16 @@ def _python_chunk(events: list[Any], labels: dict[str, Labels]) -> ChunkColumns:
         if found:
             comm[i] = found
     memory_rows = np.flatnonzero(names == labels["name"].codes.get("[memory]", -1))
-    memory = {k: np.full(len(memory_rows), NO_INT, np.int64) for k in MEMORY_ARGS}
+    memory = {k: np.full(len(memory_rows), np.nan) for k in MEMORY_ARGS}
     for j, i in enumerate(memory_rows.tolist()):
         for k in MEMORY_ARGS:
             value = args[i].get(k)
             if value is None:
                 continue
-            if not _is_int(value):
-                raise _Fail(i, f"has args {k!r} = {_show(value)}; expected an integer")
-            memory[k][j] = value
+            number = _number(value)
+            if math.isnan(number):
+                raise _Fail(i, f"has args {k!r} = {_show(value)}; expected a number")
+            memory[k][j] = number
     is_meta = codes["ph"] == labels["ph"].codes.get("M", -1)
     meta_args = {}
     for i in np.flatnonzero(is_meta).tolist():

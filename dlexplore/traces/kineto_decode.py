@@ -116,7 +116,7 @@ if msgspec is not None:
         (f"c{i}", Any, msgspec.field(name=key, default=_UNSET)) for i, key in enumerate(COMM_ARGS)
     ]
     _memory_fields = [
-        (f"m{i}", int | None, msgspec.field(name=key, default=None)) for i, key in enumerate(MEMORY_ARGS)
+        (f"m{i}", float | None, msgspec.field(name=key, default=None)) for i, key in enumerate(MEMORY_ARGS)
     ]
     _meta_fields = [
         (f"a{i}", Any, msgspec.field(name=key, default=_UNSET)) for i, key in enumerate(META_ARGS)
@@ -184,10 +184,12 @@ def _fast_chunk(view: memoryview, labels: dict[str, Labels]) -> tuple[ChunkColum
         if found:
             comm[i] = found
     memory_rows = np.flatnonzero(names == labels["name"].codes.get("[memory]", -1))
-    memory = {k: np.full(len(memory_rows), NO_INT, np.int64) for k in MEMORY_ARGS}
+    memory = {k: np.full(len(memory_rows), np.nan) for k in MEMORY_ARGS}
     for j, i in enumerate(memory_rows.tolist()):
         for k, value in zip(MEMORY_ARGS, _MEMORY_GET(args[i]), strict=True):
             if value is not None:
+                if math.isinf(value):
+                    raise ValueError("a number beyond a float")  # the reference decides
                 memory[k][j] = value
     meta_args = {}
     for i in np.flatnonzero(codes["ph"] == labels["ph"].codes.get("M", -1)).tolist():
@@ -269,7 +271,7 @@ def _join(
         offset += len(chunk.ts)
     memory = {"row": cat(rows, np.int64)}
     for key in MEMORY_ARGS:
-        memory[key] = cat([c.memory[key] for c in chunks], np.int64)
+        memory[key] = cat([c.memory[key] for c in chunks], np.float64)
     return KinetoColumns(
         path, meta, {k: v.values for k, v in labels.items()}, columns, comm, memory, meta_args, parser
     )
