@@ -179,6 +179,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--real", type=int, default=3, help="how many of the largest real traces")
     parser.add_argument("--formats", nargs="*", default=["kineto", "kineto.gz", "horovod", "set"])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--hta-repeat", type=int, help="runs of HTA (default: --repeat; it takes minutes at 400 MB)"
+    )
     parser.add_argument("--hta-python", help="python of a venv with holistictraceanalysis==0.5.0")
     parser.add_argument("--workdir", type=Path, help="build the files here and keep them")
     parser.add_argument("--json", type=Path, help="also write the results to this file")
@@ -209,6 +212,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         runs: dict[str, list[dict]] = {t: [] for t in tools}
         for k in range(args.repeat):
             for tool in tools[k % len(tools) :] + tools[: k % len(tools)]:
+                if tool == "hta" and len(runs[tool]) >= (args.hta_repeat or args.repeat):
+                    continue
                 python = args.hta_python if tool == "hta" else sys.executable
                 runs[tool].append(run_tool(tool, kind.split(".")[0].split()[0], target, python))
         row: dict = {"format": kind, "file": label, "json_bytes": size}
