@@ -40,6 +40,11 @@ def assert_same(cached, fresh):
     assert cached.events.attrs == fresh.events.attrs
     assert (cached.format, cached.files, cached.world_size) == (fresh.format, fresh.files, fresh.world_size)
     assert {k: v for k, v in cached.meta.items() if k != "cached_in"} == fresh.meta
+    memory = getattr(fresh, "memory", None)  # the allocator's events, where the reader keeps them
+    if memory is None:
+        assert getattr(cached, "memory", None) is None
+    else:
+        pd.testing.assert_frame_equal(cached.memory, memory)
 
 
 def test_a_reload_reads_the_cache_and_gives_the_same_trace(cache_dir, trace_file):
