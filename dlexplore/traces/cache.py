@@ -72,6 +72,7 @@ def clear_cache() -> int:
     entries = list(folder.glob("*.nc")) if folder.is_dir() else []
     for entry in entries:
         entry.unlink(missing_ok=True)
+        entry.with_suffix(".b2").unlink(missing_ok=True)
     (folder / _INDEX).unlink(missing_ok=True)
     return len(entries)
 
@@ -183,14 +184,17 @@ def _store(trace: Trace, entry: Path, index: dict[str, Any], caught: list[tuple[
         # uncompressed: 5x faster to write than zlib (0.05 vs 0.25 s CPU for 216k events) and faster
         # to read, for 44 instead of 4 bytes per event; the size bound keeps the folder in check
         ds.to_netcdf(tmp, engine="h5netcdf")
-        index.setdefault("entries", {})[entry.name] = _checksum(tmp)
+        # the checksum goes beside the entry, not into the shared index: processes that fill the
+        # cache at once (Dask workers) would lose each other's index updates
+        with atomic_path(entry.with_suffix(".b2")) as sidecar:
+            sidecar.write_text(_checksum(tmp))
 
 
 def _load(entry: Path, index: dict[str, Any]) -> tuple[Trace, list[tuple[type, str]]] | None:
     """The trace of a cache entry and the warnings its first load gave, or None (and the entry
     deleted) if it cannot be trusted."""
     try:
-        if index.get("entries", {}).get(entry.name) != _checksum(entry):
+        if entry.with_suffix(".b2").read_text() != _checksum(entry):
             raise ValueError("checksum differs")
         ds = _read_entry(entry)
         trace = from_dataset(ds, str(entry))
@@ -203,6 +207,7 @@ def _load(entry: Path, index: dict[str, Any]) -> tuple[Trace, list[tuple[type, s
         return dataclasses.replace(trace, events=events, meta=meta), caught  # other fields as stored
     except Exception:  # noqa: BLE001 - a damaged entry is dropped, the trace parsed again
         entry.unlink(missing_ok=True)
+        entry.with_suffix(".b2").unlink(missing_ok=True)
         return None
 
 
@@ -272,6 +277,7 @@ def _evict(folder: Path, keep: Path) -> None:
         if entry != keep:
             total -= entry.stat().st_size
             entry.unlink(missing_ok=True)
+            entry.with_suffix(".b2").unlink(missing_ok=True)
 
 
 def _recorded(
