@@ -3,17 +3,18 @@ a pipe. Checked in child processes on a real pseudo-terminal."""
 
 from __future__ import annotations
 
-import fcntl
 import os
-import pty
 import struct
 import subprocess
 import sys
-import termios
 
 import pytest
 
 from dlexplore.progress import progress_enabled
+
+pty = pytest.importorskip("pty", reason="pseudo-terminals are POSIX")
+fcntl = pytest.importorskip("fcntl")
+termios = pytest.importorskip("termios")
 
 BAR = """
 from dlexplore.progress import progress_bar
