@@ -5,10 +5,15 @@ Select or skip the notebook executions with ``-m notebook`` / ``-m "not notebook
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import nbformat
 import pytest
+
+# Traces the tests load are never kept in the user's trace cache (dlexplore.traces.cache); the
+# cache's own tests point it at a temporary folder and ask for it.
+os.environ.setdefault("DLEXPLORE_CACHE", "off")
 
 #: Seconds one cell may run before the execution fails.
 CELL_TIMEOUT = 120

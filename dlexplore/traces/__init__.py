@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DlexploreError
+from .cache import cached
 from .detect import FORMATS, MEASURED_FORMATS, detect_format
 from .netcdf import write_netcdf
 from .schema import CATEGORIES, COLLECTIVES, COLUMNS, Trace, expand_paths, make_events
@@ -59,6 +60,7 @@ _READERS = {
 }
 
 
+@cached
 def load_trace(
     paths: str | os.PathLike | Iterable[str | os.PathLike],
     *,

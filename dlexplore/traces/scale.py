@@ -17,11 +17,11 @@ tests). Needs the optional extra ``scale`` (``dask``; ``distributed`` for a clie
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
 import re
-import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ import numpy as np
 import xarray as xr
 
 from ..errors import DlexploreError, InputFileError
+from ..progress import in_notebook, progress_enabled
 from .breakdown import BREAKDOWN_VARIABLES
 from .schema import as_paths
 
@@ -100,8 +101,9 @@ def summarize(
     n_workers:
         Local threads or processes (default: Dask's, one per core); ignored with a client.
     progress:
-        Show a progress bar when the load takes more than a second: a text bar on stderr in a
-        console, an ipywidgets bar in a notebook; with a client, ``distributed.progress``.
+        Show a progress bar when the load takes more than a second and someone watches (a notebook,
+        or a terminal on stderr; never under CI or into a pipe): tqdm's, a widget in a notebook;
+        with a client, ``distributed.progress``.
     format:
         Skip detection (``pytorch``, ``horovod``, ``nsys``, ``otf2``); all files must share one.
     steps:
@@ -134,7 +136,7 @@ def summarize(
              for i in range(0, len(files), batch)]
     if client is not None:
         futures = client.compute(tasks)
-        if progress:
+        if progress and progress_enabled():
             from distributed import progress as show_progress
 
             show_progress(futures)
@@ -269,72 +271,18 @@ def _source(fmt: str, files: Sequence[str]) -> str:
     return f"measured: {fmt} trace {shown}{more}"
 
 
-def _in_notebook() -> bool:
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
-
-
-class _Quiet:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
 def _progress_bar(progress: bool, minimum: float = 1.0) -> Any:
-    """A context manager showing local Dask progress after ``minimum`` seconds (s), or doing nothing."""
-    if not progress:
-        return _Quiet()
-    if _in_notebook():
-        return _WidgetBar(minimum)
-    from dask.diagnostics import ProgressBar
+    """Local Dask progress as a tqdm bar (a widget in notebooks) shown after ``minimum`` s, only where
+    someone watches (:func:`dlexplore.progress.progress_enabled`); else a context that does nothing."""
+    if not (progress and progress_enabled()):
+        return contextlib.nullcontext()
+    from tqdm.dask import TqdmCallback
 
-    return ProgressBar(minimum=minimum, dt=0.1)
-
-
-def _widget_bar_class() -> type:
-    from dask.callbacks import Callback
-
-    class WidgetBar(Callback):
-        """An ipywidgets bar for the local schedulers, shown once a load has run ``minimum`` s."""
-
-        def __init__(self, minimum: float):
-            super().__init__()
-            self.minimum = minimum
-            self.widget: Any = None
-
-        def _start_state(self, dsk: Any, state: dict[str, Any]) -> None:
-            self.started = time.perf_counter()
-            self.total = sum(len(state[k]) for k in ("ready", "waiting", "running", "finished"))
-            self.done = 0
-
-        def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
-            self.done += 1
-            if self.widget is None and time.perf_counter() - self.started >= self.minimum:
-                import ipywidgets
-                from IPython.display import display
-
-                self.widget = ipywidgets.IntProgress(min=0, max=max(self.total, 1),
-                                                     description="traces", bar_style="info")
-                display(self.widget)
-            if self.widget is not None:
-                self.widget.value = self.done
-
-        def _finish(self, dsk: Any, state: Any, errored: bool) -> None:
-            if self.widget is not None:
-                self.widget.value = self.widget.max
-                self.widget.bar_style = "danger" if errored else "success"
-
-    return WidgetBar
-
-
-def _WidgetBar(minimum: float) -> Any:  # noqa: N802 - stands for a class made on first use
-    return _widget_bar_class()(minimum)
+    if in_notebook():
+        from tqdm.auto import tqdm
+    else:
+        from tqdm import tqdm
+    return TqdmCallback(tqdm_class=tqdm, desc="traces", unit="task", delay=minimum, dynamic_ncols=True)
 
 
 _NUMBER = r"-?[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?"

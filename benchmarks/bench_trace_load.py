@@ -1,0 +1,290 @@
+"""Trace loading, all formats and sizes in one table: dlexplore against HTA and the bare parser.
+
+For each file (the largest real PyTorch traces of ``../shared/traces-real``, as they ship, gzip;
+synthetic Kineto traces of 10, 100 and 400 MB of JSON, plain and gzip; synthetic Horovod timelines
+of the same sizes; one 8-rank Kineto set), each tool loads it in a fresh interpreter (imports
+excluded from the time, as a notebook pays them once), the tools in turn within each repetition,
+and the median of ``--repeat`` runs is shown:
+
+* ``reader``: ``dlexplore.load_trace(path)``, today's reader (the full event table);
+* ``decoder``: :func:`dlexplore.traces.kineto_decode.decode_kineto` (or ``decode_kineto_files`` for
+  a set, or ``decode_horovod``), the column decoder the readers will be built on;
+* ``cached``: ``load_trace(path, cache=True)`` once the trace is in the cache
+  (:mod:`dlexplore.traces.cache`, a folder under ``--workdir``): a notebook reopened;
+* ``bare``: the fastest general JSON parser of ``bench_json_parsers.py`` (msgspec, untyped) merely
+  parsing the (gunzipped) file into Python objects: the bar a loader must beat;
+* ``hta``: HolisticTraceAnalysis 0.5.0 ``TraceAnalysis(trace_dir=...)`` (Kineto only), in the venv
+  of ``--hta-python``.
+
+Peak RSS is the loading process's ``ru_maxrss`` (worker processes' too, for sets and HTA), against
+the JSON's decompressed size; ``growth`` leaves out what the interpreter and imports held before.
+
+    python benchmarks/bench_trace_load.py --hta-python /path/to/hta-venv/bin/python
+        [--sizes 10 100 400] [--real 3] [--repeat 3] [--formats kineto kineto.gz horovod set]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL = ROOT.parent / "shared" / "traces-real" / "pytorch"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from synth_traces import write_horovod, write_kineto, write_kineto_set  # noqa: E402
+
+CACHE = Path(tempfile.gettempdir()) / "dlx-bench-trace-cache"
+
+_CHILD = r"""
+import json, os, resource, sys, time, warnings
+warnings.simplefilter("ignore")
+tool, kind, target = sys.argv[1], sys.argv[2], sys.argv[3]
+paths = sorted(os.path.join(target, f) for f in os.listdir(target)) if os.path.isdir(target) else [target]
+
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+if tool in ("reader", "cached"):
+    import dlexplore.traces as traces
+    if tool == "cached":  # what a first reload imports: h5py; xarray's first Variable imports
+        import h5netcdf, numpy, xarray  # dask.array when installed (imports are excluded)
+        xarray.Variable("x", numpy.zeros(1))
+    def run():
+        return len(traces.load_trace(target, cache=tool == "cached").events)
+elif tool == "decoder":
+    if kind == "horovod":
+        from dlexplore.traces.horovod_decode import decode_horovod as decode
+        def run():
+            return sum(len(decode(p)) for p in paths)
+    else:
+        from dlexplore.traces.kineto_decode import decode_kineto_files
+        def run():
+            return sum(len(c) for c in decode_kineto_files(paths, progress=False))
+elif tool == "bare":
+    import gzip, msgspec
+    def run():
+        n = 0
+        for p in paths:
+            with open(p, "rb") as f:
+                data = f.read()
+            if data[:2] == b"\x1f\x8b":
+                data = gzip.decompress(data)
+            doc = msgspec.json.decode(data)
+            n += len(doc["traceEvents"] if isinstance(doc, dict) else doc)
+            del doc, data
+        return n
+elif tool == "hta":
+    import logging, tempfile
+    logging.disable(logging.CRITICAL)
+    from hta.trace_analysis import TraceAnalysis
+    folder = target
+    if not os.path.isdir(target):
+        folder = tempfile.mkdtemp(prefix="hta-one-")
+        name = "rank-0.json.gz" if target.endswith(".gz") else "rank-0.json"
+        os.symlink(os.path.abspath(target), os.path.join(folder, name))
+    def run():
+        analysis = TraceAnalysis(trace_dir=folder)
+        return sum(len(analysis.t.get_trace(r)) for r in analysis.t.get_ranks())
+def cpu():
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+before = rss()
+c0 = cpu()
+t0 = time.perf_counter()
+rows = run()
+seconds = time.perf_counter() - t0
+cpu_seconds = cpu() - c0
+usage = resource.getrusage
+peak = max(usage(resource.RUSAGE_SELF).ru_maxrss, usage(resource.RUSAGE_CHILDREN).ru_maxrss) * 1024
+print(json.dumps({"seconds": seconds, "cpu": cpu_seconds, "rss": peak, "rss_before": before, "rows": rows}))
+"""
+
+
+def run_tool(tool: str, kind: str, target: Path, python: str) -> dict:
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        [python, "-c", _CHILD, tool, kind, str(target)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONWARNINGS": "ignore", "DLEXPLORE_CACHE_DIR": str(CACHE)},
+    )
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()
+        return {"error": lines[-1][:120] if lines else f"exit {done.returncode}"}
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result["process_seconds"] = time.perf_counter() - t0
+    return result
+
+
+def json_bytes(target: Path) -> int:
+    """Bytes of (decompressed) JSON in a file or a folder of files."""
+    files = sorted(target.iterdir()) if target.is_dir() else [target]
+    total = 0
+    for path in files:
+        if path.suffix == ".gz":
+            with gzip.open(path) as f:
+                while chunk := f.read(1 << 24):
+                    total += len(chunk)
+        else:
+            total += path.stat().st_size
+    return total
+
+
+def prepare(workdir: Path, sizes: list[float], real: int, formats: list[str]) -> list[tuple[str, str, Path]]:
+    """(format, label, path) of every file measured, built once in ``workdir``."""
+    cases = []
+    if real and REAL.is_dir():
+        for source in sorted(REAL.glob("*.json.gz"), key=lambda p: -p.stat().st_size)[:real]:
+            cases.append(("kineto.gz", f"real {source.name.split('__')[-1].split('.')[0][:24]}", source))
+    if "set" in formats:
+        folder = workdir / "set-8x12.5MB"
+        if not folder.exists():
+            write_kineto_set(folder, 100, 8)
+        cases.append(("kineto set", "synthetic 8 ranks, 100 MB", folder))
+    for size in sizes:
+        if "kineto" in formats:
+            path = workdir / f"kineto-{size:g}MB.json"
+            if not path.exists():
+                write_kineto(path, size)
+            cases.append(("kineto", f"synthetic {size:g} MB", path))
+        if "kineto.gz" in formats:
+            path = workdir / f"kineto-{size:g}MB.json.gz"
+            if not path.exists():
+                write_kineto(path, size)
+            cases.append(("kineto.gz", f"synthetic {size:g} MB", path))
+        if "horovod" in formats:
+            path = workdir / f"horovod-{size:g}MB.json"
+            if not path.exists():
+                write_horovod(path, size)
+            cases.append(("horovod", f"synthetic {size:g} MB", path))
+    return cases
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=float, nargs="*", default=[10, 100, 400], help="synthetic MB of JSON")
+    parser.add_argument("--real", type=int, default=3, help="how many of the largest real traces")
+    parser.add_argument("--formats", nargs="*", default=["kineto", "kineto.gz", "horovod", "set"])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--hta-repeat", type=int, help="runs of HTA (default: --repeat; it takes minutes at 400 MB)"
+    )
+    parser.add_argument("--hta-python", help="python of a venv with holistictraceanalysis==0.5.0")
+    parser.add_argument("--workdir", type=Path, help="build the files here and keep them")
+    parser.add_argument("--json", type=Path, help="also write the results to this file")
+    args = parser.parse_args(argv)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="dlx-trace-load-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    cases = prepare(workdir, args.sizes, args.real, args.formats)
+    print(
+        f"{os.cpu_count()} cores; medians of {args.repeat} fresh processes per tool, tools in turn; "
+        "times in s in the process, imports excluded",
+        flush=True,
+    )
+    print(
+        f"{'format':<10} {'file':<27} {'MB':>6} {'reader':>7} {'decoder':>7} {'HTA':>7} {'HTA/rdr':>7} "
+        f"{'HTA/dec':>7} {'bare':>6} {'dec/bare':>8} {'cached':>6} {'rdr/cch':>7} {'rdr RSS':>7} "
+        f"{'dec RSS':>7} {'RSS/JSON':>8} {'growth/JSON':>11}",
+        flush=True,
+    )
+    results = []
+    for kind, label, target in cases:
+        size = json_bytes(target)
+        for path in sorted(target.iterdir()) if target.is_dir() else [target]:
+            path.read_bytes()  # the page cache, warm for every tool alike
+        tools = ["reader", "decoder", "bare", "cached"] + (
+            ["hta"] if args.hta_python and kind != "horovod" else []
+        )
+        run_tool("cached", kind, target, sys.executable)  # into the cache: the later runs reload it
+        runs: dict[str, list[dict]] = {t: [] for t in tools}
+        for k in range(args.repeat):
+            for tool in tools[k % len(tools) :] + tools[: k % len(tools)]:
+                if tool == "hta" and len(runs[tool]) >= (args.hta_repeat or args.repeat):
+                    continue
+                python = args.hta_python if tool == "hta" else sys.executable
+                runs[tool].append(run_tool(tool, kind.split(".")[0].split()[0], target, python))
+        row: dict = {"format": kind, "file": label, "json_bytes": size}
+        for tool in tools:
+            ok = [r for r in runs[tool] if "error" not in r]
+            if not ok:
+                row[tool] = {"error": runs[tool][0]["error"]}
+                continue
+            row[tool] = {
+                "seconds": statistics.median(r["seconds"] for r in ok),
+                "seconds_all": [r["seconds"] for r in ok],
+                "process_seconds": statistics.median(r["process_seconds"] for r in ok),
+                "cpu": statistics.median(r["cpu"] for r in ok),
+                "rss": max(r["rss"] for r in ok),
+                "growth": max(r["rss"] - r["rss_before"] for r in ok),
+                "rows": ok[0]["rows"],
+            }
+        results.append(row)
+        print(_line(row), flush=True)
+    print(
+        "\nCPU seconds of the loading process and its workers (medians; less sensitive than the times above "
+        "to other work on the machine):"
+    )
+    print(
+        f"{'format':<10} {'file':<27} {'reader':>7} {'decoder':>7} {'HTA':>7} {'bare':>6} {'cached':>6} "
+        f"{'HTA/dec':>7} {'dec/bare':>8} {'rdr/cch':>7}"
+    )
+    for row in results:
+        c = {t: row.get(t, {}).get("cpu") for t in ("reader", "decoder", "hta", "bare", "cached")}
+
+        def ratio(a, b, c=c):
+            return f"{c[a] / c[b]:.2f}" if c[a] and c[b] else "-"
+
+        shown = " ".join(
+            f"{c[t]:>{w}.2f}" if c[t] is not None else f"{'-':>{w}}"
+            for t, w in (("reader", 7), ("decoder", 7), ("hta", 7), ("bare", 6), ("cached", 6))
+        )
+        print(
+            f"{row['format']:<10} {row['file']:<27} {shown} {ratio('hta', 'decoder'):>7} "
+            f"{ratio('decoder', 'bare'):>8} {ratio('reader', 'cached'):>7}"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    shutil.rmtree(CACHE, ignore_errors=True)
+    if not args.workdir:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return results
+
+
+def _line(row: dict) -> str:
+    def s(tool: str) -> float | None:
+        return row.get(tool, {}).get("seconds")
+
+    def fmt(value: float | None, width: int, spec: str = ".2f") -> str:
+        return f"{value:>{width}{spec}}" if value is not None else f"{'-':>{width}}"
+
+    reader, decoder, hta, bare, cached = s("reader"), s("decoder"), s("hta"), s("bare"), s("cached")
+    size = row["json_bytes"]
+    dec = row.get("decoder", {})
+    return (
+        f"{row['format']:<10} {row['file']:<27} {size / 1e6:>6.1f} {fmt(reader, 7)} {fmt(decoder, 7)} "
+        f"{fmt(hta, 7)} {fmt(hta / reader if hta and reader else None, 7, '.1f')} "
+        f"{fmt(hta / decoder if hta and decoder else None, 7, '.1f')} {fmt(bare, 6)} "
+        f"{fmt(decoder / bare if decoder and bare else None, 8)} {fmt(cached, 6)} "
+        f"{fmt(reader / cached if reader and cached else None, 7, '.0f')} "
+        f"{fmt(row.get('reader', {}).get('rss', 0) / 1e6 or None, 7, '.0f')} "
+        f"{fmt(dec.get('rss', 0) / 1e6 or None, 7, '.0f')} "
+        f"{fmt(dec['rss'] / size if 'rss' in dec else None, 8)} "
+        f"{fmt(dec['growth'] / size if 'growth' in dec else None, 11)}"
+    )
+
+
+if __name__ == "__main__":
+    main()

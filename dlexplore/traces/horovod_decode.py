@@ -1,0 +1,240 @@
+"""Horovod timelines decoded straight into columns: the events :mod:`.horovod` reads, at C speed.
+
+    columns = decode_horovod("timeline.json")      # HorovodColumns: ph, name, pid, ts, dur, args
+
+The file is split as :mod:`.horovod` splits it (a few MB of events at a time, between ``}`` and
+``,{"``; Horovod writes no ``]`` while it runs, or leaves a trailing comma or a cut-off last
+event). With msgspec each piece is decoded into structs of the five fields the reader uses plus
+the ``args`` of the events that have them (an operation's ``E``: dtype and shape; metadata:
+tensor names and the start time); the standard library's reading of the same piece is the
+reference (:func:`python_events`), used for every piece msgspec refuses; a piece that does not
+parse at all goes to the reader's own event-by-event scan (:func:`dlexplore.traces.horovod`'s), which
+drops a cut-off last event with a warning and names a corrupt one.
+
+Columns, one entry per event in file order: ``ph`` and ``name`` (int32 codes into ``labels``; ""
+where absent), ``pid`` (int64, :data:`~dlexplore.traces.kineto_columns.NO_INT` where absent),
+``ts`` and ``dur`` (float64 µs, NaN where absent); ``args``: row -> the event's ``args`` as parsed.
+A ``ph`` or ``name`` that is not a string, a ``pid`` that is not a 64-bit integer, a ``ts`` or
+``dur`` that is not a finite number are errors naming the file, the event, its byte offset and line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from operator import attrgetter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import InputFileError
+from .horovod import _BOUNDARY, _CHUNK, _decode, _locate, _read_data, _scan
+from .kineto_columns import NO_INT, Labels
+
+try:
+    import msgspec
+except ImportError:  # pragma: no cover - exercised where msgspec has no wheel
+    msgspec = None
+
+__all__ = ["HorovodColumns", "decode_horovod", "python_events"]
+
+_FIELDS = ("ph", "name", "pid", "ts", "dur")
+
+
+@dataclass
+class HorovodColumns:
+    """One Horovod timeline's events as columns (module docstring)."""
+
+    path: str
+    labels: dict[str, list[str]]
+    columns: dict[str, np.ndarray]
+    args: dict[int, Any] = field(default_factory=dict)
+    terminated: bool = False
+    partial_event_at: int | None = None
+    parser: str = "json"
+
+    def __len__(self) -> int:
+        return len(self.columns["ts"])
+
+    def strings(self, column: str) -> np.ndarray:
+        return np.asarray(self.labels[column], dtype=object)[self.columns[column]]
+
+
+if msgspec is not None:
+    _UNSET = msgspec.UNSET
+    _Event = msgspec.defstruct(
+        "_HorovodEvent",
+        [
+            ("ph", str, ""),
+            ("name", str, ""),
+            ("pid", int, NO_INT),
+            ("ts", float, math.nan),
+            ("dur", float, math.nan),
+            ("args", Any, _UNSET),
+        ],
+        gc=False,
+    )
+    _DECODER = msgspec.json.Decoder(list[_Event])
+
+
+def _fast(piece: bytes, labels: dict[str, Labels]) -> tuple[dict[str, np.ndarray], dict[int, Any]]:
+    events = _DECODER.decode(piece)
+    n = len(events)
+    get = attrgetter
+    columns = {key: labels[key].encode_strings(list(map(get(key), events))) for key in ("ph", "name")}
+    columns["pid"] = np.fromiter(map(get("pid"), events), np.int64, n)
+    for key in ("ts", "dur"):
+        columns[key] = np.fromiter(map(get(key), events), np.float64, n)
+        if np.isinf(columns[key]).any():
+            raise ValueError("a time beyond a float")  # the reference decides
+    args = {i: a for i, a in enumerate(map(get("args"), events)) if a is not _UNSET}
+    return columns, args
+
+
+class _Bad(Exception):
+    def __init__(self, index: int, message: str):
+        super().__init__(message)
+        self.index, self.message = index, message
+
+
+def python_events(
+    events: list[Any], labels: dict[str, Labels]
+) -> tuple[dict[str, np.ndarray], dict[int, Any]]:
+    """The columns of events parsed by the standard library: the reference for every value.
+
+    Raises ``_Bad(index in the list, message)`` for an event that cannot be read."""
+    strings: dict[str, list[str]] = {"ph": [], "name": []}
+    pid = np.full(len(events), NO_INT, np.int64)
+    times = {"ts": np.full(len(events), np.nan), "dur": np.full(len(events), np.nan)}
+    args = {}
+    for i, event in enumerate(events):
+        if type(event) is not dict:
+            raise _Bad(i, f"is {type(event).__name__}; expected a trace event object")
+        for key in ("ph", "name"):
+            value = event.get(key)
+            if value is not None and type(value) is not str:
+                raise _Bad(i, f"{key!r} is {value!r}; expected a string")
+            strings[key].append(value or "")
+        value = event.get("pid")
+        if value is not None:
+            if type(value) is not int or not -(2**63) <= value < 2**63:
+                raise _Bad(i, f"'pid' is {value!r}; expected the tensor's index (a 64-bit integer)")
+            pid[i] = value
+        for key in ("ts", "dur"):
+            value = event.get(key)
+            if value is None:
+                continue
+            if type(value) is int:
+                finite = -(2**1023) < value < 2**1023
+            else:
+                finite = type(value) is float and math.isfinite(value)
+            if not finite:
+                raise _Bad(i, f"{key!r} is {str(value)[:40]!r}; expected a time in µs (a finite number)")
+            times[key][i] = float(value)
+        if "args" in event:
+            args[i] = event["args"]
+    columns = {key: labels[key].encode_strings(values) for key, values in strings.items()}
+    columns.update(pid=pid, **times)
+    return columns, args
+
+
+def decode_horovod(path: str | os.PathLike, *, parser: str | None = None) -> HorovodColumns:
+    """Decode one Horovod timeline (``.json`` or ``.json.gz``, finished or still being written).
+
+    ``parser``: ``"msgspec"`` (default when installed) or ``"json"`` (the standard library). Raises
+    :class:`~dlexplore.errors.InputFileError` naming the file, the event, byte offset and line.
+    """
+    use = parser or ("msgspec" if msgspec is not None else "json")
+    if use not in ("msgspec", "json") or (use == "msgspec" and msgspec is None):
+        raise ValueError(f"parser={parser!r}: expected 'json'" + (" or 'msgspec'" if msgspec else ""))
+    path = Path(path)
+    data = _read_data(path)
+    labels = {"ph": Labels(), "name": Labels()}
+    info: dict[str, Any] = {"terminated": False, "partial_event_at": None}
+    parts: list[tuple[dict[str, np.ndarray], dict[int, Any]]] = []
+    seen = 0
+
+    def reference(events: list[Any]) -> None:
+        try:
+            parts.append(python_events(events, labels))
+        except _Bad as bad:
+            where, line = _locate(path, seen + bad.index)
+            raise InputFileError(
+                path, f"event #{seen + bad.index} at {where}: {bad.message}", line=line
+            ) from None
+
+    pos = data.index(b"[") + 1
+    body_end = len(data.rstrip())
+    terminated = data[body_end - 1 : body_end] == b"]" and body_end - 1 >= pos
+    stop = body_end - 1 if terminated else body_end
+    while pos < stop:
+        found = _BOUNDARY.search(data, pos + _CHUNK, stop) if stop - pos > _CHUNK else None
+        cut = found.start() if found else stop
+        piece = data[pos:cut]
+        if cut == stop:
+            piece = piece.rstrip().rstrip(b",")
+        framed = b"[" + piece + b"]"
+        decoded = None
+        if use == "msgspec":
+            try:
+                decoded = _fast(framed, labels)
+            except Exception:  # noqa: BLE001 - anything msgspec refuses: the reference decides
+                decoded = None
+        if decoded is not None:
+            parts.append(decoded)
+            seen += len(decoded[0]["ts"])
+            pos = cut + 1
+            continue
+        try:
+            events = json.loads(framed)
+        except (ValueError, RecursionError):
+            events = None
+        if not isinstance(events, list):  # cut off or corrupt: the reader's exact scan from here
+            text = _decode(data, path)
+            for batch in _scan(text, len(data[:pos].decode("utf-8")), path, seen, info):
+                reference(batch)
+                seen += len(batch)
+            break
+        reference(events)
+        seen += len(events)
+        pos = cut + 1
+    else:
+        info["terminated"] = terminated
+    if not seen:
+        raise InputFileError(
+            path,
+            "holds no events (Horovod had written only '['); expected trace "
+            "events: did any operation run after the timeline was opened?",
+        )
+    return _join(path, labels, parts, info, use)
+
+
+def _join(
+    path: Path, labels: dict[str, Labels], parts: list, info: dict[str, Any], parser: str
+) -> HorovodColumns:
+    columns = {}
+    for key, dtype in (
+        ("ph", np.int32),
+        ("name", np.int32),
+        ("pid", np.int64),
+        ("ts", np.float64),
+        ("dur", np.float64),
+    ):
+        arrays = [p[0][key] for p in parts]
+        columns[key] = np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.zeros(0, dtype)
+    args, offset = {}, 0
+    for part_columns, part_args in parts:
+        args.update({offset + i: a for i, a in part_args.items()})
+        offset += len(part_columns["ts"])
+    return HorovodColumns(
+        str(path),
+        {k: v.values for k, v in labels.items()},
+        columns,
+        args,
+        bool(info["terminated"]),
+        info["partial_event_at"],
+        parser,
+    )

@@ -1,0 +1,373 @@
+"""Kineto (PyTorch profiler) traces decoded straight into columns, one file or many in parallel.
+
+    columns = decode_kineto("rank-0.json.gz")          # KinetoColumns: numpy columns + metadata
+    columns.to_frame()                                  # the same as a pandas DataFrame
+    sets = decode_kineto_files(paths)                   # several files in worker processes
+
+Why: parsing a trace into Python objects (one dict per event, one object per value) is most of
+the time a trace takes to load, whatever the parser (``benchmarks/bench_json_parsers.py``). With
+msgspec (a core dependency) each chunk of events is decoded into ``msgspec.Struct`` s holding only
+the fields the readers use; every other member is skipped without building an object; the chunk's
+columns follow at C speed (``operator.attrgetter`` into ``numpy.fromiter``, ``pandas.factorize``).
+Without msgspec (a platform without its wheels) the standard library parses each chunk and
+:func:`~dlexplore.traces.kineto_columns.python_chunk` builds the same columns; that path is also
+the reference: a chunk that msgspec refuses, or whose values need checking (a ``null`` where a
+number belongs, an integer beyond 64 bits), is read the reference way, so both give the same
+columns and the same errors (``tests/test_kineto_decode.py`` compares them on every file).
+
+The file is read in blocks of bytes (:class:`~dlexplore.traces.jsonchunks.EventChunks`): a load
+holds about two chunks of JSON (8 MiB each) plus the columns (about 90 bytes per event), whatever
+the file's size. See :mod:`.kineto_columns` for what each column holds.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+import warnings
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from operator import attrgetter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .jsonchunks import CHUNK_BYTES, EventChunks
+from .kineto_columns import (
+    COMM_ARGS,
+    INT_COLUMNS,
+    MEMORY_ARGS,
+    META_ARGS,
+    NO_INT,
+    ChunkColumns,
+    Labels,
+    comm_table,
+    new_labels,
+    python_chunk,
+)
+
+try:
+    import msgspec
+except ImportError:  # pragma: no cover - exercised where msgspec has no wheel
+    msgspec = None
+
+__all__ = ["KinetoColumns", "decode_kineto", "decode_kineto_files", "PARSER"]
+
+#: The decoder in use: ``"msgspec"`` (typed structs) or ``"json"`` (the standard library).
+PARSER = "msgspec" if msgspec is not None else "json"
+
+
+@dataclass
+class KinetoColumns:
+    """One trace file's events as columns (:mod:`.kineto_columns`) plus its top-level members.
+
+    ``meta`` holds every top-level member except ``traceEvents`` (``distributedInfo``,
+    ``deviceProperties``, ``baseTimeNanoseconds``, ``displayTimeUnit`` ...); ``labels`` the
+    strings the codes of ``ph``, ``cat``, ``name`` and ``pid_label``/``tid_label`` stand for.
+    """
+
+    path: str
+    meta: dict[str, Any]
+    labels: dict[str, list[str]]
+    columns: dict[str, np.ndarray]
+    comm: dict[int, dict[str, Any]] = field(default_factory=dict)
+    memory: dict[str, np.ndarray] = field(default_factory=dict)
+    meta_args: dict[int, dict[str, Any]] = field(default_factory=dict)
+    parser: str = PARSER
+
+    def __len__(self) -> int:
+        return len(self.columns["ts"])
+
+    def strings(self, column: str) -> np.ndarray:
+        """A coded column (``ph``, ``cat``, ``name``) as an object array of strings."""
+        key = column.removesuffix("_label")
+        values = np.asarray(self.labels[key] + [""], dtype=object)
+        return values[self.columns[column]]
+
+    def to_frame(self) -> pd.DataFrame:
+        """The events as a DataFrame: categoricals for strings, times in µs as written."""
+        frame = {}
+        for key in ("ph", "cat", "name"):
+            frame[key] = pd.Categorical.from_codes(self.columns[key], categories=_unique(self.labels[key]))
+        for key in ("pid", "tid"):
+            numbers, text = self.columns[key], self.columns[f"{key}_label"]
+            values = np.where(text >= 0, self.strings(f"{key}_label"), numbers.astype(object))
+            frame[key] = values
+        for key in ("ts", "dur", "bytes", *(c for c, _, _ in INT_COLUMNS)):
+            frame[key] = self.columns[key]
+        return pd.DataFrame(frame)
+
+
+def _unique(values: list[str]) -> list[str]:
+    return values if len(set(values)) == len(values) else list(dict.fromkeys(values))
+
+
+if msgspec is not None:
+    _UNSET = msgspec.UNSET
+
+    _comm_fields = [
+        (f"c{i}", Any, msgspec.field(name=key, default=_UNSET)) for i, key in enumerate(COMM_ARGS)
+    ]
+    _memory_fields = [
+        (f"m{i}", float | None, msgspec.field(name=key, default=None)) for i, key in enumerate(MEMORY_ARGS)
+    ]
+    _meta_fields = [
+        (f"a{i}", Any, msgspec.field(name=key, default=_UNSET)) for i, key in enumerate(META_ARGS)
+    ]
+    _Args = msgspec.defstruct(
+        "_Args",
+        [
+            ("correlation", int, -1),
+            ("external_id", int, msgspec.field(name="External id", default=NO_INT)),
+            ("external_id_2021", int, msgspec.field(name="external id", default=NO_INT)),
+            ("bytes", float, math.nan),
+            *_comm_fields,
+            *_memory_fields,
+            *_meta_fields,
+        ],
+        frozen=True,
+        gc=False,
+    )
+    _NO_ARGS = _Args()
+
+    _Event = msgspec.defstruct(
+        "_Event",
+        [
+            ("ph", str, ""),
+            ("cat", str, ""),
+            ("name", str, ""),
+            ("pid", int | str | None, None),
+            ("tid", int | str | None, None),
+            ("ts", float, math.nan),
+            ("dur", float, math.nan),
+            ("args", _Args, _NO_ARGS),
+        ],
+        gc=False,
+    )
+    _DECODER = msgspec.json.Decoder(list[_Event])
+    _EXTERNAL_2021 = re.compile(rb'"external id"')
+    _COMM_GET = attrgetter(*(f"c{i}" for i in range(len(COMM_ARGS))))
+    _MEMORY_GET = attrgetter(*(f"m{i}" for i in range(len(MEMORY_ARGS))))
+    _META_GET = attrgetter(*(f"a{i}" for i in range(len(META_ARGS))))
+
+
+def _fast_chunk(view: memoryview, labels: dict[str, Labels]) -> tuple[ChunkColumns, int]:
+    """Columns of a JSON array of events via msgspec structs; raises on anything to check."""
+    events = _DECODER.decode(view)
+    n = len(events)
+    get = attrgetter
+    codes = {key: labels[key].encode_strings(list(map(get(key), events))) for key in ("ph", "cat", "name")}
+    ids = {key: _ids(list(map(get(key), events)), labels[key]) for key in ("pid", "tid")}
+    ts = np.fromiter(map(get("ts"), events), np.float64, n)
+    dur = np.fromiter(map(get("dur"), events), np.float64, n)
+    args = list(map(get("args"), events))
+    nbytes = np.fromiter(map(get("bytes"), args), np.float64, n)
+    if np.isinf(ts).any() or np.isinf(dur).any() or np.isinf(nbytes).any():
+        raise ValueError("a number beyond a float")  # the reference decides
+    ints = {"correlation": np.fromiter(map(get("correlation"), args), np.int64, n)}
+    external = np.fromiter(map(get("external_id"), args), np.int64, n)
+    if _EXTERNAL_2021.search(view):  # 2021 releases spell it "external id"
+        second = np.fromiter(map(get("external_id_2021"), args), np.int64, n)
+        external = np.where(external != NO_INT, external, second)
+    ints["external_id"] = np.where(external != NO_INT, external, -1)
+    names = codes["name"]
+    comm = {}
+    for i in np.flatnonzero(comm_table(labels["name"])[names]).tolist():
+        found = {k: v for k, v in zip(COMM_ARGS, _COMM_GET(args[i]), strict=True) if v is not _UNSET}
+        if found:
+            comm[i] = found
+    memory_rows = np.flatnonzero(names == labels["name"].codes.get("[memory]", -1))
+    memory = {k: np.full(len(memory_rows), np.nan) for k in MEMORY_ARGS}
+    for j, i in enumerate(memory_rows.tolist()):
+        for k, value in zip(MEMORY_ARGS, _MEMORY_GET(args[i]), strict=True):
+            if value is not None:
+                if math.isinf(value):
+                    raise ValueError("a number beyond a float")  # the reference decides
+                memory[k][j] = value
+    meta_args = {}
+    for i in np.flatnonzero(codes["ph"] == labels["ph"].codes.get("M", -1)).tolist():
+        meta_args[i] = {k: v for k, v in zip(META_ARGS, _META_GET(args[i]), strict=True) if v is not _UNSET}
+    columns = ChunkColumns(
+        codes["ph"],
+        codes["cat"],
+        names,
+        ids["pid"][0],
+        ids["tid"][0],
+        ids["pid"][1],
+        ids["tid"][1],
+        ts,
+        dur,
+        ints,
+        nbytes,
+        comm,
+        memory_rows.astype(np.int64),
+        memory,
+        meta_args,
+    )
+    return columns, n
+
+
+def decode_kineto(
+    path: str | os.PathLike, *, chunk_bytes: int = CHUNK_BYTES, parser: str | None = None
+) -> KinetoColumns:
+    """Decode one Kineto trace (``.json`` or ``.json.gz``) into columns.
+
+    ``parser``: ``"msgspec"`` (default when installed) or ``"json"`` (the standard library, the
+    reference). Raises :class:`~dlexplore.errors.DlexploreError` naming the file, the event and the
+    byte offset for anything that is not a complete trace.
+    """
+    use = parser or PARSER
+    if use not in ("msgspec", "json") or (use == "msgspec" and msgspec is None):
+        raise ValueError(f"parser={parser!r}: expected 'json'" + (" or 'msgspec'" if msgspec else ""))
+    stream = EventChunks(path, chunk_bytes=chunk_bytes)
+    labels = new_labels()
+
+    def reference(events: list[Any], first: int) -> ChunkColumns:
+        return python_chunk(events, first, labels, stream.error)
+
+    def fast(view: memoryview, first: int) -> tuple[ChunkColumns, int]:
+        return _fast_chunk(view, labels)
+
+    chunks = list(stream.decode(fast if use == "msgspec" else None, reference))
+    return _join(str(path), stream.meta, labels, chunks, use)
+
+
+def _join(
+    path: str, meta: dict[str, Any], labels: dict[str, Labels], chunks: list[ChunkColumns], parser: str
+) -> KinetoColumns:
+    def cat(arrays: list[np.ndarray], dtype: Any) -> np.ndarray:
+        return np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.zeros(0, dtype)
+
+    columns = {}
+    for key, dtype in (
+        ("ph", np.int32),
+        ("cat", np.int32),
+        ("name", np.int32),
+        ("pid", np.int64),
+        ("tid", np.int64),
+        ("pid_label", np.int32),
+        ("tid_label", np.int32),
+        ("ts", np.float64),
+        ("dur", np.float64),
+        ("bytes", np.float64),
+    ):
+        columns[key] = cat([getattr(c, key) for c in chunks], dtype)
+    for key, _, _ in INT_COLUMNS:
+        columns[key] = cat([c.ints[key] for c in chunks], np.int64)
+    comm: dict[int, dict[str, Any]] = {}
+    meta_args: dict[int, dict[str, Any]] = {}
+    rows, offset = [], 0
+    for chunk in chunks:
+        comm.update({offset + i: v for i, v in chunk.comm.items()})
+        meta_args.update({offset + i: v for i, v in chunk.meta_args.items()})
+        rows.append(chunk.memory_rows + offset)
+        offset += len(chunk.ts)
+    memory = {"row": cat(rows, np.int64)}
+    for key in MEMORY_ARGS:
+        memory[key] = cat([c.memory[key] for c in chunks], np.float64)
+    return KinetoColumns(
+        path, meta, {k: v.values for k, v in labels.items()}, columns, comm, memory, meta_args, parser
+    )
+
+
+def _ids(values: list[Any], labels: Labels) -> tuple[np.ndarray, np.ndarray]:
+    """pid or tid: int64 numbers (:data:`NO_INT` for others) and label codes (-1 for numbers)."""
+    table = {}
+    for value in dict.fromkeys(values):  # a few distinct ids: decide each once, in order
+        if type(value) is int:
+            if not -(2**63) <= value < 2**63:
+                raise OverflowError("an id beyond 64 bits")  # the reference decides
+            table[value] = (value, -1)
+        else:
+            table[value] = (NO_INT, labels.code("" if value is None else value))
+    pairs = np.array([table[v] for v in table], dtype=np.int64).reshape(-1, 2)
+    index = {v: i for i, v in enumerate(table)}
+    rows = np.fromiter(map(index.__getitem__, values), np.int64, len(values))
+    return pairs[rows, 0], pairs[rows, 1].astype(np.int32)
+
+
+def _decode_one(args: tuple[str, int, str | None]) -> KinetoColumns:
+    path, chunk_bytes, parser = args
+    return decode_kineto(path, chunk_bytes=chunk_bytes, parser=parser)
+
+
+#: Smallest set (bytes of JSON) decoded in worker processes by default, on 4 cores or more: a worker
+#: imports dlexplore first (0.7-2.6 s measured here), which smaller sets or fewer cores do not win
+#: back (2 loaded cores, 8 files of 12.5 MB: 2.2-2.5 s in this process, 6.3-7.8 s in 2 workers).
+PARALLEL_MIN_BYTES = 256 * 2**20
+
+
+def _spawn_safe() -> bool:
+    """Whether worker processes can start: spawn re-imports ``__main__``, which a notebook, a console
+    script or ``python -m`` allows, but a script without an ``if __name__ == "__main__":`` guard
+    would run again (and stdin cannot be re-read)."""
+    main = sys.modules.get("__main__")
+    return getattr(main, "__file__", None) is None or getattr(main, "__spec__", None) is not None
+
+
+def _default_workers(files: list[str]) -> int:
+    from .cache import json_bytes
+
+    cores = os.cpu_count() or 1
+    if len(files) < 2 or cores < 4 or not _spawn_safe():
+        return 1
+    try:
+        total = sum(json_bytes(Path(p)) for p in files)
+    except OSError:
+        return 1
+    return min(len(files), cores) if total >= PARALLEL_MIN_BYTES else 1
+
+
+def decode_kineto_files(
+    paths: Sequence[str | os.PathLike],
+    *,
+    workers: int | None = None,
+    chunk_bytes: int = CHUNK_BYTES,
+    parser: str | None = None,
+    progress: bool | None = None,
+) -> list[KinetoColumns]:
+    """Decode several trace files, in parallel worker processes; results in the order given.
+
+    ``workers``: processes to decode in (default: one per core, at most one per file, for sets of
+    at least :data:`PARALLEL_MIN_BYTES` of JSON on 4 cores or more where workers can start, see
+    :func:`_spawn_safe`;
+    1 decodes in this process; a script asking for more needs the ``__main__`` guard). Memory is
+    bounded by the number of workers: each holds about two chunks of JSON and one file's columns
+    and sends back its compact numpy columns only, so the peak is the set's columns plus
+    ``workers`` x (16 MiB + one file's columns). ``progress`` shows a tqdm bar of files done
+    (default: when someone watches, :func:`dlexplore.progress.progress_enabled`).
+    """
+    from ..progress import progress_bar
+
+    files = [str(Path(p)) for p in paths]
+    count = min(len(files), workers if workers is not None else _default_workers(files))
+    tasks = [(p, chunk_bytes, parser) for p in files]
+    with progress_bar(total=len(files), desc="traces", unit="file", enabled=progress) as bar:
+        if count > 1:
+            try:
+                # spawn: a forked child of a process holding threads (Jupyter, Dask) may deadlock
+                with ProcessPoolExecutor(max_workers=count, mp_context=get_context("spawn")) as pool:
+                    results = []
+                    for result in pool.map(_decode_one, tasks):
+                        results.append(result)
+                        bar.update(1)
+                    return results
+            except BrokenProcessPool:
+                warnings.warn(
+                    "worker processes could not start (a script without an "
+                    "'if __name__ == \"__main__\":' guard?); decoding here instead",
+                    stacklevel=2,
+                )
+                bar.reset()
+        results = []
+        for task in tasks:
+            results.append(_decode_one(task))
+            bar.update(1)
+        return results

@@ -1,0 +1,90 @@
+"""The column decoder of Horovod timelines: msgspec against the standard library on the timelines
+Horovod 0.28.1 wrote, unfinished files, and bad events named as the reader names them."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dlexplore.errors import InputFileError
+from dlexplore.traces import load_trace
+from dlexplore.traces.horovod_decode import decode_horovod
+from dlexplore.traces.kineto_decode import PARSER
+
+ROOT = Path(__file__).resolve().parents[1]
+HOROVOD = ROOT / "tests" / "data" / "traces" / "horovod"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from synth_traces import write_horovod  # noqa: E402
+
+PARSERS = ["json"] + (["msgspec"] if PARSER == "msgspec" else [])
+
+
+def decode_both(path: Path):
+    results = []
+    for parser in PARSERS:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            results.append((decode_horovod(path, parser=parser), [str(w.message) for w in caught]))
+    first, first_warnings = results[0]
+    for other, other_warnings in results[1:]:
+        assert other.labels == first.labels
+        for key in first.columns:
+            np.testing.assert_array_equal(other.columns[key], first.columns[key], err_msg=key)
+        assert other.args == first.args
+        assert (other.terminated, other.partial_event_at) == (first.terminated, first.partial_event_at)
+        assert other_warnings == first_warnings
+    return first, first_warnings
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in HOROVOD.glob("timeline*.json*")))
+def test_timelines_horovod_wrote_decode_alike_and_as_the_reader_reads_them(name):
+    path = HOROVOD / name
+    columns, _ = decode_both(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trace = load_trace(path, format="horovod")
+    ph = columns.strings("ph")
+    # one row per range (B), tick (X) and marker (i), less the ranges left open
+    rows = int(np.isin(ph, ["B", "X", "i"]).sum()) - trace.meta["files"][0]["open_ranges_dropped"]
+    assert rows == len(trace.events)
+    begins = columns.columns["ts"][ph != "M"]
+    assert np.isclose(begins.min() * 1e-6, trace.events["start"].min())
+
+
+def test_synthetic_unfinished_timeline(tmp_path):
+    path = tmp_path / "timeline.json"
+    write_horovod(path, 0.5, tensors=16, fusion=4, terminated=False)
+    columns, _ = decode_both(path)
+    assert not columns.terminated
+    ph = columns.strings("ph")
+    assert (ph == "E").sum() == (ph == "B").sum()  # every range closed before the cut
+    shapes = {a["shape"] for a in columns.args.values() if isinstance(a, dict) and "shape" in a}
+    assert len(shapes) == 16
+
+
+def test_a_cut_off_last_event_is_dropped_with_a_warning(tmp_path):
+    path = tmp_path / "timeline.json"
+    write_horovod(path, 0.2, tensors=8, fusion=4, terminated=False)
+    data = path.read_bytes()
+    path.write_bytes(data + b'{"ph": "B", "name": "ALLRE')
+    columns, caught = decode_both(path)
+    assert columns.partial_event_at == len(data)
+    assert any("is cut off" in message for message in caught)
+
+
+@pytest.mark.parametrize("parser", PARSERS)
+def test_a_bad_pid_is_named_with_event_offset_and_line(tmp_path, parser):
+    path = tmp_path / "timeline.json"
+    path.write_text(
+        '[\n{"ph": "B", "name": "ALLREDUCE", "ts": 1, "pid": 1},\n{"ph": "E", "ts": 2, "pid": "one"}]'
+    )
+    with pytest.raises(
+        InputFileError, match=r"event #1 at byte offset 55: 'pid' is 'one'; expected the tensor's"
+    ) as error:
+        decode_horovod(path, parser=parser)
+    assert error.value.line == 3 and error.value.path == str(path)

@@ -1,0 +1,135 @@
+"""The cache of parsed traces: keyed by content, invalidated by change, bounded, never wrong."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dlexplore.traces import cache as trace_cache
+from dlexplore.traces import load_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from synth_traces import write_kineto  # noqa: E402
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("DLEXPLORE_CACHE_DIR", str(folder))
+    monkeypatch.delenv("DLEXPLORE_CACHE", raising=False)
+    return folder
+
+
+@pytest.fixture
+def trace_file(tmp_path):
+    path = tmp_path / "runs" / "rank-0.json.gz"
+    path.parent.mkdir()
+    write_kineto(path, 0.4, rank=0, world_size=1, layers=4)
+    return path
+
+
+def assert_same(cached, fresh):
+    pd.testing.assert_frame_equal(cached.events, fresh.events)
+    assert cached.events.attrs == fresh.events.attrs
+    assert (cached.format, cached.files, cached.world_size) == (fresh.format, fresh.files, fresh.world_size)
+    assert {k: v for k, v in cached.meta.items() if k != "cached_in"} == fresh.meta
+    memory = getattr(fresh, "memory", None)  # the allocator's events, where the reader keeps them
+    if memory is None:
+        assert getattr(cached, "memory", None) is None
+    else:
+        pd.testing.assert_frame_equal(cached.memory, memory)
+
+
+def test_a_reload_reads_the_cache_and_gives_the_same_trace(cache_dir, trace_file):
+    fresh = load_trace(trace_file, cache=False)
+    first = load_trace(trace_file, cache=True)
+    assert "cached_in" not in first.meta
+    entries = list(cache_dir.glob("*.nc"))
+    assert len(entries) == 1
+    again = load_trace(trace_file, cache=True)
+    assert again.meta["cached_in"] == str(entries[0])
+    assert_same(again, fresh)
+    assert isinstance(next(iter(again.meta["ranks"])), int)  # integer keys survive
+    assert again.breakdown().equals(fresh.breakdown())
+
+
+def test_the_key_is_the_content(cache_dir, trace_file, tmp_path):
+    load_trace(trace_file, cache=True)
+    copy = tmp_path / "elsewhere" / "rank-0.json.gz"
+    copy.parent.mkdir()
+    shutil.copy(trace_file, copy)
+    assert "cached_in" in load_trace(copy, cache=True).meta  # same bytes, another path
+    write_kineto(trace_file, 0.4, rank=0, world_size=1, layers=4, seed=1)  # same name, new content
+    changed = load_trace(trace_file, cache=True)
+    assert "cached_in" not in changed.meta
+    assert_same(changed, load_trace(trace_file, cache=False))
+    assert len(list(cache_dir.glob("*.nc"))) == 2
+    load_trace(trace_file, cache=True, chunk_chars=1 << 20)  # other reader options: another entry
+    assert len(list(cache_dir.glob("*.nc"))) == 3
+
+
+def test_a_damaged_entry_is_dropped_and_the_trace_parsed_again(cache_dir, trace_file):
+    load_trace(trace_file, cache=True)
+    (entry,) = cache_dir.glob("*.nc")
+    entry.write_bytes(entry.read_bytes()[:1000])
+    again = load_trace(trace_file, cache=True)
+    assert "cached_in" not in again.meta
+    assert_same(again, load_trace(trace_file, cache=False))
+    assert "cached_in" in load_trace(trace_file, cache=True).meta
+
+
+def test_the_cache_keeps_under_its_size_bound(cache_dir, trace_file, monkeypatch):
+    load_trace(trace_file, cache=True)
+    (first,) = cache_dir.glob("*.nc")
+    monkeypatch.setenv("DLEXPLORE_CACHE_MAX_BYTES", str(first.stat().st_size + 10))
+    write_kineto(trace_file, 0.4, rank=0, world_size=1, layers=4, seed=2)
+    load_trace(trace_file, cache=True)
+    entries = list(cache_dir.glob("*.nc"))
+    assert len(entries) == 1 and entries[0] != first
+
+
+def test_by_default_only_large_sets_are_cached(cache_dir, trace_file, monkeypatch):
+    load_trace(trace_file)
+    assert not list(cache_dir.glob("*.nc"))
+    # gzip's trailer says how much JSON a file holds: a small .gz of a large trace is cached
+    big = trace_file.parent / "big.json.gz"
+    text = gzip.open(trace_file).read().rstrip()
+    with gzip.open(big, "wb", compresslevel=1) as out:
+        out.write(text[:-1] + b', "pad": "' + b" " * (17 << 20) + b'"}')
+    assert big.stat().st_size < 1 << 20
+    load_trace(big)
+    assert len(list(cache_dir.glob("*.nc"))) == 1
+    monkeypatch.setenv("DLEXPLORE_CACHE", "off")
+    trace_cache.clear_cache()
+    load_trace(big)
+    assert not list(cache_dir.glob("*.nc"))
+
+
+def test_the_cache_folder_is_the_users_not_the_inputs(monkeypatch, tmp_path):
+    monkeypatch.delenv("DLEXPLORE_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    if sys.platform.startswith("linux"):
+        assert trace_cache.cache_dir() == tmp_path / "xdg" / "dlexplore" / "traces"
+    monkeypatch.setenv("DLEXPLORE_CACHE_DIR", str(tmp_path / "mine"))
+    assert trace_cache.cache_dir() == tmp_path / "mine"
+
+
+def test_a_horovod_timeline_round_trips_through_the_cache(cache_dir, tmp_path):
+    """Other readers' columns (nullable integers, categoricals of their own) come back as they were."""
+    path = ROOT / "tests" / "data" / "traces" / "horovod" / "timeline-cycles.json.gz"
+    with pytest.warns(UserWarning, match="2 range.s. still open") as first:
+        fresh = load_trace(path, cache=False)
+    with pytest.warns(UserWarning, match="2 range.s. still open"):
+        load_trace(path, cache=True)
+    with pytest.warns(UserWarning, match="2 range.s. still open") as said_again:  # kept with the entry
+        again = load_trace(path, cache=True)
+    assert "cached_in" in again.meta
+    assert first[0].filename == said_again[0].filename == __file__  # at the caller's line
+    assert_same(again, fresh)
