@@ -217,6 +217,26 @@ def _render(ds: xr.Dataset, frame: pd.DataFrame, fmt: str, title: str,
     return "\n".join(lines) + "\n" + body + "\n"
 
 
+def _readable_table(frame: pd.DataFrame, units: dict[str, str]) -> str:
+    """A measured table for people, in the units ``trace summary`` uses: times in ms, message
+    sizes as "512 KiB" (csv and json keep s and bytes)."""
+    from .units import format_bytes
+
+    shown = frame.copy()
+    names = {}
+    for column in shown.columns:
+        unit = units.get(column, "")
+        if unit == "s":
+            shown[column] = shown[column] * 1e3
+            unit = "ms"
+        elif unit == "bytes":
+            shown[column] = [format_bytes(v) for v in shown[column]]
+            unit = ""
+        names[column] = f"{column} [{unit}]" if unit and unit not in ("1", "count") else column
+    with pd.option_context("display.max_columns", None, "display.width", 250):
+        return shown.rename(columns=names).to_string(index=False, float_format=lambda v: f"{v:.4g}")
+
+
 def _fmt(value: object) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
@@ -270,8 +290,17 @@ def _cmd_predict(args: argparse.Namespace) -> None:
     hybrid = {name: getattr(args, name) for name in _HYBRID_OPTIONS}
     if any(value not in (None, False) for name, value in hybrid.items() if name != "seq"):
         ds = _predict_hybrid(kwargs, hybrid)
-        frame = dataset_to_frame(ds, [v for v in ds.data_vars if "operator" not in ds[v].dims])
-        _emit(ds, frame, args, "predicted hybrid-parallel training step", _HYBRID_TABLE)
+        if args.energy:
+            from .model.energy import energy, parallel_phases
+
+            ds = ds.merge(_energy_columns(energy(parallel_phases(ds), **_energy_options(args))))
+        # One configuration: its inputs lead the row, as the swept options do for data parallelism;
+        # the compute breakdown by operator (time_operator) is a dimension a row cannot hold.
+        inputs = [name for name in _HYBRID_INPUTS if name in ds.coords]
+        outputs = [v for v in ds.data_vars if "operator" not in ds[v].dims]
+        frame = dataset_to_frame(ds.reset_coords(inputs), [*inputs, *outputs])
+        table = (*inputs, *_HYBRID_TABLE, *(ENERGY_COLUMNS if args.energy else ()))
+        _emit(ds, frame, args, "predicted hybrid-parallel training step", table)
         return
     if args.seq is not None:
         kwargs["seq"] = args.seq
@@ -280,9 +309,7 @@ def _cmd_predict(args: argparse.Namespace) -> None:
     if args.energy:
         from .model.energy import energy
 
-        extra = energy(ds, pue=args.pue, node_power_w=args.node_power,
-                       samples_per_epoch=args.samples_per_epoch)
-        ds = ds.merge(extra)
+        ds = ds.merge(_energy_columns(energy(ds, **_energy_options(args))))
         columns = (*PREDICT_COLUMNS, *ENERGY_COLUMNS)
     table = (*_TABLE_COLUMNS, *ENERGY_COLUMNS) if args.energy else _TABLE_COLUMNS
     if args.target is not None:
@@ -327,8 +354,20 @@ def _target(text: str) -> object:
     return fields
 
 
+def _energy_options(args: argparse.Namespace) -> dict[str, object]:
+    return dict(pue=args.pue, node_power_w=args.node_power, samples_per_epoch=args.samples_per_epoch)
+
+
+def _energy_columns(ds: xr.Dataset) -> xr.Dataset:
+    return ds[[name for name in ENERGY_COLUMNS if name in ds]].reset_coords(drop=True)
+
+
 _HYBRID_OPTIONS = ("tp", "pp", "dp", "micro_batch", "seq", "recompute", "sequence_parallel", "zero",
                    "offload", "schedule", "virtual_stages", "memory_convention", "tp_overlap")
+#: The configuration columns of a hybrid prediction, in the order they lead its row.
+_HYBRID_INPUTS = ("workload", "gpu", "network", "gpus", "gpus_per_node", "dp", "tp", "pp", "micro_batch",
+                  "batch_size", "seq", "precision", "recompute", "sequence_parallel", "zero", "offload",
+                  "schedule", "virtual_stages")
 _HYBRID_TABLE = ("throughput", "tokens_per_s", "step_time", "efficiency", "mfu", "time_bubble",
                  "time_tp_comm_exposed", "time_pp_comm", "time_dp_comm_exposed", "mem_total",
                  "mem_capacity", "fits")
@@ -390,7 +429,29 @@ def _cmd_catalog(args: argparse.Namespace) -> None:
         "storage": catalog.storages,
     }
     frame = frames[args.kind]()
+    if args.format == "table":
+        frame = _readable_catalog(frame)
     _emit_frame(frame, args, f"catalog: {args.kind}")
+
+
+def _readable_catalog(frame: pd.DataFrame) -> pd.DataFrame:
+    """The catalog for people: byte counts as "16 GiB", latencies in µs or ms, FLOPs in GFLOP
+    (csv and json keep SI units)."""
+    from .units import format_bytes
+
+    out = frame.copy()
+    for column in list(out.columns):
+        if column.endswith("_bytes") or column.endswith("_bytes_per_sample"):
+            out[column] = [format_bytes(v) for v in out[column]]
+            out = out.rename(columns={column: column.replace("_bytes", "")})
+    if "latency_s" in out:
+        scale, unit = (1e6, "µs") if out["latency_s"].max() < 1e-4 else (1e3, "ms")
+        out["latency_s"] = out["latency_s"] * scale
+        out = out.rename(columns={"latency_s": f"latency [{unit}]"})
+    if "flops_per_sample" in out:
+        out["flops_per_sample"] = out["flops_per_sample"] * 1e-9
+        out = out.rename(columns={"flops_per_sample": "forward [GFLOP/sample]"})
+    return out
 
 
 def _emit_frame(frame: pd.DataFrame, args: argparse.Namespace, title: str) -> None:
@@ -404,7 +465,7 @@ def _emit_frame(frame: pd.DataFrame, args: argparse.Namespace, title: str) -> No
     else:
         # sources are long: the table shows their start, csv/json carry them whole
         with pd.option_context("display.max_columns", None, "display.width", 250):
-            text = f"# {title}\n" + frame.to_string(index=False, max_colwidth=48) + "\n"
+            text = f"# {title}\n" + frame.to_string(index=False, max_colwidth=48, na_rep="n/a") + "\n"
     _write(text, args.output)
 
 
@@ -529,11 +590,7 @@ def _cmd_trace_collectives(args: argparse.Namespace) -> None:
                                     algorithm=args.algorithm)
         table.attrs = {**attrs, **table.attrs}
     if args.format == "table":
-        units = table.attrs.get("units", {})
-        shown = table.rename(columns={c: f"{c} [{u}]" for c, u in units.items()
-                                      if u and u not in ("1", "count") and c in table})
-        with pd.option_context("display.max_columns", None, "display.width", 250):
-            body = shown.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+        body = _readable_table(table, table.attrs.get("units", {}))
         _write(f"# collectives: {trace!r}{_trace_notes(trace)}\n# source: {trace.source}\n{body}\n",
                args.output)
         return
@@ -610,28 +667,32 @@ def _cmd_whatif(args: argparse.Namespace) -> None:
 
 
 def _explorer_args(args: argparse.Namespace) -> dict[str, object]:
-    """The Explorer's starting configuration from the options, checked here so that a typo is one
-    line on the terminal rather than an error page in the browser."""
-    from . import catalog, measured
+    """The Explorer's starting configuration from the options given (the explorer fills the rest
+    from the matching measurement), checked here with the explorer's own rules so that a typo is
+    one line on the terminal rather than an error page in the browser."""
+    from . import catalog, measured, validation
     from .model.comm import normalize_algorithm
     from .model.compute import normalize_precision
 
     config: dict[str, object] = {
         "workload": catalog.workload(args.workload).name if ":" not in args.workload else args.workload,
         "gpu": catalog.gpu(args.gpu).name,
-        "network": catalog.network(args.network).name,
-        "intra_link": catalog.network(args.intra_link).name,
         "algorithm": normalize_algorithm(args.algorithm),
-        "precision": normalize_precision(args.precision),
-        "gpus": args.gpus,
-        "batch_size": args.batch_size,
-        "gpus_per_node": args.gpus_per_node,
+        "gpus": validation.count("--gpus", args.gpus, maximum=1024),
     }
     if ":" in args.workload:
         catalog.workload(args.workload)
-    for name in ("gpus", "batch_size", "gpus_per_node"):
-        if config[name] < 1:
-            raise _UsageError(f"--{name.replace('_', '-')} must be >= 1, got {config[name]}")
+    if args.network is not None:
+        config["network"] = catalog.network(args.network).name
+    if args.intra_link is not None:
+        config["intra_link"] = catalog.network(args.intra_link).name
+    if args.precision is not None:
+        config["precision"] = validation.precision_for(catalog.gpu(args.gpu),
+                                                       normalize_precision(args.precision))
+    if args.batch_size is not None:
+        config["batch_size"] = validation.count("--batch-size", args.batch_size, maximum=1024)
+    if args.gpus_per_node is not None:
+        config["gpus_per_node"] = validation.count("--gpus-per-node", args.gpus_per_node, maximum=16)
     names = []
     for item in args.measured:
         path = os.path.abspath(item)
@@ -640,8 +701,12 @@ def _explorer_args(args: argparse.Namespace) -> dict[str, object]:
             raise _UsageError(f"--measured {item}: the dataset has no throughput to overlay "
                               f"(it has {', '.join(sorted(ds.data_vars))})")
         names.append(path if os.path.exists(path) else item)
+    if names and args.no_measured:
+        raise _UsageError("give --measured or --no-measured, not both")
     if names:
         config["measured"] = names
+    elif args.no_measured:
+        config["measured"] = None
     return config
 
 
@@ -649,7 +714,7 @@ def _cmd_explore(args: argparse.Namespace) -> None:
     from .serve import serve_explorer
 
     status = serve_explorer(_explorer_args(args), port=args.port, open_browser=not args.no_browser,
-                            catalogs=args.catalog)
+                            catalogs=args.catalog, pool_size=args.pool_size, cull_idle=args.cull_idle)
     if status not in (0, -2, 130):
         raise DlexploreError(f"the Voila server stopped with status {status} (see its messages above)")
 
@@ -659,7 +724,7 @@ def _cmd_report(args: argparse.Namespace) -> None:
     from .report import write_report
 
     config = _explorer_args(args)
-    shown = config.pop("measured", [None])
+    shown = config.pop("measured", None) or [None]
     if len(shown) > 1:
         raise _UsageError("report overlays one measured dataset: give --measured once")
     data = measured.load(shown[0]) if shown[0] is not None else None
@@ -678,15 +743,19 @@ def _cmd_report(args: argparse.Namespace) -> None:
 def _add_explorer_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workload", default="resnet50", help="workload id (default resnet50)")
     parser.add_argument("--gpu", default="V100-16GB", help="GPU id (default V100-16GB)")
-    parser.add_argument("--network", default="25GbE", help="network id (default 25GbE)")
     parser.add_argument("--gpus", type=int, default=8, help="GPUs selected at start (default 8)")
-    parser.add_argument("--batch-size", type=int, default=64, help="batch per GPU (default 64)")
-    parser.add_argument("--gpus-per-node", type=int, default=1, help="GPUs per node (default 1)")
-    parser.add_argument("--intra-link", default="PCIe3", help="intra-node link (default PCIe3)")
     parser.add_argument("--algorithm", default="ring", help="allreduce algorithm (default ring)")
-    parser.add_argument("--precision", default="fp32", help="fp32, tf32, fp16, bf16")
+    unset = ("; default: the matching measurement's setup, else {}")
+    parser.add_argument("--network", help="network id" + unset.format("25GbE"))
+    parser.add_argument("--batch-size", type=int, help="batch per GPU" + unset.format(64))
+    parser.add_argument("--gpus-per-node", type=int, help="GPUs per node" + unset.format(1))
+    parser.add_argument("--intra-link", help="intra-node link" + unset.format("PCIe3"))
+    parser.add_argument("--precision",
+                        help="fp32, tf32, fp16, bf16 (those the GPU has)" + unset.format("fp32"))
     parser.add_argument("--measured", action="append", default=[], metavar="NAME_OR_CSV",
-                        help="measured dataset to overlay (bundled name or CSV file); repeatable")
+                        help="measured dataset to overlay (bundled name or CSV file); repeatable; "
+                        "default: the bundled one of this workload and GPU")
+    parser.add_argument("--no-measured", action="store_true", help="overlay no measurement")
 
 
 def _add_output(parser: argparse.ArgumentParser, formats: Sequence[str] = FORMATS) -> None:
@@ -846,6 +915,12 @@ def build_parser() -> argparse.ArgumentParser:
                        "from dlexplore.widgets import Explorer; Explorer().")
     e.add_argument("--port", type=int, default=8866, help="port (default 8866)")
     e.add_argument("--no-browser", action="store_true", help="do not open a web browser")
+    e.add_argument("--pool-size", type=int, default=1, metavar="N",
+                   help="explorer kernels kept started and run ahead, so a page opens in about a "
+                   "second (default 1; about 200 MB each; 0 starts one per page)")
+    e.add_argument("--cull-idle", type=int, default=900, metavar="SECONDS",
+                   help="stop a page's kernel after this long without activity (default 900); a "
+                   "closed page's kernel stops at once")
     _add_explorer_options(e)
     e.set_defaults(func=_cmd_explore)
 

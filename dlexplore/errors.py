@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-__all__ = ["DlexploreError", "UnknownNameError", "InputFileError", "suggest"]
+__all__ = ["DlexploreError", "UnknownNameError", "InputFileError", "InvalidValueError", "suggest"]
 
 
 class DlexploreError(ValueError):
@@ -60,6 +60,25 @@ class InputFileError(DlexploreError):
         if row is not None:
             where += f", row {row}"
         super().__init__(f"{where}: {message}")
+
+
+class InvalidValueError(DlexploreError):
+    """An argument outside what it may be: names the argument, what was expected and the value
+    received (``gpus must be a whole number from 1 to 1,048,576; got 1,000,000,000``).
+
+    Raised by :mod:`dlexplore.validation`, which every entry point uses.
+    """
+
+    def __init__(self, name: str, value: object, expected: str, *, note: str = ""):
+        from .validation import describe
+
+        self.name = name
+        self.value = value
+        self.expected = expected
+        message = f"{name} must be {expected}; got {describe(value)}"
+        if note:
+            message += f" ({note})"
+        super().__init__(message)
 
 
 def suggest(name: str, known: Iterable[str], n: int = 3) -> list[str]:

@@ -54,7 +54,8 @@ def explorer_report(
     point = prediction.sel(gpus=gpus)
     marks = measured_columns(ds, prediction, workload=str(point.workload.values),
                              precision=str(point.precision.values))
-    figures = ExplorerFigures(GPU_COUNTS)
+    figures = ExplorerFigures(GPU_COUNTS, width=560, height=380)
+    titles = figures.subtitles
 
     # Every GPU count's per-count columns and titles, computed here once and embedded in the page.
     states: dict[str, dict] = {}
@@ -62,12 +63,13 @@ def explorer_report(
         figures.select(prediction, count)
         states[str(count)] = {
             "data": {name: dict(figures.sources[name].data) for name in _PER_GPU_SOURCES},
-            "memory_title": figures.memory.title.text,
-            "memory_color": figures.memory.title.text_color,
+            "memory_title": titles["memory"].text,
+            "memory_color": titles["memory"].text_color,
+            "memory_style": titles["memory"].text_font_style,
             "memory_background": figures.memory.background_fill_color,
             "memory_end": figures.memory.x_range.end,
             "capacity": figures.capacity_span.location,
-            "comm_title": figures.comm.title.text,
+            "comm_title": titles["comm"].text,
             "headline": headline(prediction, count),
         }
     figures.show(prediction, gpus, marks)
@@ -79,17 +81,18 @@ def explorer_report(
                       name="report_gpus", width=120)
     sources = {name: figures.sources[name] for name in _PER_GPU_SOURCES}
     selector.js_on_change("value", CustomJS(
-        args=dict(states=states, sources=sources, memory=figures.memory, comm=figures.comm,
-                  capacity=figures.capacity_span, line=line),
+        args=dict(states=states, sources=sources, memory=figures.memory, memory_title=titles["memory"],
+                  comm_title=titles["comm"], capacity=figures.capacity_span, line=line),
         code="""
         const s = states[cb_obj.value];
         for (const name in sources) { sources[name].data = s.data[name]; }
-        memory.title.text = s.memory_title;
-        memory.title.text_color = s.memory_color;
+        memory_title.text = s.memory_title;
+        memory_title.text_color = s.memory_color;
+        memory_title.text_font_style = s.memory_style;
         memory.background_fill_color = s.memory_background;
         memory.x_range.end = s.memory_end;
         capacity.location = s.capacity;
-        comm.title.text = s.comm_title;
+        comm_title.text = s.comm_title;
         const p = document.createElement('p');
         p.textContent = s.headline;
         line.text = "<p style='font-size:15px'>" + p.innerHTML + "</p>";

@@ -111,7 +111,7 @@ def test_bad_arguments_are_dlexplore_errors():
         predict_lazy(workload=["vgg16", "vgg16"], gpus=[1, 2])
     with pytest.raises(DlexploreError, match="per-bucket"):
         predict_lazy(gpus=[1, 2], buckets=True)
-    with pytest.raises(DlexploreError, match="gpus must be whole numbers"):
+    with pytest.raises(DlexploreError, match="gpus must be a whole number from 1 to 1,048,576; got 0"):
         predict_lazy(gpus=[1, 0])
     with pytest.raises(DlexploreError, match="chunk"):
         predict_lazy(gpus=[1, 2], chunks={"nope": 1})

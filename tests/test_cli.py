@@ -123,7 +123,12 @@ def test_measured_list_and_show():
         (["predict", "--workload", "resnet05"], "did you mean 'resnet50'"),
         (["predict", "--gpu", "V100"], "V100-16GB"),
         (["predict", "--gpus", "1,two"], "argument --gpus: expected a number, got 'two'"),
-        (["predict", "--gpus", "0"], "gpus must be whole numbers >= 1"),
+        (["predict", "--gpus", "0"], "gpus must be a whole number from 1 to 1,048,576; got 0"),
+        (["predict", "--gpus", "1e9"], "gpus must be a whole number from 1 to 1,048,576; got 1,000,000,000"),
+        (["predict", "--gpus", "1e30"], "got 1e+30"),
+        (["predict", "--gpu", "V100-16GB", "--precision", "tf32"],
+         "precision must be one of fp32, fp16; got 'tf32' (V100-16GB has no tf32 arithmetic)"),
+        (["predict", "--bandwidth", "-1"], "bandwidth must be a number of GB/s > 0; got -1"),
         (["predict", "--bucket-size", "lots"], "--bucket-size"),
         (["predict", "--format", "netcdf"], "give -o FILE.nc"),
         (["comm", "--bytes", "1e8", "--gpus", "8", "--bandwidth", "10"], "--latency"),
@@ -136,6 +141,15 @@ def test_measured_list_and_show():
     ],
 )
 def test_errors_are_one_line_and_exit_nonzero(args, expected):
+    _one_line_error(args, expected)
+
+
+def test_an_empty_trace_folder_is_named(tmp_path):
+    _one_line_error(["trace", "summary", str(tmp_path)],
+                    f"{tmp_path}: the folder holds no trace file")
+
+
+def _one_line_error(args, expected):
     out = cli(*args)
     assert out.returncode == 2
     assert "Traceback" not in out.stderr
@@ -191,6 +205,40 @@ def test_predict_hybrid_parallel_options_match_the_python_api():
     assert row["mem_total"] == pytest.approx(float(ds.mem_total))
     bad = cli("predict", "--workload", "gpt2-xl", "--gpu", "A100-80GB", "--gpus", "8,16", "--tp", "1")
     assert bad.returncode == 2 and "one value per option" in bad.stderr
+
+
+def test_predict_hybrid_csv_leads_with_its_inputs_and_prices_energy_by_hand():
+    done = cli("predict", "--workload", "gpt2-xl", "--gpu", "A100-80GB", "--network", "IB-HDR",
+               "--gpus", "16", "--gpus-per-node", "8", "--batch-size", "64", "--pp", "2", "--energy",
+               "--pue", "1.5", "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    row = pd.read_csv(io.StringIO(done.stdout)).iloc[0]
+    inputs = ["workload", "gpu", "network", "gpus", "gpus_per_node", "dp", "tp", "pp"]
+    assert list(row.index[: len(inputs)]) == inputs
+    assert (row["workload"], row["gpus"], row["dp"], row["pp"], row["batch_size"]) == (
+        "gpt2-xl", 16, 8, 2, 64)
+    # A100-80GB: TDP 400 W, idle 55 W (the catalog row). Compute (update included) at TDP,
+    # tensor/pipeline/exposed data-parallel communication halfway, the bubble at idle; x gpus x PUE.
+    tdp, idle = 400.0, 55.0
+    compute = row["time_compute"] + row["time_optimizer"] + row["time_offload"]
+    comm = row["time_tp_comm"] + row["time_pp_comm"] + row["time_dp_comm_exposed"]
+    expected = 1.5 * 16 * (compute * tdp + comm * (idle + tdp) / 2 + row["time_bubble"] * idle)
+    assert row["energy_step"] == pytest.approx(expected, rel=1e-9)
+    assert row["energy_sample"] == pytest.approx(expected / 64, rel=1e-9)
+    assert compute + comm + row["time_bubble"] == pytest.approx(row["step_time"], rel=1e-12)
+
+
+def test_tables_are_for_people():
+    gpus = cli("catalog", "gpus")
+    v100 = next(line for line in gpus.stdout.splitlines() if line.split()[0] == "V100-16GB")
+    assert " 16 GiB " in v100 and "e+" not in v100
+    networks = cli("catalog", "networks").stdout
+    assert "latency [µs]" in networks and "e-0" not in networks
+    workloads = cli("catalog", "workloads").stdout
+    assert "forward [GFLOP/sample]" in workloads and "e+" not in workloads
+    import dlexplore
+
+    assert len(repr(dlexplore.catalog.workload("gpt2-xl")).splitlines()) == 1
 
 
 def test_advise_ranks_configurations_that_fit():

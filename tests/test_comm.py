@@ -142,11 +142,11 @@ def test_names_and_aliases():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(ranks=0), "ranks must be whole numbers"),
-        (dict(ranks=2.5), "ranks must be whole numbers"),
-        (dict(bandwidth=0), "bandwidth must be > 0"),
-        (dict(nbytes=-1), "message size must be >= 0"),
-        (dict(latency=-1e-6), "latency must be >= 0"),
+        (dict(ranks=0), "ranks must be a whole number from 1 to 1,048,576; got 0"),
+        (dict(ranks=2.5), "ranks must be a whole number .*; got 2.5"),
+        (dict(bandwidth=0), "bandwidth must be a number of GB/s > 0; got 0"),
+        (dict(nbytes=-1), "message size must be a number of bytes >= 0; got -1"),
+        (dict(latency=-1e-6), "latency must be a number of s >= 0; got -1e-06"),
     ],
 )
 def test_bad_arguments(kwargs, message):

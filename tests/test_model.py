@@ -275,7 +275,7 @@ def test_categorical_sweeps():
 @pytest.mark.parametrize(
     "kw, message",
     [
-        (dict(gpus=0), "gpus must be whole numbers >= 1"),
+        (dict(gpus=0), "gpus must be a whole number from 1 to 1,048,576; got 0"),
         (dict(batch_size=[8, 8]), "repeats"),
         (dict(compute_efficiency=1.5), "compute_efficiency"),
         (dict(overlap=2.0), "overlap"),

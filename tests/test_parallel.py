@@ -232,7 +232,7 @@ def test_invalid_configurations(kwargs, message):
 
 def test_cnn_takes_data_parallelism_only():
     with pytest.raises(DlexploreError, match="only data parallelism"):
-        predict_parallel("resnet50", "V100-16GB", gpus=8, tp=2)
+        predict_parallel("resnet50", "V100-16GB", gpus=8, tp=2, precision="fp16")
     ds = predict_parallel("resnet50", "V100-16GB", gpus=8, zero=2, micro_batch=32, batch_size=256,
                           precision="fp16")
     wl = catalog.workload("resnet50")

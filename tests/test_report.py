@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -80,7 +81,11 @@ def test_explore_checks_its_options_before_serving():
     bad = cli("explore", "--no-browser", "--workload", "resnet5")
     assert bad.returncode == 2 and "did you mean" in bad.stderr
     bad = cli("explore", "--no-browser", "--gpus", "0")
-    assert bad.returncode == 2 and "--gpus must be >= 1" in bad.stderr
+    assert bad.returncode == 2 and "--gpus must be a whole number from 1 to 1024; got 0" in bad.stderr
+    bad = cli("explore", "--no-browser", "--gpu", "V100-16GB", "--precision", "bf16")
+    assert bad.returncode == 2 and "V100-16GB has no bf16 arithmetic" in bad.stderr
+    bad = cli("explore", "--no-browser", "--pool-size", "-1")
+    assert bad.returncode == 2 and "pool_size must be a whole number from 0 to 64; got -1" in bad.stderr
 
 
 def test_explore_refuses_a_busy_port():
@@ -93,10 +98,46 @@ def test_explore_refuses_a_busy_port():
     assert f"port {port} on 127.0.0.1 is not free" in done.stderr
 
 
+def test_a_kernel_leaving_the_pool_counts_as_active():
+    """Voila's culler spares pooled kernels only while pooled: the one a page has just taken had
+    idled there and has no connection yet. Leaving the pool refreshes its last activity."""
+    import asyncio
+    import datetime
+
+    from dlexplore_jupyter.kernels import ClassroomKernelManager
+
+    assert any("ClassroomKernelManager" in a for a in serve.explore_command(9999, open_browser=False))
+    long_ago = datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)
+    kernels = {k: types.SimpleNamespace(last_activity=long_ago) for k in ("pooled", "taken", "page")}
+
+    def pool_item(kernel_id):
+        future = asyncio.Future(loop=loop)
+        future.set_result({"kernel_id": kernel_id})
+        return future
+
+    loop = asyncio.new_event_loop()
+    try:
+        manager = ClassroomKernelManager()
+        manager._kernels.update(kernels)
+        manager._pools = {"explorer.ipynb": [pool_item("pooled"), pool_item("taken")]}
+        assert manager.note_pool() == set() and manager.pooled_kernel_ids() == {"pooled", "taken"}
+        manager._pools["explorer.ipynb"].pop(1)  # a page takes it
+        assert manager.note_pool() == {"taken"}
+        assert kernels["taken"].last_activity > long_ago  # a full cull time to connect
+        assert kernels["pooled"].last_activity == kernels["page"].last_activity == long_ago
+        assert manager.note_pool() == set()  # once: a page that never connects is culled later
+    finally:
+        loop.close()
+
+
 def test_explore_serves_the_packaged_dashboard_on_localhost_only():
     command = serve.explore_command(9999, open_browser=False)
     assert "--Voila.ip=127.0.0.1" in command and "--port=9999" in command
     assert "--Voila.open_browser=False" in command
+    # a pool of kernels that ran the notebook ahead, and idle kernels stopped (a classroom's server)
+    assert {"--preheat_kernel=True", "--pool_size=1", "--MappingKernelManager.cull_idle_timeout=900",
+            "--MappingKernelManager.cull_connected=True"} <= set(command)
+    assert "--preheat_kernel=True" not in serve.explore_command(9999, pool_size=0)
     assert serve.DASHBOARD.is_file()
     template = serve.TEMPLATES / "voila" / "templates" / "dlexplore" / "index.html.j2"
     # Voila's own lab template fetches Font Awesome from a CDN; ours must not fetch anything

@@ -155,6 +155,13 @@ class Workload:
     description: str = ""
     config: dict = field(default_factory=dict, compare=False, hash=False)
 
+    def __repr__(self) -> str:
+        # The layers are hundreds of records: summarise them (``.layers`` holds them all).
+        gflop = self.flops_per_sample / 1e9
+        shown = f"{gflop:,.0f}" if gflop >= 1000 else f"{gflop:.3g}"
+        return (f"Workload({self.name!r}, {self.kind}, {self.params:,} parameters, {shown} GFLOP per "
+                f"{self.sample_unit.rstrip('s')} forward, {len(self.layers)} layers)")
+
     @cached_property
     def params(self) -> int:
         """Trainable parameters (count)."""

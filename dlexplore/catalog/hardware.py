@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from .. import validation
 from .._data import data_dir
 from .._io import read_text as _read_text
 from ..errors import DlexploreError, InputFileError
@@ -454,18 +455,36 @@ _load_bundled()
 def gpu(name: str | GPU) -> GPU:
     """Return the GPU called ``name`` (case-insensitive, aliases accepted); a :class:`GPU` is
     returned unchanged. Unknown names raise :class:`~dlexplore.errors.UnknownNameError`."""
-    return name if isinstance(name, GPU) else GPUS.get(name)
+    return _checked(name) if isinstance(name, GPU) else GPUS.get(name)
 
 
 def network(name: str | Link) -> Link:
     """Return the link or network called ``name`` (PCIe/NVLink links have ``kind == "intra"``,
     networks ``"network"``); a :class:`Link` is returned unchanged."""
-    return name if isinstance(name, Link) else NETWORKS.get(name)
+    return _checked(name) if isinstance(name, Link) else NETWORKS.get(name)
 
 
 def storage(name: str | StorageTier) -> StorageTier:
     """Return the storage tier called ``name``; a :class:`StorageTier` is returned unchanged."""
-    return name if isinstance(name, StorageTier) else STORAGE.get(name)
+    return _checked(name) if isinstance(name, StorageTier) else STORAGE.get(name)
+
+
+def _checked(record: GPU | Link | StorageTier) -> GPU | Link | StorageTier:
+    """A record made in Python (``dataclasses.replace(gpu("V100"), fp32_tflops=...)``) held to the
+    rules a catalog file's cells are: numbers >= 0, > 0 where the model divides by them, NaN only
+    where a blank cell is allowed."""
+    kind = next(k for k in _KINDS.values() if isinstance(record, k.record))
+    for col in kind.columns:
+        if not col.number or col.field is not None:
+            continue
+        value = getattr(record, col.name)
+        if col.blank_ok and isinstance(value, float) and math.isnan(value):
+            continue
+        validation.number(
+            f"{col.name} of {record.name!r}", value, minimum=0, strict_min=col.positive,
+            allow_inf=col.inf_ok,
+        )
+    return record
 
 
 def gpus() -> pd.DataFrame:

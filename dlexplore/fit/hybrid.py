@@ -208,6 +208,7 @@ class HybridPoints:
                 recompute=normalize_recompute(first["recompute"]),
                 schedule=normalize_schedule(first["schedule"]),
                 attention=self.kwargs.get("attention", "fused"),
+                check=False,  # the table's rows were read and checked; the fit varies parameters
             )
             flops = r["model_flops_per_gpu" if self.flops == "model" else "hardware_flops_per_gpu"]
             predicted = {

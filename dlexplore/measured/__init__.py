@@ -107,6 +107,7 @@ editor numbers it, the column and what was expected; nothing is returned half-re
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -128,6 +129,7 @@ __all__ = [
     "to_frame",
     "select",
     "concat",
+    "matching",
     "COLUMNS",
     "UNIT_ALIASES",
     "MEASURED_PREFIX",
@@ -305,3 +307,43 @@ def select(ds: xr.Dataset, **criteria: object) -> xr.Dataset:
         else:
             mask &= values == wanted
     return ds.isel(point=np.flatnonzero(mask))
+
+
+def _catalog_name(kind: str, name: str) -> str:
+    """A GPU's or workload's catalog name (aliases resolved), or the name itself if unknown."""
+    from .. import catalog
+    from ..errors import DlexploreError
+
+    try:
+        return (catalog.gpu if kind == "gpu" else catalog.workload)(name).name.lower()
+    except DlexploreError:
+        return str(name).lower()
+
+
+def matching(workload: str, gpu: str, datasets: Mapping[str, xr.Dataset] | None = None) -> list[str]:
+    """Names of the training datasets with measured throughput of ``workload`` on ``gpu``, the one
+    with most such points first (ties by name). Names and aliases compare as the catalog resolves
+    them (``"Tesla P100"`` is ``"P100"``).
+
+    ``datasets`` maps names to datasets to search (default: every bundled one). The explorer uses
+    this to lay the matching measurement over its prediction from the start.
+    """
+    if datasets is None:
+        datasets = {name: load(name) for name in available()}
+    want = (_catalog_name("workload", workload), _catalog_name("gpu", gpu))
+    counts = {}
+    for name, ds in datasets.items():
+        if "throughput" not in ds or "point" not in ds.dims:
+            continue
+        if not {"workload", "gpu"} <= set(ds.coords):
+            continue
+        pairs = zip(ds["workload"].values.astype(str), ds["gpu"].values.astype(str), strict=True)
+        memo: dict[tuple[str, str], bool] = {}
+        n = 0
+        for pair in pairs:
+            if pair not in memo:
+                memo[pair] = (_catalog_name("workload", pair[0]), _catalog_name("gpu", pair[1])) == want
+            n += memo[pair]
+        if n:
+            counts[name] = n
+    return sorted(counts, key=lambda name: (-counts[name], name))

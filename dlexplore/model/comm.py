@@ -48,6 +48,7 @@ import numpy as np
 import numpy.typing as npt
 import xarray as xr
 
+from .. import validation
 from ..errors import DlexploreError, suggest
 
 __all__ = [
@@ -145,10 +146,7 @@ def normalize_algorithm(algorithm: str, collective: str = "allreduce") -> str:
 
 
 def _check_ranks(ranks: ArrayLike) -> np.ndarray:
-    p = np.asarray(ranks)
-    if p.dtype.kind not in "iuf" or np.any(p < 1) or np.any(p != np.floor(p)):
-        raise DlexploreError(f"ranks must be whole numbers >= 1, got {ranks!r}")
-    return p.astype(float)
+    return np.asarray(validation.gpu_count("ranks", ranks), dtype=float)
 
 
 def _ceil_log2(p: np.ndarray) -> np.ndarray:
@@ -194,19 +192,12 @@ def collective_time(
     collective = normalize_collective(collective)
     algorithm = normalize_algorithm(algorithm, collective)
     p = _check_ranks(ranks)
-    n = np.asarray(nbytes, dtype=float)
-    bw = np.asarray(bandwidth, dtype=float)
-    if np.any(n < 0):
-        raise DlexploreError(f"message size must be >= 0 bytes, got {nbytes!r}")
-    if np.any(bw <= 0):
-        raise DlexploreError(f"bandwidth must be > 0 GB/s, got {bandwidth!r}")
-    a = np.asarray(latency, dtype=float)
-    if np.any(a < 0):
-        raise DlexploreError(f"latency must be >= 0 s, got {latency!r}")
+    n = np.asarray(validation.nonnegative("message size", nbytes, units="bytes"))
+    # inf is an ideal link (no transfer time): calibration holds bandwidth there to fit latency alone.
+    bw = np.asarray(validation.positive("bandwidth", bandwidth, units="GB/s", allow_inf=True))
+    a = np.asarray(validation.nonnegative("latency", latency, units="s"))
     b = 1.0 / (bw * 1e9)
-    g = np.asarray(gamma, dtype=float)
-    if np.any(g < 0):
-        raise DlexploreError(f"gamma must be >= 0 s/byte, got {gamma!r}")
+    g = np.asarray(validation.nonnegative("gamma", gamma, units="s/byte"))
     frac = (p - 1.0) / p
 
     if collective == "allreduce":
@@ -224,9 +215,7 @@ def collective_time(
             fq = (q - 1) / q
             return 2 * lg_q * a + 2 * fq * n * b + fq * n * g + e * (2 * a + 2 * n * b + n * g)
         if algorithm == "parameter_server":
-            k = np.asarray(servers, dtype=float)
-            if np.any(k < 1):
-                raise DlexploreError(f"servers must be >= 1, got {servers!r}")
+            k = np.asarray(validation.gpu_count("servers", servers), dtype=float)
             load = np.maximum(1.0, p / k)
             return 2 * a + 2 * load * n * b + (p / k) * n * g
         if gpus_per_node is None or intra_bandwidth is None or intra_latency is None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import xarray as xr
 
-from .. import catalog
+from .. import catalog, validation
 from ..errors import DlexploreError, InputFileError
 from ._sweep import PREDICTED_SOURCE, as_dataarray
 
@@ -68,12 +68,13 @@ IO_VARIABLES: dict[str, tuple[str, str]] = {
 }
 
 
-def _as(name: str, value) -> xr.DataArray:
+def _as(name: str, value, *, positive: bool = False, units: str = "", allow_inf: bool = False
+        ) -> xr.DataArray:
+    check = validation.positive if positive else validation.nonnegative
+    check(name, value.values if isinstance(value, xr.DataArray) else value, units=units,
+          **({"allow_inf": True} if allow_inf and not positive else {}))
     da = value if isinstance(value, xr.DataArray) else as_dataarray(name, value)
-    da = da.astype(float)
-    if bool((da < 0).any()) or bool(da.isnull().any()):
-        raise DlexploreError(f"{name} must be >= 0, got {value!r}")
-    return da
+    return da.astype(float)
 
 
 def _units(ds: xr.Dataset) -> xr.Dataset:
@@ -129,19 +130,19 @@ def io_model(
         raise DlexploreError(f"layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
     if layout == "sharded" and file_bytes is None:
         raise DlexploreError("layout 'sharded' needs file_bytes (bytes per shard)")
-    s = _as("sample_bytes", sample_bytes)
-    rpn = _as("readers_per_node", readers_per_node)
-    n = _as("nodes", nodes)
-    b = _as("batch_size", batch_size)
-    th = _as("io_threads", io_threads)
-    cache = _as("page_cache_bytes", page_cache_bytes)
+    s = _as("sample_bytes", sample_bytes, positive=True, units="bytes")
+    rpn = _as("readers_per_node", readers_per_node, positive=True)
+    n = _as("nodes", nodes, positive=True)
+    b = _as("batch_size", batch_size, units="samples")
+    th = _as("io_threads", io_threads, positive=True)
+    cache = _as("page_cache_bytes", page_cache_bytes, units="bytes")
     ep = _as("epochs", epochs)
-    md = _as("metadata_latency_s", tier.latency_s if metadata_latency_s is None else metadata_latency_s)
-    rl = _as("read_latency_s", read_latency_s)
-    if bool((s <= 0).any()) or bool((rpn <= 0).any()) or bool((n <= 0).any()) or bool((th <= 0).any()):
-        raise DlexploreError("sample_bytes, readers_per_node, nodes and io_threads must be > 0")
-    if bool((ep < 1).any()):
-        raise DlexploreError(f"epochs must be >= 1, got {epochs!r}")
+    validation.number("epochs", ep.values, minimum=1)
+    md = _as("metadata_latency_s", tier.latency_s if metadata_latency_s is None else metadata_latency_s,
+             units="s")
+    rl = _as("read_latency_s", read_latency_s, units="s")
+    if metadata_rate != math.inf:
+        validation.positive("metadata_rate", metadata_rate, units="opens/s")
     readers = rpn * n
     sharing = readers if (tier.scope == "shared" and contention) else (rpn if contention else 1.0)
     bw = np.minimum(tier.client_bandwidth_gbs, tier.bandwidth_gbs / sharing)  # GB/s
@@ -149,11 +150,11 @@ def io_model(
     if dataset_bytes is None:
         data = xr.DataArray(math.inf)
     else:
-        data = _as("dataset_bytes", dataset_bytes)
+        data = _as("dataset_bytes", dataset_bytes, positive=True, units="bytes")
     if layout == "small_files":
         opens = xr.ones_like(s)
     elif layout == "sharded":
-        fb = _as("file_bytes", file_bytes)
+        fb = _as("file_bytes", file_bytes, positive=True, units="bytes")
         opens = np.minimum(1.0, s / fb)
     else:  # lmdb: each reader opens the database once per epoch
         samples_per_reader = data / s / readers
@@ -212,10 +213,14 @@ def io_bound_gpus(
     """
     if isinstance(time_compute, xr.Dataset):
         time_compute = time_compute["time_compute"]
-    tc = time_compute if isinstance(time_compute, xr.DataArray) else xr.DataArray(float(time_compute))
+    tc = time_compute if isinstance(time_compute, xr.DataArray) else xr.DataArray(
+        validation.nonnegative("time_compute", time_compute, units="s"))
+    validation.nonnegative("time_compute", tc.values, units="s")
+    validation.gpu_count("gpus_per_node", gpus_per_node)
     cand = np.asarray(gpus if gpus is not None else 2 ** np.arange(21), dtype=float)
-    if cand.ndim != 1 or cand.size == 0 or (cand < 1).any():
-        raise DlexploreError("gpus must be a non-empty 1-D sequence of counts >= 1")
+    if cand.ndim != 1:
+        raise DlexploreError("gpus must be a 1-D sequence of GPU counts")
+    validation.gpu_count("gpus", cand)
     cand = np.sort(cand)
     rpn = np.minimum(cand, float(gpus_per_node))
     # fractional nodes keep readers = gpus exactly when the last node is partly filled

@@ -34,7 +34,8 @@ from .. import catalog
 from ..errors import DlexploreError
 from ._sweep import PREDICTED_SOURCE
 
-__all__ = ["energy", "pareto_front", "time_energy_tradeoff", "ENERGY_VARIABLES", "ENERGY_SOURCE"]
+__all__ = ["energy", "parallel_phases", "pareto_front", "time_energy_tradeoff", "ENERGY_VARIABLES",
+           "ENERGY_SOURCE"]
 
 ENERGY_SOURCE = f"{PREDICTED_SOURCE} + phase-power energy model"
 
@@ -219,6 +220,48 @@ def _finish(ds: xr.Dataset, prediction: xr.Dataset) -> xr.Dataset:
     ds.attrs.update(source=ENERGY_SOURCE, kind="predicted",
                     title=prediction.attrs.get("title", "training step") + ": energy")
     return ds
+
+
+def parallel_phases(prediction: xr.Dataset) -> xr.Dataset:
+    """A hybrid-parallel step (:func:`dlexplore.predict_parallel`, or the same variables along any
+    dimension) as the phases :func:`energy` prices, so that ``energy(parallel_phases(p))`` is its
+    energy.
+
+    Computing: ``time_compute`` (recomputation included) + ``time_optimizer`` + ``time_offload``;
+    exposed communication: ``time_tp_comm + time_pp_comm + time_dp_comm_exposed`` (the
+    tensor-parallel part as ``time_tp_comm_exposed`` where the prediction has it); waiting at idle
+    power: the pipeline bubble ``time_bubble``. The three add up to ``step_time`` (s). The global
+    ``batch_size`` becomes the per-GPU batch :func:`energy` counts samples with.
+    """
+    p = prediction
+    needed = ["step_time", "time_compute", "time_optimizer", "time_offload", "time_tp_comm",
+              "time_pp_comm", "time_dp_comm_exposed", "time_bubble"]
+    missing = [name for name in needed if name not in p]
+    missing += [name for name in ("gpus", "batch_size") if name not in p.variables]
+    if missing:
+        raise DlexploreError("parallel_phases() needs a prediction from dlexplore.predict_parallel; "
+                             f"missing {', '.join(missing)}")
+    seconds = {"units": "s"}
+    # what the GEMMs do not hide (tp_overlap) where the prediction says so
+    tp_comm = p["time_tp_comm_exposed"] if "time_tp_comm_exposed" in p else p["time_tp_comm"]
+    phases = xr.Dataset(
+        {"time_compute": (p["time_compute"] + p["time_optimizer"] + p["time_offload"]).assign_attrs(
+            seconds, long_name="compute, optimizer update and offload per step"),
+         "time_comm_exposed": (tp_comm + p["time_pp_comm"] + p["time_dp_comm_exposed"]
+                               ).assign_attrs(seconds, long_name="tensor-, pipeline- and exposed "
+                                              "data-parallel communication per step"),
+         "time_io_exposed": p["time_bubble"].assign_attrs(seconds, long_name="pipeline bubble "
+                                                          "(waiting at idle power) per step"),
+         "step_time": p["step_time"]},
+    )
+    coords = {name: p[name] for name in ("gpu", "gpus_per_node", "compute_efficiency")
+              if name in p.coords}
+    coords["gpus"] = p["gpus"]
+    coords["batch_size"] = (p["batch_size"] / p["gpus"]).assign_attrs(
+        units="samples", long_name="samples per GPU per step (global batch / gpus)")
+    phases = phases.assign_coords(coords)
+    phases.attrs.update(p.attrs)
+    return phases
 
 
 def pareto_front(times: object, energies: object) -> np.ndarray:

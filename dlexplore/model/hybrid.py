@@ -43,7 +43,7 @@ from .compute import (
 )
 from .hybrid_comm import Links, dp_comm, exposed, pp_comm, tp_comm
 from .hybrid_memory import memory_per_gpu
-from .hybrid_rules import configuration_problems, sanitized
+from .hybrid_rules import check_values, configuration_problems, sanitized
 from .memory import ACTIVATION_SCALE, DEFAULT_WORKSPACE
 from .operators import CATEGORIES
 from .pipeline import (
@@ -365,6 +365,7 @@ def evaluate_hybrid(
     attention: str = "fused",
     operators: bool = False,
     strict: bool = False,
+    check: bool = True,
 ) -> dict[str, np.ndarray]:
     """Every variable of the hybrid step for the configurations ``values`` (arrays of the
     :data:`HYBRID_INPUTS` settings that broadcast together; missing ones take their defaults).
@@ -374,7 +375,14 @@ def evaluate_hybrid(
     :class:`~dlexplore.errors.DlexploreError` instead. With ``operators``, ``time_operator`` holds
     the compute time per step by operator category (last axis,
     :data:`dlexplore.model.operators.CATEGORIES`).
+
+    A setting outside what it may be by itself (a GPU count below 1, a fraction above 1, a
+    precision the GPU lacks) raises :class:`~dlexplore.errors.InvalidValueError` in any case
+    (:func:`dlexplore.model.hybrid_rules.check_values`); ``check=False`` skips that for callers
+    that checked already or that vary parameters themselves (a calibration's fit).
     """
+    if check:
+        check_values(st, values)
     recompute, schedule = normalize_recompute(recompute), normalize_schedule(schedule)
     plain = resolve_inputs(st, values, compute=False)
     problems = configuration_problems(st, plain, schedule, recompute)

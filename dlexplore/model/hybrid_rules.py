@@ -8,6 +8,11 @@ divides, ZeRO 2-3 only without pipelining (DeepSpeed), a network for more than o
 dividing the heads and ``pp`` the layers of a transformer (data parallelism only for other
 workloads), and Megatron-LM's rules for the interleaved schedule
 (:func:`dlexplore.model.pipeline.schedule_problem`).
+
+Before those rules, :func:`check_values` holds each setting by itself to what it may be
+(:mod:`dlexplore.validation`: a GPU count from 1 to a million, a fraction within (0, 1] ...) and
+refuses a bad one in words, even inside a sweep: a negative bandwidth is a typo, not a configuration
+to mark NaN.
 """
 
 from __future__ import annotations
@@ -17,12 +22,66 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .. import validation
+from ..errors import InvalidValueError
+
 if TYPE_CHECKING:
     from .hybrid import HybridSetup
 
-__all__ = ["Problem", "configuration_problems", "sanitized"]
+__all__ = ["Problem", "check_values", "configuration_problems", "sanitized"]
 
 Problem = tuple[np.ndarray, Callable[[int], str]]
+
+
+def _fraction(name: str, value: object) -> object:
+    return validation.fraction(name, value, allow_zero=False)
+
+
+#: How each numeric setting of the hybrid model is checked (settings not named here are not numbers
+#: a user gives: ``sequence_parallel`` and ``offload`` are flags).
+_CHECKS: dict[str, Callable[[str, object], object]] = {
+    "gpus": validation.gpu_count,
+    "dp": validation.gpu_count,
+    "tp": validation.gpu_count,
+    "pp": validation.gpu_count,
+    "gpus_per_node": validation.gpu_count,
+    "micro_batch": validation.batch_size,
+    "batch_size": lambda name, value: validation.batch_size(name, value, gpus=validation.MAX_GPUS),
+    "zero": lambda name, value: validation.count(name, value, minimum=0, maximum=3),
+    "virtual_stages": validation.count,
+    "overlap": validation.fraction,
+    "tp_overlap": validation.fraction,
+    "workspace": lambda name, value: validation.nonnegative(name, value, units="bytes"),
+    "cpu_bandwidth": lambda name, value: validation.positive(name, value, units="GB/s"),
+    "bandwidth": lambda name, value: validation.positive(name, value, units="GB/s"),
+    "intra_bandwidth": lambda name, value: validation.positive(name, value, units="GB/s"),
+    "latency": lambda name, value: validation.nonnegative(name, value, units="s"),
+    "intra_latency": lambda name, value: validation.nonnegative(name, value, units="s"),
+    "compute_efficiency": _fraction,
+    "memory_efficiency": _fraction,
+    "flash_efficiency": _fraction,
+    "kernel_time": lambda name, value: validation.nonnegative(name, value, units="s"),
+    "winograd_speedup": lambda name, value: validation.number(name, value, minimum=1),
+}
+
+
+def check_values(st: HybridSetup, values: Mapping[str, object]) -> None:
+    """Refuse, with :class:`~dlexplore.errors.InvalidValueError`, a setting outside what it may be
+    (each value of a sweep too) and a precision the GPU does not compute in; ``None`` is a default
+    and passes."""
+    for name, value in values.items():
+        if value is None:
+            continue
+        check = _CHECKS.get(name)
+        if check is not None:
+            check(name, value)
+        elif name in ("sequence_parallel", "offload"):
+            flags = np.asarray(value)
+            if flags.dtype != bool and not (
+                flags.dtype.kind in "iuf" and np.all((flags == 0) | (flags == 1))
+            ):
+                raise InvalidValueError(name, value, "True or False")
+    validation.precision_for(st.dev, st.precision)
 
 
 def configuration_problems(

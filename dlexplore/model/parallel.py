@@ -39,6 +39,7 @@ import xarray as xr
 from .. import catalog
 from .hybrid import HybridSetup, evaluate_hybrid, hybrid_setup
 from .hybrid_dataset import PARALLEL_VARIABLES, hybrid_dataset
+from .hybrid_rules import check_values
 from .memory import DEFAULT_WORKSPACE
 from .pipeline import SCHEDULES, bubble_fraction, bubble_overhead
 from .states import (
@@ -131,10 +132,13 @@ def predict_parallel(
     is their outer product, evaluated vectorised), ``recompute`` and ``schedule`` too; a
     configuration of a sweep that cannot run (``tp`` not dividing the heads, ...) is NaN with
     ``valid`` False, while a single configuration that cannot run raises
-    :class:`~dlexplore.errors.DlexploreError` saying why. Units: ``batch_size`` and ``micro_batch``
-    samples (``batch_size`` is the **global** batch per step, default ``dp * micro_batch``: one
-    micro-batch per replica), ``seq`` tokens, ``bandwidth``/``intra_bandwidth`` GB/s per GPU and
-    ``latency``/``intra_latency`` s (default the catalog's ``network`` and ``intra_link``),
+    :class:`~dlexplore.errors.DlexploreError` saying why. A value wrong by itself (``gpus=0``,
+    ``overlap=1.5``, a negative bandwidth, a precision the GPU lacks) is refused with
+    :class:`~dlexplore.errors.InvalidValueError`, inside a sweep too. Units: ``batch_size`` and
+    ``micro_batch`` samples (``batch_size`` is the **global** batch per step, default
+    ``dp * micro_batch``: one micro-batch per replica), ``seq`` tokens,
+    ``bandwidth``/``intra_bandwidth`` GB/s per GPU and ``latency``/``intra_latency`` s (default
+    the catalog's ``network`` and ``intra_link``),
     ``cpu_bandwidth`` GB/s, ``workspace`` bytes, fractions for the efficiencies and overlaps.
 
     Parameters
@@ -208,6 +212,7 @@ def predict_parallel(
         kernel_time=kernel_time,
         flash_efficiency=flash_efficiency,
     )
+    check_values(st, values)
     if calibration is not None:
         fitted = calibration.fitted(workload=st.wl.name, gpu=st.dev.name, precision=st.precision)
         for name in CALIBRATED_PARAMETERS:

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from .. import catalog
+from .. import catalog, validation
 from ..errors import DlexploreError
 from ._sweep import as_dataarray, finish_dataset, is_sweep
 from .comm import collective_time, normalize_algorithm
@@ -135,10 +135,11 @@ def gradient_buckets(
     ``bucket_size`` 0 gives one bucket per layer; ``inf`` one bucket for the whole model.
     """
     wl = catalog.workload(workload)
+    bytes_per_gradient = validation.positive("bytes_per_gradient", bytes_per_gradient, units="bytes",
+                                             maximum=16)
+    bucket_size = validation.nonnegative("bucket_size", bucket_size, units="bytes", allow_inf=True)
     sizes = wl.gradient_params_backward.astype(float) * bytes_per_gradient
     ready = wl.gradient_ready_fraction
-    if bucket_size < 0 or np.isnan(bucket_size):
-        raise DlexploreError(f"bucket_size must be >= 0 bytes, got {bucket_size!r}")
     nbytes, ready_at, tensors, current, count = [], [], [], 0.0, 0
     for size, frac in zip(sizes, ready, strict=True):
         current += size
@@ -189,30 +190,33 @@ class _Grid:
 
 
 def _validate(name: str, arr: np.ndarray) -> None:
-    if not np.all(np.isfinite(arr)):
-        raise DlexploreError(f"{name} must be finite, got {arr.ravel().tolist()}")
-    if name == "servers":
-        if np.any(arr < 0) or np.any(arr != np.floor(arr)):
-            raise DlexploreError(f"servers must be whole numbers >= 0 (0: one per node), got "
-                                 f"{arr.ravel().tolist()}")
-    elif name in _INTEGER_PARAMETERS:
-        if np.any(arr < 1) or np.any(arr != np.floor(arr)):
-            raise DlexploreError(f"{name} must be whole numbers >= 1, got {arr.ravel().tolist()}")
-    elif name in ("bandwidth", "intra_bandwidth", *_FRACTIONS):
-        if np.any(arr <= 0):
-            raise DlexploreError(f"{name} must be > 0, got {arr.ravel().tolist()}")
-        if name in _FRACTIONS and np.any(arr > 1):
-            raise DlexploreError(
-                f"{name} is a fraction in (0, 1], got {arr.ravel().tolist()}"
-            )
-    elif name == "winograd_speedup":
-        if np.any(arr < 1):
-            raise DlexploreError(f"winograd_speedup must be >= 1, got {arr.ravel().tolist()}")
-    elif name == "overlap":
-        if np.any((arr < 0) | (arr > 1)):
-            raise DlexploreError(f"overlap must be within [0, 1], got {arr.ravel().tolist()}")
-    elif np.any(arr < 0):
-        raise DlexploreError(f"{name} must be >= 0, got {arr.ravel().tolist()}")
+    rule = _RULES.get(name, validation.nonnegative)
+    rule(name, arr, **({"units": _UNITS[name]} if name in _UNITS else {}))
+
+
+def _fraction(name: str, value: object, **_: object) -> object:
+    return validation.fraction(name, value, allow_zero=False)
+
+
+# How each numeric parameter of predict is checked (dlexplore.validation); the rest (times, gamma)
+# are >= 0.
+_RULES = {
+    "gpus": lambda name, value, **_: validation.gpu_count(name, value),
+    "gpus_per_node": lambda name, value, **_: validation.gpu_count(name, value),
+    # 0 is the default: one server per node
+    "servers": lambda name, value, **_: validation.count(name, value, minimum=0,
+                                                         maximum=validation.MAX_GPUS),
+    "io_threads": validation.count,
+    "grad_accum": lambda name, value, **_: validation.count(name, value, maximum=validation.MAX_BATCH),
+    "batch_size": lambda name, value, **_: validation.batch_size(name, value),
+    "bandwidth": validation.positive,
+    "intra_bandwidth": validation.positive,
+    **{name: _fraction for name in _FRACTIONS},
+    "winograd_speedup": lambda name, value, **_: validation.number(name, value, minimum=1),
+    "overlap": lambda name, value, **_: validation.fraction(name, value),
+}
+_UNITS = {"bandwidth": "GB/s", "intra_bandwidth": "GB/s", "latency": "s", "intra_latency": "s",
+          "gamma": "s/byte", "kernel_time": "s", "cycle_time": "s", "negotiation_time": "s"}
 
 
 def predict(
@@ -343,8 +347,11 @@ def predict(
         tcp_efficiency=tcp_efficiency, ps_efficiency=ps_efficiency, cycle_time=cycle_time,
         negotiation_time=negotiation_time,
     )
-    if workspace < 0:
-        raise DlexploreError(f"workspace must be >= 0 bytes, got {workspace!r}")
+    workspace = validation.nonnegative("workspace", workspace, units="bytes")
+    if bucket_size is not None:
+        validation.nonnegative("bucket_size", bucket_size, units="bytes", allow_inf=True)
+    for one_gpu, one_precision in itertools.product(_each(gpu), _each(precision)):
+        validation.precision_for(catalog.gpu(one_gpu), normalize_precision(one_precision))
     swept = [name for name in CATEGORICAL_PARAMETERS if is_sweep(args[name])]
     for name in swept:
         values = list(args[name])
@@ -388,6 +395,10 @@ def _bucket_schedule(grid: _Grid, nbytes: np.ndarray, schedule: dict[str, list],
         "bucket_busbw": algbw * factor,
     }
     return {name: xr.DataArray(value, dims=dims, coords=coords) for name, value in out.items()}
+
+
+def _each(value: object) -> list:
+    return list(value) if is_sweep(value) else [value]
 
 
 def _label(value: object) -> object:

@@ -33,8 +33,9 @@ import numpy as np
 import xarray as xr
 from scipy.special import digamma, log_ndtr
 
+from .. import validation
 from .._version import __version__
-from ..errors import DlexploreError
+from ..errors import DlexploreError, InvalidValueError
 
 __all__ = [
     "STRAGGLER_VARIABLES",
@@ -76,13 +77,25 @@ _LOG_PHI_PDF = -0.5 * _Z**2 - 0.5 * np.log(2 * np.pi)
 _LOG_CDF = log_ndtr(_Z)
 
 
-def _ranks(ranks: int | Iterable[int]) -> tuple[np.ndarray, bool]:
-    """Rank counts as a 1-D int array, and whether a single count was given."""
+def _ranks(ranks: int | Iterable[int], bounded: bool = True) -> tuple[np.ndarray, bool]:
+    """Rank counts as a 1-D int array, and whether a single count was given. ``bounded``: at most
+    :data:`dlexplore.validation.MAX_GPUS` (the pure-math helpers take any count)."""
     scalar = np.ndim(ranks) == 0
-    n = np.atleast_1d(np.asarray(ranks))
-    if n.size == 0 or not np.issubdtype(n.dtype, np.number) or np.any(n != np.round(n)) or np.any(n < 1):
-        raise DlexploreError(f"ranks must be whole numbers >= 1, got {ranks!r}")
+    check = validation.gpu_count if bounded else validation.count
+    n = np.atleast_1d(check("ranks", ranks))
     return n.astype(np.int64), scalar
+
+
+def _times(name: str, values: object) -> np.ndarray:
+    """Per-rank times (s) as a flat array, NaN (missing) dropped; negative or infinite refused."""
+    try:
+        sample = np.asarray(values, dtype=float).ravel()
+    except (TypeError, ValueError):
+        raise InvalidValueError(name, values, "per-rank times, numbers of s >= 0") from None
+    sample = sample[~np.isnan(sample)]
+    if sample.size == 0:
+        raise DlexploreError("the sample of per-rank times is empty (or all NaN)")
+    return np.asarray(validation.nonnegative(name, sample, units="s"))
 
 
 def _max_density(n: np.ndarray) -> np.ndarray:
@@ -101,7 +114,7 @@ def expected_max_standard_normal(ranks: int | Iterable[int]) -> np.ndarray | flo
 
 def harmonic(ranks: int | Iterable[int]) -> np.ndarray | float:
     """Harmonic numbers ``H_n = 1 + 1/2 + ... + 1/n`` (1): exact sums up to 10^6, digamma beyond."""
-    n, scalar = _ranks(ranks)
+    n, scalar = _ranks(ranks, bounded=False)
     top = int(min(n.max(), 1_000_000))
     sums = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, top + 1))])
     values = np.where(n <= top, sums[np.minimum(n, top)], digamma(n + 1.0) + np.euler_gamma)
@@ -146,9 +159,11 @@ def expected_max(distribution: str | Sequence[float] | np.ndarray | xr.DataArray
         if mean is None or (name != "exponential" and std is None):
             need = "mean" if name == "exponential" else "mean and std"
             raise DlexploreError(f"the {name} distribution needs {need} (s)")
-        if std is not None and std < 0:
-            raise DlexploreError(f"std must be >= 0 s, got {std!r}")
+        mean = validation.number("mean", mean, units="s")
+        if std is not None:
+            std = validation.nonnegative("std", std, units="s")
         if name == "normal":
+            validation.nonnegative("mean", mean, units="s")
             values = mean + std * np.atleast_1d(expected_max_standard_normal(n))
         elif name == "exponential":
             if mean < 0:
@@ -157,16 +172,16 @@ def expected_max(distribution: str | Sequence[float] | np.ndarray | xr.DataArray
         else:
             if mean <= 0:
                 raise DlexploreError(f"the lognormal distribution needs mean > 0 s, got {mean!r}")
-            sigma_log = np.sqrt(np.log1p((std / mean) ** 2))
+            with np.errstate(over="ignore"):
+                sigma_log = np.sqrt(np.log1p(np.square(np.float64(std) / mean)))
+            if sigma_log > 8:  # the z grid (-9..12) holds E[max] to 1e-4 up to sigma_log = 8
+                raise DlexploreError(f"a lognormal with mean {mean:g} s and std {std:g} s is too wide "
+                                     "for the model's integration: std / mean must stay below 7.9e13")
             mu_log = np.log(mean) - sigma_log**2 / 2
             values = np.trapezoid(np.exp(mu_log + sigma_log * _Z)[None, :] * _max_density(n), _Z, axis=1)
             values[n == 1] = mean
     else:
-        sample = np.asarray(distribution, dtype=float).ravel()
-        sample = sample[np.isfinite(sample)]
-        if sample.size == 0:
-            raise DlexploreError("the sample of per-rank times is empty (or all NaN)")
-        values = _empirical(sample, n)
+        values = _empirical(_times("the sample of per-rank times", distribution), n)
     return float(values[0]) if scalar else values
 
 
@@ -189,21 +204,20 @@ def straggler_slowdown(per_rank_times: Sequence[float] | np.ndarray | xr.DataArr
         the empirical distribution, ``expected_step_time_normal`` and ``slowdown_normal`` from a
         normal fit; scalars ``mean_time``, ``std_time`` (s) and ``samples`` (count).
     """
-    sample = np.asarray(per_rank_times, dtype=float).ravel()
-    sample = sample[np.isfinite(sample)]
-    if sample.size == 0:
-        raise DlexploreError("the sample of per-rank times is empty (or all NaN)")
+    sample = _times("per_rank_times", per_rank_times)
     n, _ = _ranks(list(ranks))
     mean = float(sample.mean())
     std = float(sample.std(ddof=1)) if sample.size > 1 else 0.0
     emp = expected_max(sample, n)
     normal = expected_max("normal", n, mean=mean, std=std)
+    with np.errstate(divide="ignore", invalid="ignore"):  # all-zero times: no slowdown to speak of
+        slowdown, slowdown_normal = emp / mean, normal / mean
     ds = xr.Dataset(
         {
             "expected_step_time": ("ranks", emp),
-            "slowdown": ("ranks", emp / mean),
+            "slowdown": ("ranks", slowdown),
             "expected_step_time_normal": ("ranks", normal),
-            "slowdown_normal": ("ranks", normal / mean),
+            "slowdown_normal": ("ranks", slowdown_normal),
             "mean_time": mean,
             "std_time": std,
             "samples": sample.size,

@@ -357,7 +357,12 @@ def expand_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list
             if anchors:  # an OTF2 archive: its anchor file stands for the whole folder
                 found.extend((a, False) for a in anchors)
                 continue
-            found.extend((p, True) for p in sorted(path.iterdir()) if p.is_file() and not _companion(p))
+            files = sorted(p for p in path.iterdir() if p.is_file() and not _companion(p))
+            if not files:
+                raise DlexploreError(f"{text}: the folder holds no trace file (expected per-rank "
+                                     "traces such as rank0.json.gz, a Horovod timeline, an Nsight "
+                                     "export or an OTF2 archive)")
+            found.extend((p, True) for p in files)
         elif any(ch in text for ch in "*?[") and not path.exists():
             import glob
 
