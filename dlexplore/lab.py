@@ -33,13 +33,14 @@ from __future__ import annotations
 import html
 import math
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from . import catalog
+from .feedback import diagnose, show_answer, show_value
 
-__all__ = ["Exercise", "CheckResult", "Solution", "EXERCISES", "check", "solution", "register",
-           "classroom"]
+__all__ = ["Exercise", "CheckResult", "Solution", "Score", "EXERCISES", "check", "solution",
+           "register", "classroom", "score"]
 
 Answer = float | int | str | tuple[float, ...]
 
@@ -61,11 +62,27 @@ class Exercise:
     tolerance: float
     answer_form: str
     parts: tuple[str, ...] = ()
+    #: For a whole-number answer: what a fractional one is told (which way to round, and why).
+    rounding: str = ""
 
     @property
     def expects(self) -> str:
         """What to write in the answer cell, e.g. "a number, in ms"."""
-        return self.answer_form + (f", in {self.units}" if self.units else "")
+        if self.units in ("", "1"):
+            return self.answer_form
+        if self.units == "x":
+            return f"{self.answer_form} (how many times)"
+        return f"{self.answer_form}, in {self.units}"
+
+    @property
+    def tolerance_text(self) -> str:
+        """How close counts as right: "within 1%" or "exactly"."""
+        return f"within {self.tolerance:.0%}" if self.tolerance else "exactly"
+
+    @property
+    def prompt(self) -> str:
+        """The question with what to answer and how close it must be, as the notebooks state it."""
+        return f"{self.question} Answer with {self.expects}, {self.tolerance_text}."
 
 
 @dataclass(frozen=True)
@@ -79,7 +96,7 @@ class Solution:
     mistakes: tuple[tuple[Answer, str], ...] = field(default=(), repr=False)
 
     def __str__(self) -> str:
-        value = f"{_show(self.value)} {self.exercise.units}".rstrip()
+        value = f"{show_value(self.value)} {self.exercise.units}".rstrip()
         return f"Exercise {self.exercise.number} ({self.exercise.id}): {value}\n{self.working}"
 
     def _repr_pretty_(self, p, cycle: bool) -> None:  # IPython plain-text display
@@ -300,7 +317,9 @@ EXERCISES: dict[str, Exercise] = {
                  ("speedup", "efficiency")),
         Exercise(4, "bert-batch", "Largest batch that fits",
                  "Largest per-GPU batch of BERT-large (512-token sequences) on a V100-16GB with Adam "
-                 "in fp32?", "sequences", 0.0, "a whole number"),
+                 "in fp32?", "sequences", 0.0, "a whole number",
+                 rounding="the answer is a whole number of sequences: round down (the whole batch "
+                          "must fit)."),
         Exercise(5, "small-message", "Ring or tree for a small message",
                  "Which allreduce is faster for a 4 KiB message on 64 ranks over IB-EDR: ring or "
                  "tree?", "", 0.0, "the name 'ring' or 'tree'"),
@@ -339,7 +358,8 @@ _CHOICE_ALIASES = {"binomial": "tree", "binomial tree": "tree", "binomial-tree":
 
 
 def register(exercise: Exercise, solver: Callable[[], Solution], hint: str = "") -> Exercise:
-    """Add an exercise (and the function that works out its solution) to :data:`EXERCISES`.
+    """Add an exercise (and the function that works out its solution) to :data:`EXERCISES`, with
+    ``hint``, the general hint a wrong answer gets when no specific mistake matches it.
 
     The topic labs in :mod:`dlexplore.exercises` (parallelism, energy, I/O, stragglers) register
     theirs this way, with numbers of their own (101.., 201.., ...). Ids and numbers must be new.
@@ -348,7 +368,7 @@ def register(exercise: Exercise, solver: Callable[[], Solution], hint: str = "")
         raise ValueError(f"exercise {exercise.number} ({exercise.id}) is already registered")
     EXERCISES[exercise.id] = exercise
     _SOLVERS[exercise.id] = solver
-    _HINTS.setdefault(exercise.id, hint or "compare your working with the formula in the question")
+    _HINTS[exercise.id] = hint or "compare your working with the formula in the question."
     return exercise
 
 
@@ -377,90 +397,12 @@ def solution(exercise_id: int | str) -> Solution:
     return _SOLVERS[_exercise(exercise_id).id]()
 
 
-def _show(value: Answer) -> str:
-    if isinstance(value, tuple):
-        return "(" + ", ".join(_show(v) for v in value) + ")"
-    if isinstance(value, str):
-        return repr(value)
-    if isinstance(value, numbers.Integral):
-        return str(int(value))
-    if abs(float(value)) >= 1e4:
-        return f"{float(value):,.0f}"
-    return f"{float(value):.4g}"
-
-
-def _as_number(value: object) -> float | None:
-    """A finite float from a Python, numpy or 0-d xarray number; None for anything else."""
-    if isinstance(value, (bool, str)) or value is None:
-        return None
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
-def _items(answer: object) -> list | None:
-    """The elements of a tuple, list or 1-D array answer; None for anything else."""
-    if isinstance(answer, (str, bytes)) or not hasattr(answer, "__len__"):
-        return None
-    try:
-        return list(answer)  # type: ignore[call-overload]
-    except Exception:  # an odd object from a student must not break the check cell
-        return None
-
-
-def _close(answer: object, expected: Answer, tolerance: float) -> bool:
-    if isinstance(expected, str):
-        if not isinstance(answer, str):
-            return False
-        key = " ".join(answer.strip().lower().replace("_", " ").split())
-        return _CHOICE_ALIASES.get(key, key) == expected
-    if isinstance(expected, tuple):
-        items = _items(answer)
-        return items is not None and len(items) == len(expected) and all(
-            _close(a, e, tolerance) for a, e in zip(items, expected, strict=True))
-    number = _as_number(answer)
-    if number is None:
-        return False
-    if tolerance == 0:
-        return number == expected
-    return abs(number - float(expected)) <= tolerance * abs(float(expected))
-
-
-def _scale_hint(answer: object, expected: Answer, units: str) -> str:
-    """A units hint when the answer is the right value in other units (x1000, x1e6, /1024 ...)."""
-    number = _as_number(answer)
-    if number is None or isinstance(expected, (str, tuple)) or number == 0 or expected == 0:
-        return ""
-    ratio = number / float(expected)
-    for factor in (1e3, 1e6, 1e9, 1e-3, 1e-6, 1e-9, 1 / 1024, 1024 / 1e3, 1e3 / 1024, 8, 1 / 8):
-        if abs(ratio / factor - 1) <= 0.02:
-            return f"the number looks right but in other units: give it in {units}."
-    return ""
-
-
-def _form_hint(answer: object, exercise: Exercise, expected: Answer, choices: set[str]) -> str:
-    if isinstance(expected, str) and (
-            not isinstance(answer, str) or not any(_close(answer, c, 0) for c in choices)):
-        return f"answer with {exercise.expects}."
-    if isinstance(expected, tuple):
-        items = _items(answer)
-        if items is None or len(items) != len(expected):
-            return f"answer with {exercise.expects}."
-    if not isinstance(expected, (str, tuple)) and _as_number(answer) is None:
-        return f"answer with {exercise.expects}."
-    number = _as_number(answer)
-    if isinstance(expected, int) and number is not None and number != math.floor(number):
-        return "the answer is a whole number: round down (the whole batch must fit)."
-    return ""
-
-
 def check(exercise_id: int | str, answer: object) -> CheckResult:
     """Check ``answer`` to an exercise (by number or id) and say whether it is right.
 
-    Never raises for a bad answer: ``None`` gives "not answered yet", a wrong value or form a hint.
-    An unknown exercise id raises ``KeyError`` (a mistake in the notebook, not in the answer).
+    Never raises for a bad answer: ``None`` gives "not answered yet", a wrong value or form a hint
+    that says what it looks like (see :mod:`dlexplore.feedback`). An unknown exercise id raises
+    ``KeyError`` (a mistake in the notebook, not in the answer).
     """
     exercise = _exercise(exercise_id)
     if answer is None:
@@ -468,39 +410,53 @@ def check(exercise_id: int | str, answer: object) -> CheckResult:
                            f"not answered yet: set answer_{exercise.number} above to "
                            f"{exercise.expects}, then run this cell again.")
     sol = solution(exercise.id)
-    tol = exercise.tolerance
-    within = f", within {tol:.0%}" if tol else ""
-    if _close(answer, sol.value, tol):
+    choices = [v for v, _ in sol.mistakes if isinstance(v, str)] if isinstance(sol.value, str) else []
+    verdict = diagnose(answer, sol.value, tolerance=exercise.tolerance, units=exercise.units,
+                       expects=exercise.expects, mistakes=sol.mistakes, general=_HINTS[exercise.id],
+                       rounding=exercise.rounding, choices=choices, aliases=_CHOICE_ALIASES)
+    if verdict.status == "correct":
         if isinstance(sol.value, tuple) and exercise.parts:
-            shown = ", ".join(f"{name} {_show(v)}" for name, v in zip(exercise.parts, sol.value, strict=True))
+            shown = ", ".join(f"{name} {show_value(v)}" for name, v in zip(exercise.parts, sol.value,
+                                                                          strict=True))
         elif isinstance(sol.value, str):
             shown = sol.value
         else:
-            shown = f"{_show(sol.value)} {exercise.units}".rstrip()
+            shown = f"{show_value(sol.value)} {exercise.units}".rstrip()
+        within = f", {exercise.tolerance_text}" if exercise.tolerance else ""
         return CheckResult(exercise, "correct", f"correct! The answer is {shown}{within}.")
-    choices = {v for v, _ in sol.mistakes if isinstance(v, str)} | {sol.value} \
-        if isinstance(sol.value, str) else set()
-    hint = _form_hint(answer, exercise, sol.value, choices)
-    if not hint:
-        # Several slips can lead to the same number: name them all.
-        hint = " Or: ".join(
-            mistake for value, mistake in sol.mistakes
-            if _close(answer, value, max(tol, 0.005) if not isinstance(value, (str, int)) else 0)
-        )
-    hint = hint or _scale_hint(answer, sol.value, exercise.units) or _HINTS[exercise.id]
-    return CheckResult(exercise, "wrong", f"not yet: {_show_answer(answer)} is not right.", hint)
+    return CheckResult(exercise, "wrong", f"not yet: {show_answer(answer)} is not right.", verdict.hint)
 
 
-def _show_answer(answer: object) -> str:
-    try:
-        if isinstance(answer, (tuple, list)):
-            return "(" + ", ".join(_show_answer(a) for a in answer) + ")"
-        number = _as_number(answer)
-        if number is not None and not isinstance(answer, str):
-            return f"{number:.4g}"
-        return repr(answer)[:60]
-    except Exception:  # a student's odd object must not break the check cell
-        return "this answer"
+@dataclass(frozen=True)
+class Score:
+    """How a lab's answers stand: ``correct``, ``wrong`` and ``unanswered`` exercise numbers."""
+
+    correct: tuple[int, ...]
+    wrong: tuple[int, ...]
+    unanswered: tuple[int, ...]
+
+    def __str__(self) -> str:
+        total = len(self.correct) + len(self.wrong) + len(self.unanswered)
+        text = f"{len(self.correct)} of {total} correct, {len(self.unanswered)} not answered yet"
+        if self.wrong:
+            text += f"; not yet right: {', '.join(str(n) for n in self.wrong)}"
+        return text
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def _repr_html_(self) -> str:
+        return f"<b>Your score:</b> {html.escape(str(self))}"
+
+
+def score(numbers: Iterable[int], answers: Mapping[str, object]) -> Score:
+    """The score of exercises ``numbers`` with the answers in ``answers`` (``answer_N`` names, as
+    the labs write them; pass ``globals()``). Solutions are not shown: only right or not."""
+    out: dict[str, list[int]] = {"correct": [], "wrong": [], "unanswered": []}
+    for number in numbers:
+        status = check(number, answers.get(f"answer_{number}")).status
+        out[status].append(int(number))
+    return Score(tuple(out["correct"]), tuple(out["wrong"]), tuple(out["unanswered"]))
 
 
 # The topic labs (parallelism, energy, I/O, stragglers) register their exercises when imported:

@@ -233,9 +233,11 @@ def _check_outputs(nb: nbformat.NotebookNode) -> dict[int, str]:
     return out
 
 
-def _stdout(nb: nbformat.NotebookNode) -> str:
-    return "".join(o.text for c in nb.cells if c.cell_type == "code" for o in c.outputs
-                   if o.output_type == "stream" and o.name == "stdout")
+def _score(nb: nbformat.NotebookNode) -> str:
+    """What the score cell showed."""
+    cells = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith("lab.score(")]
+    assert len(cells) == 1, "one score cell"
+    return "".join(o["data"]["text/plain"] for o in cells[0].outputs if o.output_type == "execute_result")
 
 
 def test_notebook_has_an_answer_and_a_check_cell_per_exercise():
@@ -261,7 +263,7 @@ def test_notebook_with_correct_answers_says_correct(run_notebook: Callable):
     assert sorted(checks) == NUMBERS
     for number, text in checks.items():
         assert text.startswith(f"Exercise {number} ") and "correct!" in text, text
-    assert "7 of 7 correct, 0 not answered yet" in _stdout(filled)
+    assert _score(filled) == "7 of 7 correct, 0 not answered yet"
 
 
 @pytest.mark.notebook
@@ -269,4 +271,4 @@ def test_notebook_as_committed_says_not_answered(run_notebook: Callable):
     nb = run_notebook(nbformat.read(NOTEBOOK, as_version=4))
     for number, text in _check_outputs(nb).items():
         assert "not answered yet" in text, (number, text)
-    assert "0 of 7 correct, 7 not answered yet" in _stdout(nb)
+    assert _score(nb) == "0 of 7 correct, 7 not answered yet"

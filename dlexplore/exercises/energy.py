@@ -11,7 +11,6 @@ by calling :mod:`dlexplore.model.energy`)::
 from __future__ import annotations
 
 from .. import catalog
-from .. import lab as _lab
 from ..lab import Exercise, Solution, register
 
 __all__ = ["STEP", "EPOCH", "RATIO"]
@@ -97,22 +96,17 @@ STEP = register(Exercise(
     201, "step-energy", "Energy of one step",
     f"8 {_GPU} GPUs each compute for {_T_COMPUTE * 1e3:g} ms and then wait {_T_COMM * 1e3:g} ms on the "
     f"allreduce per step. Computing draws TDP, communicating halfway between idle and TDP; PUE {_PUE}. "
-    "Energy per step?", "J", 0.01, "a number"), _step)
+    "Energy per step?", "J", 0.01, "a number"), _step,
+    "E = PUE x gpus x (t_compute x P_compute + t_comm x P_comm), with P_comm halfway between idle and "
+    "TDP.")
 EPOCH = register(Exercise(
     202, "epoch-energy", "Energy of an ImageNet epoch",
     f"With {_BATCH} images per GPU per step, how much energy does one epoch of ImageNet-1k "
-    f"({_IMAGENET:,} images) take in that setting?", "kWh", 0.01, "a number"), _epoch)
+    f"({_IMAGENET:,} images) take in that setting?", "kWh", 0.01, "a number"), _epoch,
+    "steps per epoch = images / (GPUs x batch per GPU); 1 kWh = 3.6e6 J.")
 RATIO = register(Exercise(
     203, "energy-ratio", "More GPUs, more energy?",
     f"On 1 GPU the step is {_T_COMPUTE * 1e3:g} ms of compute and nothing else. How many times the "
     "1-GPU energy does an epoch on 8 GPUs take (energy per epoch on 8 / on 1)?", "x", 0.01,
-    "a number"), _ratio)
-
-# lab.check falls back on a general hint from lab._HINTS, which register() does not fill (yet): add
-# ours so that an unrecognised wrong answer gets a hint instead of a KeyError.
-_lab._HINTS.update({
-    STEP.id: "E = PUE x gpus x (t_compute x P_compute + t_comm x P_comm), with P_comm halfway "
-             "between idle and TDP.",
-    EPOCH.id: "steps per epoch = images / (GPUs x batch per GPU); 1 kWh = 3.6e6 J.",
-    RATIO.id: "compare energy per image: (8 GPUs' energy per step / 512) / (1 GPU's / 64).",
-})
+    "a number"), _ratio,
+    "compare energy per image: (8 GPUs' energy per step / 512) / (1 GPU's / 64).")

@@ -48,11 +48,16 @@ EXERCISES_IO = (
     register(Exercise(301, "io-small-files", "Small files on a parallel file system",
                       f"One GPU reads a batch of {_B} ImageNet JPEGs ({_S_JPEG / 1e3:g} kB each, one file "
                       "per sample) from the 'pfs' tier, one request at a time. How long does reading one "
-                      "batch take?", "ms", 0.01, "a number"), _small_files),
+                      "batch take?", "ms", 0.01, "a number"), _small_files,
+             "t = B (L + s / c): each sample pays one open (L) and its transfer (s / c)."),
     register(Exercise(302, "io-bound-gpus", "Where I/O starts to dominate",
                       f"Every GPU reads {_B_BIG} samples of {_S_BIG / 1e6:g} MB per step from an LMDB on "
                       "'pfs' "
                       f"(no opens per sample) while computing {_T_C * 1e3:g} ms per step. From how many GPUs "
-                      "on does reading take longer than computing?", "GPUs", 0.0, "a whole number"),
-             _io_bound),
+                      "on does reading take longer than computing?", "GPUs", 0.0, "a whole number",
+                      rounding="the answer is a whole number of GPUs: the first count at which reading "
+                               "takes longer than computing (round up past the break-even point)."),
+             _io_bound,
+             "the tier's aggregate bandwidth A is shared by P readers: reading exceeds compute when "
+             "A / P < B s / t_c."),
 )

@@ -11,7 +11,6 @@ Worked from the published formulas, not by calling :mod:`dlexplore.model.paralle
 
 from __future__ import annotations
 
-from .. import lab as _lab
 from ..lab import Exercise, Solution, register
 
 __all__ = ["ZERO3", "BUBBLE", "ACTIVATIONS"]
@@ -84,20 +83,16 @@ ZERO3 = register(Exercise(
     101, "zero3-memory", "ZeRO-3 memory per GPU",
     f"A {_PSI / 1e9:g}-billion-parameter model trains with mixed-precision Adam on N_d = {_ND} "
     "data-parallel GPUs with ZeRO stage 3. How much memory do parameters, gradients and optimizer "
-    "state take per GPU?", "GB (1e9 bytes)", 0.01, "a number"), _zero3)
+    "state take per GPU?", "GB (1e9 bytes)", 0.01, "a number"), _zero3,
+    "(2 + 2 + 12) bytes per parameter, all of it divided by N_d at stage 3.")
 BUBBLE = register(Exercise(
     102, "pipeline-bubble", "Pipeline bubble",
     f"A 1F1B pipeline has p = {_P} stages and m = {_M} micro-batches per step. What fraction of the "
-    "step is each stage idle (the bubble)?", "", 0.01, "a number (a fraction, 0..1)"), _bubble)
+    "step is each stage idle (the bubble)?", "", 0.01, "a number (a fraction, 0..1)"), _bubble,
+    "(p - 1) / (m + p - 1).")
 ACTIVATIONS = register(Exercise(
     103, "tp-activations", "Activations of a tensor-parallel layer",
     f"GPT-3 175B: s = {_S}, h = {_H}, a = {_A} heads, micro-batch b = {_B}, tensor parallelism "
     f"t = {_T}, no sequence parallelism, no recomputation, 16-bit activations. Activation memory "
-    "of one transformer layer per GPU?", "GB (1e9 bytes)", 0.01, "a number"), _activations)
-
-# lab.check falls back on a general hint from lab._HINTS, which register() does not fill: add ours.
-_lab._HINTS.update({
-    ZERO3.id: "(2 + 2 + 12) bytes per parameter, all of it divided by N_d at stage 3.",
-    BUBBLE.id: "(p - 1) / (m + p - 1).",
-    ACTIVATIONS.id: "Korthikanti et al. (2022): sbh (10 + 24/t + 5as/(ht)) bytes per layer.",
-})
+    "of one transformer layer per GPU?", "GB (1e9 bytes)", 0.01, "a number"), _activations,
+    "Korthikanti et al. (2022): sbh (10 + 24/t + 5as/(ht)) bytes per layer.")

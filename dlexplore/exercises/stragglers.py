@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from .. import lab as _lab
 from ..lab import Exercise, Solution, register
 
 _MU, _SIGMA = 100.0, 10.0  # ms, exercise 401
@@ -73,13 +72,9 @@ def _starved() -> Solution:
     ))
 
 
-for _exercise, _solver in ((EX_TWO_RANKS, _two_ranks), (EX_EXPONENTIAL, _exponential),
-                           (EX_STARVED, _starved)):
-    register(_exercise, _solver)
-
-# lab.check falls back to a per-exercise hint; lab.register takes none yet, so add ours to its table.
-_lab._HINTS.update({
-    EX_TWO_RANKS.id: "E[max of 2 N(mu, sigma)] = mu + sigma / sqrt(pi).",
-    EX_EXPONENTIAL.id: "E[max of n exponentials of mean m] = m H_n, H_n = 1 + 1/2 + ... + 1/n.",
-    EX_STARVED.id: "throughput X = min(n r_p, r_c); training waits 1 - X / r_c of the time.",
-})
+for _exercise, _solver, _hint in (
+    (EX_TWO_RANKS, _two_ranks, "E[max of 2 N(mu, sigma)] = mu + sigma / sqrt(pi)."),
+    (EX_EXPONENTIAL, _exponential, "E[max of n exponentials of mean m] = m H_n, H_n = 1 + 1/2 + ... + 1/n."),
+    (EX_STARVED, _starved, "throughput X = min(n r_p, r_c); training waits 1 - X / r_c of the time."),
+):
+    register(_exercise, _solver, _hint)
