@@ -18,6 +18,7 @@ Predictions and measurements are ``xarray.Dataset`` objects with units on every 
 """
 
 from . import catalog, fit, lab, measured, model, sim, traces
+from ._data import data_dir
 from ._version import __version__
 from .errors import DlexploreError, InputFileError, UnknownNameError
 from .fit import Calibration, calibrate, calibrate_from_trace, compare, predict_points
@@ -26,6 +27,7 @@ from .traces import Trace, load, load_trace
 
 __all__ = [
     "__version__",
+    "data_dir",
     "catalog",
     "lab",
     "measured",

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from . import catalog
+from . import catalog, validation
 from .errors import DlexploreError
 from .model.memory import DEFAULT_WORKSPACE
 from .model.parallel import RECOMPUTE_MODES, evaluate_hybrid, hybrid_setup
@@ -88,25 +88,26 @@ def _energy_function() -> Callable | None:
 
 def _phase_energy(rows: list[dict], gpus: int, batch_size: int, dev: catalog.GPU,
                   gpus_per_node: int, function: Callable) -> list[float]:
-    """Energy per step (J) of every row from :func:`dlexplore.model.energy.energy`, called once on
-    all rows: computing is compute time, exposed communication is the tensor-, pipeline- and
-    data-parallel time, and the pipeline bubble counts as waiting (idle power)."""
+    """Energy per step (J) of every row, ``function`` (:func:`dlexplore.model.energy.energy`) called
+    once on all rows' phases (:func:`dlexplore.model.energy.parallel_phases`)."""
     import numpy as np
     import xarray as xr
+
+    from .model.energy import parallel_phases
 
     def column(name: str) -> xr.DataArray:
         return xr.DataArray(np.array([r[name] for r in rows], dtype=float), dims="config")
 
-    comm = column("time_tp_comm") + column("time_pp_comm") + column("time_dp_comm_exposed")
-    prediction = xr.Dataset(
-        {"time_compute": column("time_compute") + column("_time_update"),
-         "time_comm_exposed": comm,
-         "time_io_exposed": column("_time_bubble"),
-         "step_time": column("step_time")},
-        coords={"gpus": gpus, "batch_size": batch_size / gpus, "gpu": dev.name,
+    step = xr.Dataset(
+        {name: column(key) for name, key in (
+            ("step_time", "step_time"), ("time_compute", "time_compute"),
+            ("time_optimizer", "_time_optimizer"), ("time_offload", "_time_offload"),
+            ("time_tp_comm", "time_tp_comm"), ("time_pp_comm", "time_pp_comm"),
+            ("time_dp_comm_exposed", "time_dp_comm_exposed"), ("time_bubble", "_time_bubble"))},
+        coords={"gpus": gpus, "batch_size": batch_size, "gpu": dev.name,
                 "gpus_per_node": gpus_per_node},
     )
-    return [float(e) for e in function(prediction, gpu=dev)["energy_step"].values]
+    return [float(e) for e in function(parallel_phases(step), gpu=dev)["energy_step"].values]
 
 
 def advise(
@@ -155,9 +156,16 @@ def advise(
     memory) and ``source``. Raises :class:`DlexploreError` when nothing fits.
     """
     st = hybrid_setup(workload, gpu, network, intra_link, "PCIe4", precision, optimizer, seq)
-    gpus = int(gpus)
-    if gpus < 1 or batch_size < 1:
-        raise DlexploreError(f"gpus and batch_size must be >= 1, got {gpus} and {batch_size}")
+    gpus = validation.gpu_count("gpus", gpus)
+    batch_size = validation.batch_size("batch_size", batch_size, gpus=validation.MAX_GPUS)
+    gpus_per_node = validation.gpu_count("gpus_per_node", gpus_per_node)
+    validation.precision_for(st.dev, st.precision)
+    if max_micro_batch is not None:
+        validation.count("max_micro_batch", max_micro_batch, units="samples")
+    if compute_efficiency is not None:
+        validation.fraction("compute_efficiency", compute_efficiency, allow_zero=False)
+    validation.fraction("overlap", overlap)
+    validation.nonnegative("workspace", workspace, units="bytes")
     wl = st.wl
     modes = [str(r).lower() for r in recompute]
     stages = [int(z) for z in zero]
@@ -189,7 +197,8 @@ def advise(
             row = {k: float(v[k][i]) for k in ADVISE_COLUMNS if k in v}
             row.update(config, recompute=mode, sequence_parallel=bool(sp[i]))
             row.update(_time_bubble=float(v["time_bubble"][i]),
-                       _time_update=float(v["time_optimizer"][i] + v["time_offload"][i]))
+                       _time_optimizer=float(v["time_optimizer"][i]),
+                       _time_offload=float(v["time_offload"][i]))
             rows.append(row)
     if not rows:
         raise DlexploreError(
@@ -293,41 +302,65 @@ def _table_html(frame: pd.DataFrame, top: int) -> str:
 
 
 class AdvisorWidget:
-    """ipywidgets controls (workload, GPUs, GPU, precision, network, global batch, rows) over
-    :func:`advise`: the ranked table and the size of the Pareto front. Display ``.box`` (or the
-    widget itself in Jupyter); :meth:`update` recomputes, as the "advise" button does."""
+    """ipywidgets controls (workload, GPUs, GPU, precision, network, GPUs per node, global batch,
+    rows) over :func:`advise` (``intra_link``: the link inside a node): the ranked table and the
+    size of the Pareto front. Display ``.box`` (or the widget itself in Jupyter); :meth:`update`
+    recomputes, as the "advise" button does.
+
+    The precision drop-down offers what the GPU computes in; ``precision=None`` starts with the
+    fastest 16-bit one it has (bf16, else fp16, else fp32), so that a P100 starts in fp16.
+    """
 
     def __init__(self, workload: str = "gpt2-xl", gpus: int = 16, gpu: str = "A100-80GB",
-                 network: str = "IB-HDR", batch_size: int = 64, precision: str = "bf16",
-                 top: int = 10):
+                 network: str = "IB-HDR", batch_size: int = 64, precision: str | None = None,
+                 top: int = 10, gpus_per_node: int = 8, intra_link: str = "NVLink3"):
         import ipywidgets as w
 
+        from .model.compute import normalize_precision
+
+        dev = catalog.gpu(gpu)
+        supported = validation.supported_precisions(dev)
+        if precision is None:
+            precision = next(p for p in ("bf16", "fp16", "fp32") if p in supported)
+        precision = validation.precision_for(dev, normalize_precision(precision))
         # CNNs are listed too: the advisor then varies micro-batch and ZeRO stage only.
         names = list(catalog.workloads()["name"])
         if workload not in names:
             names.append(workload)
         self.workload = w.Dropdown(options=names, value=workload, description="workload")
-        self.gpus = w.BoundedIntText(value=gpus, min=1, max=4096, description="GPUs")
-        self.gpu = w.Dropdown(options=list(catalog.gpus()["name"]), value=catalog.gpu(gpu).name,
-                              description="GPU")
+        self.gpus = w.BoundedIntText(value=validation.gpu_count("gpus", gpus), min=1,
+                                     max=validation.MAX_GPUS, description="GPUs")
+        self.gpu = w.Dropdown(options=list(catalog.gpus()["name"]), value=dev.name, description="GPU")
         nets = catalog.networks()
         networks = list(nets.loc[nets["kind"] == "network", "name"])
         self.network = w.Dropdown(options=networks, value=catalog.network(network).name,
                                   description="network")
-        self.batch_size = w.BoundedIntText(value=batch_size, min=1, max=1 << 20,
-                                           description="global batch")
-        self.precision = w.Dropdown(options=["bf16", "fp16", "tf32", "fp32"], value=precision,
-                                    description="precision")
+        self.gpus_per_node = w.BoundedIntText(value=validation.gpu_count("gpus_per_node", gpus_per_node),
+                                              min=1, max=64, description="GPUs/node")
+        self.batch_size = w.BoundedIntText(value=validation.batch_size("batch_size", batch_size),
+                                           min=1, max=1 << 20, description="global batch")
+        self.precision = w.Dropdown(options=supported, value=precision, description="precision")
         self.top = w.IntSlider(value=top, min=1, max=50, description="rows")
         self.button = w.Button(description="advise", button_style="primary")
         self.summary = w.HTML()
         self.table = w.HTML()
         self.button.on_click(lambda _: self.update())
+        self.gpu.observe(lambda _: self._offer_precisions(), names="value")
         controls = w.HBox([w.VBox([self.workload, self.gpus, self.gpu, self.precision]),
-                           w.VBox([self.network, self.batch_size, self.top, self.button])])
+                           w.VBox([self.network, self.gpus_per_node, self.batch_size, self.top,
+                                   self.button])], layout=w.Layout(flex_flow="row wrap"))
         self.box = w.VBox([controls, self.summary, self.table])
+        #: The link inside a node (not a control: the explorer passes its own).
+        self.intra_link = catalog.network(intra_link).name
         self.frame: pd.DataFrame | None = None
         self.update()
+
+    def _offer_precisions(self) -> None:
+        supported = validation.supported_precisions(catalog.gpu(self.gpu.value))
+        current = self.precision.value
+        self.precision.options = supported
+        self.precision.value = current if current in supported else next(
+            p for p in ("bf16", "fp16", "fp32") if p in supported)
 
     def update(self) -> None:
         """Rerun :func:`advise` with the controls' values and refresh the summary and table."""
@@ -336,7 +369,8 @@ class AdvisorWidget:
         try:
             self.frame = advise(self.workload.value, self.gpus.value, self.gpu.value,
                                 self.network.value, batch_size=self.batch_size.value,
-                                precision=self.precision.value)
+                                precision=self.precision.value, gpus_per_node=self.gpus_per_node.value,
+                                intra_link=self.intra_link)
         except DlexploreError as err:
             self.frame = None
             self.summary.value = f"<b>No configuration:</b> {html.escape(str(err))}"

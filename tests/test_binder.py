@@ -73,3 +73,19 @@ def test_binder_installs_the_project_and_readme_links_exist():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     for path in re.findall(r"(?:labpath|voila/render)[=/](notebooks/[\w.-]+\.ipynb)", readme):
         assert (ROOT / path).is_file(), path
+
+
+def test_binder_culls_idle_kernels():
+    # A classroom on one Binder server: read the file the way jupyter_server reads its config.
+    import json
+
+    from jupyter_server.services.kernels.kernelmanager import MappingKernelManager
+    from traitlets.config import Config
+
+    config = Config(json.loads((BINDER / "jupyter-kernel-culling.json").read_text(encoding="utf-8")))
+    manager = MappingKernelManager(config=config)
+    assert (manager.cull_idle_timeout, manager.cull_interval, manager.cull_connected) == (1200, 60, True)
+    # postBuild puts it where jupyter_server looks: <prefix>/etc/jupyter/jupyter_server_config.d
+    post_build = (BINDER / "postBuild").read_text(encoding="utf-8")
+    assert "etc/jupyter/jupyter_server_config.d" in post_build
+    assert re.search(r"^cp binder/jupyter-kernel-culling\.json \"\$config/", post_build, flags=re.M)

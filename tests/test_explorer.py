@@ -1,6 +1,9 @@
-"""The Explorer's Python side: controls drive the sources, the hot path avoids the model, measured
-datasets adopt their setup. (The browser side is in tests/browser.)"""
+"""The Explorer's Python side: controls drive the sources, the hot path avoids the model, the
+matching measurement is laid over the prediction from the start (and matched again when the
+workload or GPU changes), calibration reports the error before and after and shades a band.
+(The browser side is in tests/browser.)"""
 
+import re
 from unittest import mock
 
 import numpy as np
@@ -8,7 +11,7 @@ import pytest
 import xarray as xr
 
 import dlexplore as dlx
-from dlexplore.errors import DlexploreError, UnknownNameError
+from dlexplore.errors import DlexploreError, InvalidValueError, UnknownNameError
 from dlexplore.widgets import Explorer
 from dlexplore.widgets import explorer as explorer_module
 
@@ -22,15 +25,120 @@ def data(explorer, source, column):
     return list(explorer.sources[source].data[column])
 
 
-def test_defaults_predict_every_gpu_count(default):
-    assert default.selected_gpus == 8
-    assert data(default, "throughput_predicted", "gpus") == [2.0**k for k in range(11)]
-    # the explorer's algorithm control starts at ring (predict's own default is NCCL's choice)
-    expected = dlx.predict("resnet50", "V100-16GB", "25GbE", gpus=8, batch_size=64, algorithm="ring")
-    assert data(default, "throughput_selected", "throughput")[0] == pytest.approx(
-        float(expected.throughput))
+def text(widget) -> str:
+    return re.sub(r"<[^>]+>", "", widget.value)
+
+
+def controls(explorer, *names):
+    return {name: explorer.controls[name].value for name in names}
+
+
+# ---------------------------------------------------------------------------------------------
+# measured by default
+
+
+def test_default_view_overlays_the_matching_measurement(default):
+    # resnet50 on a V100-16GB: NVIDIA's MXNet ResNet-50 v1.5 table has it (a DGX-1: 8 V100 over
+    # NVLink2, batch 96 per GPU in fp32); its setup is adopted, the network between nodes stays.
+    assert default.controls["measured"].value == "nvidia-mxnet-resnet50-v1.5"
+    assert controls(
+        default, "workload", "gpu", "precision", "batch_size", "gpus_per_node", "intra_link", "network"
+    ) == {
+        "workload": "resnet50",
+        "gpu": "V100-16GB",
+        "precision": "fp32",
+        "batch_size": 96,
+        "gpus_per_node": 8,
+        "intra_link": "NVLink2",
+        "network": "25GbE",
+    }
+    # the four DGX-1 fp32 points, on this GPU only (the DGX-2 rows are V100-32GB)
+    assert data(default, "throughput_measured", "gpus") == [1, 2, 4, 8]
+    assert data(default, "throughput_measured", "throughput") == [384.0, 763.0, 1513.0, 3005.0]
+    # the error beside it, worked out here with the public API at the same settings
+    line = dlx.predict(
+        "resnet50",
+        "V100-16GB",
+        "25GbE",
+        gpus=[1, 2, 4, 8],
+        batch_size=96,
+        gpus_per_node=8,
+        intra_link="NVLink2",
+    ).throughput.values
+    error = (line - np.array([384.0, 763.0, 1513.0, 3005.0])) / np.array([384.0, 763.0, 1513.0, 3005.0])
+    assert data(default, "throughput_measured", "error") == pytest.approx(error.tolist())
+    status = text(default.status)
+    assert f"mean |error| {np.abs(error).mean():.1%}, largest {np.abs(error).max():.1%}" in status
+    assert "nvidia-mxnet-resnet50-v1.5" in status and "matches resnet50 on V100-16GB" in status
+    assert default.figures.subtitles["throughput"].text == (
+        f"measured: mean |error| {np.abs(error).mean():.1%} (4 points)"
+    )
     assert default.headline_text.startswith("resnet50 on 8 x V100-16GB")
     assert "dlx-headline" in default.headline._dom_classes
+
+
+def test_changing_gpu_or_workload_switches_to_the_matching_dataset_or_says_none_matches():
+    explorer = Explorer()
+    explorer.controls["gpu"].value = "P100"
+    assert explorer.controls["measured"].value == "tf-benchmarks-2017-dgx1"
+    assert controls(explorer, "batch_size", "gpus_per_node", "intra_link") == {
+        "batch_size": 64,
+        "gpus_per_node": 8,
+        "intra_link": "NVLink1",
+    }
+    assert data(explorer, "throughput_measured", "throughput") == [219.0, 422.0, 852.0, 1734.0]
+    explorer.controls["workload"].value = "resnet101"  # only the Horovod tables have it
+    assert explorer.controls["measured"].value == "horovod-2017-16gpu-25gbe"
+    assert controls(explorer, "network", "gpus_per_node", "batch_size") == {
+        "network": "25GbE",
+        "gpus_per_node": 4,
+        "batch_size": 64,
+    }
+    explorer.controls["gpu"].value = "K80"
+    assert explorer.measured_dataset is None
+    assert data(explorer, "throughput_measured", "gpus") == []
+    status = text(explorer.status)
+    assert "No published measurement of resnet101 on K80" in status
+    assert "horovod-2017-16gpu-25gbe (P100)" in status
+    # the same dataset, another GPU: DGX-2's setup (16 V100-32GB, batch 128 in fp32)
+    other = Explorer()
+    other.controls["gpu"].value = "V100-32GB"
+    assert controls(other, "measured", "batch_size", "gpus_per_node") == {
+        "measured": "nvidia-mxnet-resnet50-v1.5",
+        "batch_size": 128,
+        "gpus_per_node": 16,
+    }
+    assert data(other, "throughput_measured", "gpus") == [1, 2, 4, 8, 16]
+
+
+def test_measured_none_shows_none_and_matches_none():
+    explorer = Explorer(measured=None)
+    assert explorer.measured_dataset is None
+    explorer.controls["gpu"].value = "P100"
+    assert explorer.measured_dataset is None
+    assert controls(explorer, "batch_size", "gpus_per_node", "network", "precision") == {
+        "batch_size": 64,
+        "gpus_per_node": 1,
+        "network": "25GbE",
+        "precision": "fp32",
+    }
+
+
+def test_given_settings_win_over_the_measured_setup():
+    explorer = Explorer(batch_size=128, gpus_per_node=4, network="IB-EDR")
+    assert controls(explorer, "measured", "batch_size", "gpus_per_node", "network") == {
+        "measured": "nvidia-mxnet-resnet50-v1.5",
+        "batch_size": 128,
+        "gpus_per_node": 4,
+        "network": "IB-EDR",
+    }
+    # the bar says the error mixes the model's and the setup's
+    status = text(explorer.status)
+    assert "Measured with batch 96 per GPU (the line: 128); 8 GPUs per node (the line: 4)" in status
+
+
+# ---------------------------------------------------------------------------------------------
+# controls and the hot path
 
 
 def test_gpu_slider_moves_without_calling_the_model():
@@ -47,67 +155,105 @@ def test_gpu_slider_moves_without_calling_the_model():
     assert explorer.figures is figures and explorer.sources == sources
 
 
-def test_controls_change_the_plotted_prediction():
+def test_a_move_reaches_each_figure_in_one_message():
     explorer = Explorer()
+    sent = []
+    for view in explorer._views:
+        view.send = lambda content, buffers=None, sent=sent: sent.append((content, buffers))
+    explorer.controls["gpus"].value = 64
+    # one PATCH-DOC (header, metadata, content) per figure, no binary buffers
+    assert len(sent) == 3 * len(explorer._views)
+    assert all(not buffers for _, buffers in sent)
+
+
+def test_controls_change_the_plotted_prediction():
+    explorer = Explorer(measured=None)
     before = data(explorer, "throughput_predicted", "throughput")
     explorer.controls["bandwidth"].value = 100.0
     faster = data(explorer, "throughput_predicted", "throughput")
     assert faster[0] == pytest.approx(before[0])  # one GPU does not communicate
     assert all(f >= b for f, b in zip(faster, before, strict=True)) and faster[-1] > before[-1]
-    expected = dlx.predict("resnet50", "V100-16GB", "25GbE", gpus=1024, batch_size=64, bandwidth=100.0,
-                           algorithm="ring")
+    expected = dlx.predict("resnet50", "V100-16GB", "25GbE", gpus=1024, batch_size=64, bandwidth=100.0)
     assert faster[-1] == pytest.approx(float(expected.throughput))
     explorer.controls["workload"].value = "vgg16"
     assert data(explorer, "throughput_predicted", "throughput") != faster
 
 
 def test_network_preset_sets_bandwidth_and_latency():
-    explorer = Explorer()
+    explorer = Explorer(measured=None)
     explorer.controls["network"].value = "IB-EDR"
     assert explorer.controls["bandwidth"].value == pytest.approx(12.5)
     assert explorer.controls["latency"].value == pytest.approx(0.6)  # µs
-    ib = dlx.predict("resnet50", "V100-16GB", "IB-EDR", gpus=1024, batch_size=64, algorithm="ring")
-    assert data(explorer, "throughput_predicted", "throughput")[-1] == pytest.approx(
-        float(ib.throughput))
+    ib = dlx.predict("resnet50", "V100-16GB", "IB-EDR", gpus=1024, batch_size=64)
+    assert data(explorer, "throughput_predicted", "throughput")[-1] == pytest.approx(float(ib.throughput))
+
+
+def test_precision_offers_what_the_gpu_computes_in():
+    explorer = Explorer("gpt2", "A100-80GB", measured=None, precision="bf16")
+    assert explorer.controls["precision"].options == ("fp32", "tf32", "fp16", "bf16")
+    explorer.controls["gpu"].value = "P100"  # no bf16 on Pascal: fp16 instead, and said so
+    assert explorer.controls["precision"].options == ("fp32", "fp16")
+    assert explorer.controls["precision"].value == "fp16"
+    assert "P100 has no bf16: precision set to fp16" in text(explorer.status)
+    with pytest.raises(InvalidValueError, match="V100-16GB has no tf32"):
+        Explorer(precision="tf32")
+    with pytest.raises(InvalidValueError, match="P100 has no tf32"):
+        explorer.set(precision="tf32")
 
 
 def test_measured_dataset_adopts_its_setup_and_shows_its_points():
     explorer = Explorer(measured="horovod-2017-16gpu-25gbe", workload="resnet101")
     c = explorer.controls
     assert (c["gpu"].value, c["network"].value, c["gpus_per_node"].value, c["batch_size"].value) == (
-        "P100", "25GbE", 4, 64)
+        "P100",
+        "25GbE",
+        4,
+        64,
+    )
     # the Horovod table has 6 ResNet-101 rows: 1 GPU, two parameter-server and three Horovod runs
     assert data(explorer, "throughput_measured", "gpus") == [1, 16, 16, 16, 16, 16]
     assert 119.4 in data(explorer, "throughput_measured", "throughput")
-    assert "6 measured points; 4 with this algorithm (ring allreduce)" in explorer.status.value
+    status = text(explorer.status)
+    assert "6 points" in status and "over 4 points" in status
+    assert "(2 ran another algorithm than ring: shown, not compared)" in status
     errors = data(explorer, "throughput_measured", "error")
     assert sum(np.isfinite(errors)) == 4  # the two parameter-server rows are not compared
-    c["workload"].value = "alexnet"
-    assert data(explorer, "throughput_measured", "gpus") == []
-    assert "no points for this workload" in explorer.status.value
+    groups = data(explorer, "throughput_measured", "group")
+    assert groups.count("measured, not compared") == 2
     c["measured"].value = "(none)"
     assert explorer.measured_dataset is None
 
 
 def test_mixed_precision_points_follow_the_precision_control():
     explorer = Explorer(measured="nvidia-mxnet-resnet50-v1.5")
-    first = explorer.controls["precision"].value
-    shown = explorer.measured_dataset
-    n = int(((shown.precision == first) & (shown.workload == "resnet50")).sum())
-    assert len(data(explorer, "throughput_measured", "gpus")) == n > 0
+    assert explorer.controls["batch_size"].value == 96
+    explorer.controls["precision"].value = "fp16"
+    # fp16 points on this GPU, at their batch (192): the explorer adopts it with the precision
+    assert explorer.controls["batch_size"].value == 192
+    assert data(explorer, "throughput_measured", "throughput") == [1376.0, 2768.0, 5357.0, 10723.0]
 
 
 def test_user_measurements(tmp_path):
     path = tmp_path / "ours.csv"
-    path.write_text("workload,gpu,network,gpus,batch_size,precision,throughput\n"
-                    "resnet50,A100-40GB,IB-HDR,1,128,fp32,800\n"
-                    "resnet50,A100-40GB,IB-HDR,16,128,fp32,11000\n")
+    path.write_text(
+        "workload,gpu,network,gpus,batch_size,precision,throughput\n"
+        "resnet50,A100-40GB,IB-HDR,1,128,fp32,800\n"
+        "resnet50,A100-40GB,IB-HDR,16,128,fp32,11000\n"
+    )
     explorer = Explorer(measured=str(path))
     assert explorer.controls["measured"].value == "ours"
-    assert explorer.controls["gpu"].value == "A100-40GB"
+    assert controls(explorer, "gpu", "network", "batch_size") == {
+        "gpu": "A100-40GB",
+        "network": "IB-HDR",
+        "batch_size": 128,
+    }
     assert data(explorer, "throughput_measured", "throughput") == [800.0, 11000.0]
     label = explorer.add_measured(dlx.measured.read_csv(path).assign_attrs(name="again"))
     assert label == "again" and explorer.controls["measured"].value == "again"
+    # an added dataset is matched like the bundled ones, before them
+    explorer.controls["gpu"].value = "V100-16GB"
+    explorer.controls["gpu"].value = "A100-40GB"
+    assert explorer.controls["measured"].value == "again"
 
 
 def test_bad_input_is_refused_clearly(tmp_path):
@@ -117,21 +263,28 @@ def test_bad_input_is_refused_clearly(tmp_path):
         Explorer(measured="deepbench-allreduce-p100")
     with pytest.raises(DlexploreError, match="is a control"):
         Explorer(bandwidth=3)
-    explorer = Explorer()
+    with pytest.raises(InvalidValueError, match="gpus must be a whole number from 1 to 1024; got 0"):
+        Explorer(gpus=0)
+    with pytest.raises(InvalidValueError, match="pue must be a number from 1 to 2; got 0.5"):
+        Explorer(pue=0.5)
+    explorer = Explorer(measured=None)
     with pytest.raises(DlexploreError, match="unknown control"):
         explorer.set(gpu_count=3)
     with pytest.raises(UnknownNameError):
         explorer.set(gpu="V100")
+    with pytest.raises(InvalidValueError, match="bandwidth must be a number of GB/s > 0; got -1"):
+        explorer.set(bandwidth=-1)
     missing = tmp_path / "missing.csv"
     with pytest.raises(DlexploreError, match="missing.csv"):
         Explorer(measured=str(missing))
 
 
-def test_out_of_memory_is_obvious():
+def test_out_of_memory_is_obvious_and_never_suggests_a_larger_batch():
     explorer = Explorer("bert-large", batch_size=256)
-    assert "Does NOT fit" in explorer.headline_text
-    assert "Does NOT fit" in explorer.headline.value
-    assert explorer.figures.memory.title.text.startswith("OUT OF MEMORY")
+    assert "Does NOT fit" in explorer.headline_text and "Does NOT fit" in explorer.headline.value
+    assert "lower the batch to 6 per GPU or fewer" in explorer.headline_text
+    assert "larger batch" not in explorer.headline_text
+    assert explorer.figures.subtitles["memory"].text.startswith("OUT OF MEMORY")
     assert set(data(explorer, "throughput_predicted", "fits")) == {"NO: out of memory"}
 
 
@@ -155,9 +308,25 @@ def test_measured_dataset_without_gpus_is_refused():
         Explorer(measured=ds)
 
 
-def test_calibrate_control_fits_the_points_shown_and_resets():
+def test_one_more_panel_joins_the_grid():
+    import ipywidgets as w
+
+    explorer = Explorer(measured=None)
+    extra = w.HTML("time to accuracy")
+    before = len(explorer._grid.children)  # the four figures and time to accuracy
+    explorer.add_panel(extra)
+    assert explorer._grid.children[-1] is extra and len(explorer._grid.children) == before + 1
+
+
+# ---------------------------------------------------------------------------------------------
+# calibrating
+
+
+def test_calibrate_fits_the_points_shown_reports_before_and_after_and_resets():
     explorer = Explorer(measured="tf-benchmarks-2017-dgx1", workload="resnet50")
+    assert explorer.controls["gpu"].value == "P100"  # the table is of P100s
     uncalibrated = data(explorer, "throughput_predicted", "throughput")
+    before = np.abs(np.array(data(explorer, "throughput_measured", "error"))).mean()
     explorer.calibrate_button.click()
     cal = explorer.calibration
     assert cal is not None and list(cal.params["name"]) == ["compute_efficiency"]
@@ -165,31 +334,86 @@ def test_calibrate_control_fits_the_points_shown_and_resets():
     assert data(explorer, "throughput_predicted", "throughput")[0] == pytest.approx(219.0, rel=1e-6)
     # the same fit as the public API on the same points
     ds = dlx.measured.load("tf-benchmarks-2017-dgx1")
-    same = dlx.calibrate(ds.isel(point=np.flatnonzero(ds.workload.values == "resnet50")),
-                         fit_on="gpus == 1", params=["compute_efficiency"])
+    same = dlx.calibrate(
+        ds.isel(point=np.flatnonzero(ds.workload.values == "resnet50")),
+        fit_on="gpus == 1",
+        params=["compute_efficiency"],
+        intra_link="NVLink1",
+    )
     assert cal.fitted()["compute_efficiency"] == pytest.approx(same.fitted()["compute_efficiency"])
-    assert f"held-out MAPE {same.mape_holdout:.1%}" in explorer.fit_report.value
+    after = np.abs(np.array(data(explorer, "throughput_measured", "error"))).mean()
+    report = text(explorer.fit_report)
+    assert f"{before:.1%} before, {after:.1%} after" in report
+    assert f"held-out points: mean |error| {same.mape_holdout:.1%}" in report
+    # the band: at least as wide as the largest held-out error, so those points lie inside it
+    band = explorer.sources["throughput_band"].data
+    assert band["gpus"] == [2.0**k for k in range(11)]
+    line = np.array(data(explorer, "throughput_predicted", "throughput"))
+    lower, upper = np.array(band["lower"]), np.array(band["upper"])
+    assert np.all(lower < line) and np.all(upper > line)
+    for gpus, measured in zip(
+        data(explorer, "throughput_measured", "gpus"),
+        data(explorer, "throughput_measured", "throughput"),
+        strict=True,
+    ):
+        i = int(np.log2(gpus))
+        assert lower[i] <= measured * (1 + 1e-9) and measured <= upper[i] * (1 + 1e-9), gpus
     explorer.reset_button.click()
     assert explorer.calibration is None and explorer.fit_report.value == ""
+    assert explorer.sources["throughput_band"].data["gpus"] == []
     assert data(explorer, "throughput_predicted", "throughput") == pytest.approx(uncalibrated)
 
 
-def test_calibrate_without_measurements_says_so():
+def test_calibration_is_forgotten_when_the_points_change():
     explorer = Explorer()
+    explorer.calibrate()
+    assert explorer.calibration is not None
+    explorer.controls["gpu"].value = "P100"
+    assert explorer.calibration is None and "Calibration cleared: the gpu changed" in text(
+        explorer.fit_report
+    )
+    assert explorer.sources["throughput_band"].data["gpus"] == []
+
+
+def test_calibrate_without_measurements_says_so():
+    explorer = Explorer(measured=None)
     assert explorer.calibrate() is None
     assert "measured dataset first" in explorer.fit_report.value
+    assert explorer.calibrate_button.disabled
+
+
+# ---------------------------------------------------------------------------------------------
+# energy, storage and the advisor
 
 
 def test_storage_pue_and_the_advisor():
-    explorer = Explorer(batch_size=256, storage="pfs", pue=1.25)
+    explorer = Explorer(batch_size=256, storage="pfs", pue=1.25, measured=None)
     expected = dlx.predict("resnet50", "V100-16GB", "25GbE", gpus=1024, batch_size=256, storage="pfs")
     assert data(explorer, "step_breakdown", "io_exposed")[-1] == pytest.approx(
-        float(expected.time_io_exposed) * 1e3)
-    energy = dlx.model.energy(dlx.predict("resnet50", "V100-16GB", "25GbE", gpus=8, batch_size=256,
-                                          storage="pfs"), pue=1.25)
+        float(expected.time_io_exposed) * 1e3
+    )
+    energy = dlx.model.energy(
+        dlx.predict("resnet50", "V100-16GB", "25GbE", gpus=8, batch_size=256, storage="pfs"), pue=1.25
+    )
     assert f"{float(energy.energy_sample):.3g} J per sample" in explorer.headline_text
     explorer.controls["pue"].value = 1.5
     assert "(PUE 1.50)" in explorer.headline_text
+
+
+def test_the_advisor_opens_with_the_explorers_settings():
+    explorer = Explorer(
+        "gpt2", "P100", "IB-EDR", precision="fp16", gpus=16, batch_size=8, gpus_per_node=4, measured=None
+    )
     advisor = explorer.open_advisor()
-    assert advisor.workload.value == "resnet50" and advisor.gpus.value == 8
+    assert (
+        advisor.workload.value,
+        advisor.gpu.value,
+        advisor.precision.value,
+        advisor.network.value,
+        advisor.gpus.value,
+        advisor.gpus_per_node.value,
+        advisor.batch_size.value,
+    ) == ("gpt2", "P100", "fp16", "IB-EDR", 16, 4, 16 * 8)
+    assert advisor.precision.options == ("fp32", "fp16")  # P100: no bf16 to start in
+    assert advisor.frame is not None and "No configuration" not in advisor.summary.value
     assert explorer.advisor_box.children == (advisor.box,)

@@ -56,6 +56,9 @@ def test_wheel_carries_the_data_and_finds_it(tmp_path):
     assert "dlexplore/dashboard/explorer.ipynb" in names
     template = "dlexplore/dashboard/jupyter/voila/templates/dlexplore/"
     assert {template + "conf.json", template + "index.html.j2"} <= set(names)
+    # the Jupyter server extension that serves BokehJS to notebooks, and the file that enables it
+    assert "dlexplore_jupyter/__init__.py" in names
+    assert any(n.endswith(".data/data/etc/jupyter/jupyter_server_config.d/dlexplore.json") for n in names)
     target = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(target)
     env = dict(os.environ, PYTHONPATH=str(target))

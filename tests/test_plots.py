@@ -148,14 +148,20 @@ def test_measured_points_filtered_and_compared_with_the_line():
     # between 1 and 4 GPUs the line is interpolated in log-log: the geometric mean at 2 GPUs
     mid = math.sqrt(line[0] * line[1])
     np.testing.assert_allclose(cols["predicted"], [line[0], line[1], mid])
-    np.testing.assert_allclose(cols["error"], [0.1, 0.0, 100.0 / mid - 1], atol=1e-12)
+    # error = (predicted - measured) / measured, dlexplore.fit's definition
+    np.testing.assert_allclose(cols["error"], [1 / 1.1 - 1, 0.0, mid / 100.0 - 1], atol=1e-12)
     assert cols["label"].tolist() == ["a", "b", "a"]
-    assert cols["color"][0] == cols["color"][2] != cols["color"][1]
+    assert cols["group"].tolist() == ["measured"] * 3 and len(set(cols["color"])) == 1
     assert set(cols["source"]) == {"measured: test"}
     # only points that ran the algorithm shown (or one GPU) are compared with its line
     ran = measured.assign_coords(algorithm=("point", ["none", "ring", "parameter_server", "ring"]))
     compared = measured_columns(ran, pred, workload="toy", algorithm="ring")
     assert np.isfinite(compared["error"]).tolist() == [True, True, False]
+    assert compared["group"].tolist() == ["measured", "measured", "measured, not compared"]
+    assert compared["color"][2] != compared["color"][0]
+    # the line predicts one GPU: points measured on another are not laid over it
+    on = measured.assign_coords(gpu=("point", ["card", "card", "other", "card"]))
+    assert measured_columns(on, pred, workload="toy", gpu="card")["gpus"].tolist() == [1, 4]
     assert len(measured_columns(measured, pred, workload="nothing")["gpus"]) == 0
     assert len(measured_columns(None, pred)["gpus"]) == 0
 
@@ -173,16 +179,16 @@ def test_figures_keep_their_sources_and_take_new_data():
     figures.show(toy(), 4)
     first = list(figures.sources["throughput_predicted"].data["throughput"])
     # all buckets together: busbw = 2(p-1)/p x all bytes / all time
-    assert figures.comm.title.text == (
-        f"4 GPUs: 2 allreduces, {1.6e7 / 2**20:,.0f} MiB in "
-        f"{(C1 + C2) * 1e3:,.1f} ms, busbw {1.5 * 1.6e7 / (C1 + C2) / 1e9:,.2f} GB/s")
+    assert figures.subtitles["comm"].text == (
+        f"2 allreduces, {1.6e7 / 2**20:,.0f} MiB, "
+        f"{(C1 + C2) * 1e3:,.3g} ms, busbw {1.5 * 1.6e7 / (C1 + C2) / 1e9:,.3g} GB/s")
     figures.show(toy(batch_size=20), 1)
     assert figures.sources == sources  # the same objects, new data
     assert list(figures.sources["throughput_predicted"].data["throughput"]) != first
-    assert figures.sources["throughput_selected"].data["gpus"].tolist() == [1.0]
-    assert figures.comm.title.text == "One step on 1 GPU: no gradient communication"
+    assert list(figures.sources["throughput_selected"].data["gpus"]) == [1.0]
+    assert figures.subtitles["comm"].text == "1 GPU: no gradient communication"
     figures.show(toy(batch_size=100_000), 4)
-    assert figures.memory.title.text.startswith("OUT OF MEMORY")
+    assert figures.subtitles["memory"].text.startswith("OUT OF MEMORY")
     assert figures.capacity_span.location == pytest.approx(16.0)
 
 
@@ -203,3 +209,59 @@ def test_compute_breakdown_columns_and_figure():
     assert source.data["time_ms"] == cols["time_ms"]
     with pytest.raises(DlexploreError, match="time_operator"):
         operator_columns(ds.drop_vars("time_operator"))
+
+
+# --- what the headline advises --------------------------------------------------------------
+
+
+def _gpu_precisions():
+    from dlexplore import catalog, validation
+
+    return [(gpu, precision) for gpu in ("V100-16GB", "P100", "A100-80GB", "K80", "GTX1080Ti", "MI250X-GCD")
+            for precision in validation.supported_precisions(catalog.gpu(gpu))]
+
+
+@pytest.mark.parametrize(("gpu", "precision"), _gpu_precisions())
+@pytest.mark.parametrize(("workload", "batch", "network"), [
+    ("resnet50", 64, "IB-HDR"),      # compute-bound
+    ("vgg16", 16, "10GbE"),          # communication-bound
+    ("bert-large", 512, "IB-HDR"),   # does not fit
+])
+def test_the_advice_follows_from_the_settings(gpu, precision, workload, batch, network):
+    from dlexplore import catalog, validation
+
+    pred = predict(workload, gpu, network, gpus=[1, 64], batch_size=batch, precision=precision,
+                   buckets=True)
+    text = headline(pred, 64)
+    point = pred.sel(gpus=64)
+    supported = validation.supported_precisions(catalog.gpu(gpu))
+    # never what is set already, never what this GPU cannot do
+    if precision in ("fp16", "bf16"):
+        assert "mixed precision" not in text, text
+    for missing in {"fp16", "bf16", "tf32"} - set(supported):
+        assert f"({missing}" not in text and f" {missing} " not in text, text
+    if not bool(point.fits):
+        assert "Does NOT fit" in text and "larger batch" not in text, text
+        assert "lower the batch" in text or "shard the model" in text, text
+        return
+    name, share = bottleneck(pred, 64)
+    assert f"Bottleneck: {name} ({share:.0%} of the step)" in text
+    # the bottleneck named is the largest part of the step
+    parts = {"compute": float(point.time_compute), "communication": float(point.time_comm_exposed),
+             "input I/O": float(point.time_io_exposed)}
+    assert name == max(parts, key=parts.get)
+    if "larger batch" in text:  # only where a larger batch still fits
+        assert largest_batch(pred, 64) > batch
+
+
+def test_the_advice_names_what_would_help():
+    p100 = predict("resnet50", "P100", "IB-HDR", gpus=[1, 8], batch_size=64, buckets=True)
+    assert "mixed precision (fp16)" in headline(p100, 8)  # P100: fp16 at twice fp32, no bf16
+    fp16 = predict("resnet50", "V100-16GB", "IB-HDR", gpus=[1, 8], precision="fp16", batch_size=64,
+                   buckets=True)
+    assert "fp16 is the fastest this GPU offers" in headline(fp16, 8)
+    slow = predict("vgg16", "A100-80GB", "10GbE", gpus=[1, 64], batch_size=16, precision="bf16",
+                   buckets=True)
+    text = headline(slow, 64)
+    assert "Bottleneck: communication" in text and "more network bandwidth (now 1.25 GB/s" in text
+    assert "a larger batch per GPU (up to" in text and "mixed precision" not in text

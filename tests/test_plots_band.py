@@ -72,10 +72,17 @@ def test_explorer_draws_the_calibrated_band():
     assert not explorer.figures.band.visible
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CalibrationWarning)
-        explorer.calibrate("gpus <= 4")
+        # the four points (1-8 GPUs) and three parameters (compute efficiency, the NVLink's
+        # bandwidth and latency): one degree of freedom left for the interval
+        explorer.calibrate("gpus <= 8")
     data = explorer.figures.sources["throughput_predicted"].data
     assert explorer.figures.band.visible
     assert np.all(np.asarray(data["lower"]) < np.asarray(data["throughput"]))
     np.testing.assert_allclose(data["upper"], explorer.prediction["throughput_upper"].values)
+    # no point held out: the band drawn is that interval
+    band = explorer.figures.sources["throughput_band"].data
+    np.testing.assert_allclose(band["lower"], data["lower"])
+    np.testing.assert_allclose(band["upper"], data["upper"])
+    assert "90% prediction interval" in explorer.fit_report.value
     explorer.reset_calibration()
     assert not explorer.figures.band.visible

@@ -27,8 +27,6 @@ __all__ = [
     "bucket_columns",
     "phase_columns",
     "largest_batch",
-    "bottleneck",
-    "headline",
 ]
 
 #: GPU counts the explorer predicts at once (1 to 1024, powers of two).
@@ -41,13 +39,12 @@ MIB = 2.0**20
 BLUE, SKY, GREEN, ORANGE, VERMILION, PURPLE, YELLOW, GREY = (
     "#0072B2", "#56B4E9", "#009E73", "#E69F00", "#D55E00", "#CC79A7", "#F0E442", "#999999",
 )
-MEASURED_COLORS = (VERMILION, GREEN, PURPLE, ORANGE, SKY, "#000000", YELLOW, BLUE)
 
 #: The step-time stack: (column, legend label, colour). Their sum is the step time.
 STEP_PARTS = (
     ("compute_only", "compute", BLUE),
-    ("comm_overlapped", "compute + communication (overlapped)", SKY),
-    ("comm_exposed", "communication (exposed)", VERMILION),
+    ("comm_overlapped", "compute (allreduce hidden)", SKY),
+    ("comm_exposed", "allreduce (exposed)", VERMILION),
     ("io_exposed", "input I/O (exposed)", ORANGE),
 )
 
@@ -57,7 +54,7 @@ MEMORY_PARTS = (
     ("grads", "mem_grads", "gradients", SKY),
     ("optimizer", "mem_optimizer", "optimizer state", GREEN),
     ("activations", "mem_activations", "activations", ORANGE),
-    ("workspace", "mem_workspace", "workspace and buffers", GREY),
+    ("workspace", "mem_workspace", "workspace", GREY),
 )
 
 PHASE_COLORS = {
@@ -83,10 +80,32 @@ def _along_gpus(pred: xr.Dataset, name: str) -> np.ndarray:
     return np.broadcast_to(da.values, (pred.sizes["gpus"],)).astype(float)
 
 
-def _at(pred: xr.Dataset, gpus: int) -> xr.Dataset:
+class _Point(dict):
+    """One GPU count of a prediction: every variable and coordinate as a numpy value, read by name
+    or attribute. A GPU-slider move reads some sixty of them; through xarray each read builds a
+    DataArray, which cost more than the rest of the move together."""
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+# The last point taken: a move asks every column function for the same one.
+_last_point: tuple[xr.Dataset, int, _Point] | None = None
+
+
+def _at(pred: xr.Dataset, gpus: int) -> _Point:
+    global _last_point
+    if _last_point is not None and _last_point[0] is pred and _last_point[1] == gpus:
+        return _last_point[2]
     if gpus not in pred.gpus.values:
         raise DlexploreError(f"no prediction at {gpus} GPUs; predicted at {pred.gpus.values.tolist()}")
-    return pred.sel(gpus=gpus)
+    selected = pred.sel(gpus=gpus)
+    point = _Point({str(name): variable.values for name, variable in selected.variables.items()})
+    _last_point = (pred, gpus, point)
+    return point
 
 
 def throughput_columns(pred: xr.Dataset) -> dict[str, np.ndarray]:
@@ -124,21 +143,39 @@ def selected_columns(pred: xr.Dataset, gpus: int) -> dict[str, np.ndarray]:
     }
 
 
+def _same_gpu(names: pd.Series, gpu: str) -> np.ndarray:
+    """Which of ``names`` are ``gpu``, as the catalog resolves names and aliases."""
+    from .. import catalog
+
+    def canonical(name: str) -> str:
+        try:
+            return catalog.gpu(name).name.lower()
+        except DlexploreError:
+            return name.lower()
+
+    target = canonical(gpu)
+    resolved = {name: canonical(name) for name in names.astype(str).unique()}
+    return names.astype(str).map(resolved).to_numpy() == target
+
+
 def measured_columns(
     measured: xr.Dataset | None, pred: xr.Dataset | None = None, *, workload: str | None = None,
-    precision: str | None = None, algorithm: str | None = None,
+    precision: str | None = None, algorithm: str | None = None, gpu: str | None = None,
 ) -> dict[str, np.ndarray]:
     """Measured throughput points to lay over the prediction.
 
-    Points are kept when their ``workload`` (and, where the dataset has several, ``precision``)
-    match. Each point's ``label`` names its setup; ``error`` is (measured - predicted) / predicted
-    against the predicted line shown, interpolated in log-log between GPU counts. Given
+    Points are kept when their ``workload`` (and ``gpu``, and, where the dataset has several,
+    ``precision``) match: the line predicts one GPU, so points measured on another are not its.
+    Each point's ``label`` names its setup; ``error`` is (predicted - measured) / measured (as
+    :data:`dlexplore.fit.ERROR_DEFINITION` defines it) against the predicted line shown,
+    interpolated in log-log between GPU counts. Given
     ``algorithm``, only points that ran it (or ran on one GPU, or do not say) are compared: a
     parameter-server measurement is not an error of a ring-allreduce prediction, so the others get
-    NaN.
+    NaN. ``group`` (the legend) and ``color`` say which: ``"measured"`` (vermilion) or
+    ``"measured, not compared"`` (grey).
     """
-    names = ("gpus", "throughput", "label", "color", "source", "gpu", "network", "batch_size",
-             "algorithm", "predicted", "error")
+    names = ("gpus", "throughput", "label", "group", "color", "source", "gpu", "network",
+             "batch_size", "algorithm", "predicted", "error")
     empty = {n: np.array([], dtype=float if n in ("gpus", "throughput", "batch_size", "predicted",
                                                    "error") else object) for n in names}
     if measured is None or "throughput" not in measured or "point" not in measured.dims:
@@ -147,13 +184,13 @@ def measured_columns(
     frame = frame[np.isfinite(frame["throughput"].astype(float))]
     if workload is not None and "workload" in frame:
         frame = frame[frame["workload"].astype(str).str.lower() == workload.lower()]
+    if gpu is not None and "gpu" in frame:
+        frame = frame[_same_gpu(frame["gpu"], gpu)]
     if precision is not None and "precision" in frame and frame["precision"].nunique() > 1:
         frame = frame[frame["precision"] == precision]
     if frame.empty:
         return empty
     labels = _point_labels(frame)
-    palette = {label: MEASURED_COLORS[i % len(MEASURED_COLORS)]
-               for i, label in enumerate(dict.fromkeys(labels))}
     gpus = frame["gpus"].to_numpy(float)
     throughput = frame["throughput"].to_numpy(float)
     predicted = np.full(len(frame), np.nan)
@@ -161,6 +198,7 @@ def measured_columns(
         line = throughput_columns(pred)
         predicted = np.exp(np.interp(np.log(gpus), np.log(line["gpus"]), np.log(line["throughput"]),
                                      left=np.nan, right=np.nan))
+    comparable = np.ones(len(frame), dtype=bool)
     if algorithm is not None and "algorithm" in frame:
         ran = frame["algorithm"].astype(str).to_numpy()
         comparable = (ran == algorithm) | np.isin(ran, ("none", "unknown", "")) | (gpus == 1)
@@ -172,7 +210,8 @@ def measured_columns(
         "gpus": gpus,
         "throughput": throughput,
         "label": np.array(labels, dtype=object),
-        "color": np.array([palette[label] for label in labels], dtype=object),
+        "group": np.where(comparable, "measured", "measured, not compared").astype(object),
+        "color": np.where(comparable, VERMILION, GREY).astype(object),
         "source": np.array([measured.attrs.get("source", "")] * len(frame), dtype=object),
         "gpu": column("gpu"),
         "network": column("network"),
@@ -180,7 +219,7 @@ def measured_columns(
         else np.full(len(frame), np.nan),
         "algorithm": column("algorithm"),
         "predicted": predicted,
-        "error": (throughput - predicted) / predicted,
+        "error": (predicted - throughput) / throughput,
     }
 
 
@@ -256,19 +295,20 @@ def bucket_columns(pred: xr.Dataset, gpus: int) -> dict[str, np.ndarray]:
     size (MiB), time (ms), algbw and busbw (GB/s)."""
     if "bucket_start" not in pred:
         raise DlexploreError("the prediction has no bucket schedule: use predict(..., buckets=True)")
-    point = _at(pred, gpus).dropna("bucket", subset=["bucket_bytes"])
-    start = point.bucket_start.values * 1e3
-    time = point.bucket_time.values * 1e3
+    point = _at(pred, gpus)
+    real = ~np.isnan(point.bucket_bytes)  # a sweep pads workloads with fewer buckets with NaN
+    start = point.bucket_start[real] * 1e3
+    time = point.bucket_time[real] * 1e3
     return {
-        "bucket": point.bucket.values.astype(float),
-        "row": np.array(["allreduce"] * point.sizes["bucket"], dtype=object),
+        "bucket": point.bucket[real].astype(float),
+        "row": np.array(["allreduce"] * int(real.sum()), dtype=object),
         "start": start,
         "end": start + time,
-        "ready": point.bucket_ready.values * 1e3,
+        "ready": point.bucket_ready[real] * 1e3,
         "time": time,
-        "mib": point.bucket_bytes.values / MIB,
-        "algbw": point.bucket_algbw.values,
-        "busbw": point.bucket_busbw.values,
+        "mib": point.bucket_bytes[real] / MIB,
+        "algbw": point.bucket_algbw[real],
+        "busbw": point.bucket_busbw[real],
     }
 
 
@@ -291,47 +331,3 @@ def phase_columns(pred: xr.Dataset, gpus: int) -> dict[str, np.ndarray]:
         "time": np.array(lengths),
         "color": np.array([PHASE_COLORS[n] for n in names], dtype=object),
     }
-
-
-def bottleneck(pred: xr.Dataset, gpus: int) -> tuple[str, float]:
-    """What the step spends most of its time on at ``gpus`` GPUs, and that share of the step.
-
-    One of ``"compute"``, ``"communication"`` (exposed communication) or ``"input I/O"``.
-    """
-    point = _at(pred, gpus)
-    step = float(point.step_time)
-    parts = {
-        "compute": float(point.time_compute),
-        "communication": float(point.time_comm_exposed),
-        "input I/O": float(point.time_io_exposed),
-    }
-    name = max(parts, key=parts.__getitem__)
-    return name, parts[name] / step
-
-
-_ADVICE = {
-    "compute": "a faster GPU, mixed precision or a larger batch would help most",
-    "communication": "more bandwidth, fewer or larger gradient buckets, or a larger batch would help most",
-    "input I/O": "faster storage, more reader threads or node-local caching would help most",
-}
-
-
-def headline(pred: xr.Dataset, gpus: int) -> str:
-    """One sentence: throughput, scaling efficiency and the bottleneck, in words (plain text)."""
-    point = _at(pred, gpus)
-    name, share = bottleneck(pred, gpus)
-    workload = str(point.workload.values) if "workload" in point.coords else "the workload"
-    gpu = str(point.gpu.values) if "gpu" in point.coords else "GPU"
-    text = (
-        f"{workload} on {gpus} x {gpu}: {float(point.throughput):,.0f} samples/s, "
-        f"{float(point.step_time) * 1e3:,.1f} ms per step, "
-        f"{float(point.efficiency):.0%} scaling efficiency. "
-        f"Bottleneck: {name} ({share:.0%} of the step); {_ADVICE[name]}."
-    )
-    if not bool(point.fits):
-        text += (
-            f" Does NOT fit in memory: needs {float(point.mem_total) / GIB:.1f} GiB of "
-            f"{float(point.mem_capacity) / GIB:.1f} GiB (largest batch that fits: "
-            f"{largest_batch(pred, gpus)})."
-        )
-    return text

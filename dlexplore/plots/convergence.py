@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import xarray as xr
-from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem
+from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem, Title
 from bokeh.plotting import figure
 
 from ..errors import DlexploreError
@@ -91,16 +91,24 @@ def time_to_accuracy_columns(tta: xr.Dataset) -> dict[str, dict[str, list]]:
 
 
 class TimeToAccuracyFigure:
-    """Time to the target accuracy against GPUs, built once, fed new datasets by :meth:`show`."""
+    """Time to the target accuracy against GPUs, built once, fed new datasets by :meth:`show`.
 
-    def __init__(self, tta: xr.Dataset | None = None, *, width: int = 560, height: int = 380):
+    ``width`` None stretches the figure to its container (the explorer's grid of panels), never
+    narrower than ``min_width`` pixels.
+    """
+
+    def __init__(
+        self, tta: xr.Dataset | None = None, *, width: int | None = 560, height: int = 380,
+        min_width: int = 340,
+    ):
         self.sources = {
             name: ColumnDataSource(name=name)
             for name in ("tta_lines", "tta_points", "tta_fastest", "tta_knees")
         }
+        size = (dict(width=width, height=height) if width is not None else
+                dict(height=height, sizing_mode="stretch_width", min_width=min_width))
         fig = figure(
-            width=width,
-            height=height,
+            **size,
             x_axis_type="log",
             y_axis_type="log",
             title="Time to accuracy",
@@ -154,7 +162,13 @@ class TimeToAccuracyFigure:
                 LegendItem(label="fastest", renderers=[star]),
             ]
         )
-        fig.title.text_font_size = "10pt"
+        fig.title.text_font_size = "13px"
+        # The workload, rule and useful batch change with the controls: a second, smaller line keeps
+        # the title within the narrowest panel the explorer gives this figure.
+        self.subtitle = Title(text="", text_font_size="11px", text_font_style="normal",
+                              name="time_to_accuracy_subtitle")
+        fig.add_layout(self.subtitle, "above")
+        fig.toolbar.logo = None
         legend.location = "bottom_left"
         legend.label_text_font_size = "8pt"
         legend.background_fill_alpha = 0.7
@@ -171,10 +185,15 @@ class TimeToAccuracyFigure:
             self.sources[name].data = data
         rule = tta.attrs.get("convergence_rule", "")
         useful = tta.attrs.get("max_useful_batch", float("nan"))
-        self.figure.title.text = (
-            f"Time to accuracy ({tta.attrs.get('convergence_workload', '')}, "
-            f"{rule}, global batch <= {useful:,.0f})"
+        self.subtitle.text = (
+            f"{tta.attrs.get('convergence_workload', '')}, {rule}, global batch <= {useful:,.0f}"
         )
+
+    def show_nothing(self, why: str) -> None:
+        """Empty every source and say ``why`` under the title (the figure itself is kept)."""
+        for source in self.sources.values():
+            source.data = {name: [] for name in source.data}
+        self.subtitle.text = why
 
 
 def loss_curves_figure(

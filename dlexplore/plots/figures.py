@@ -7,14 +7,21 @@ only receives new columns. The same object renders the static HTML report.
 
 Source names (stable: browser tests and user code can find them with
 ``document.get_model_by_name``): ``throughput_predicted``, ``throughput_measured``,
-``throughput_selected``, ``step_breakdown``, ``memory``, ``comm_buckets``, ``comm_phases``, and
-``step_breakdown_measured`` (measured breakdowns from traces beside the predicted bars, see
-:meth:`ExplorerFigures.show_measured_steps`).
+``throughput_selected``, ``throughput_band`` (the calibrated prediction band, empty until a
+calibration gives one, see :meth:`ExplorerFigures.show_band`), ``step_breakdown``, ``memory``,
+``comm_buckets``, ``comm_phases``, and ``step_breakdown_measured`` (measured breakdowns from
+traces beside the predicted bars, see :meth:`ExplorerFigures.show_measured_steps`).
+
+Layout: each figure stands alone (:attr:`ExplorerFigures.figures`), stretching to the width it is
+given down to ``min_width``, with its legend below the data, no Bokeh logo, and titles short
+enough for that width (the changing details go in a second, smaller title line:
+:attr:`~ExplorerFigures.subtitles`); :attr:`ExplorerFigures.layout` puts the four in a grid for a
+standalone page. New data goes in as plain lists, which BokehJS takes without binary buffers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import xarray as xr
@@ -29,6 +36,7 @@ from bokeh.models import (
     NumeralTickFormatter,
     Range1d,
     Span,
+    Title,
 )
 from bokeh.plotting import figure
 
@@ -40,6 +48,7 @@ SOURCE_NAMES = (
     "throughput_predicted",
     "throughput_measured",
     "throughput_selected",
+    "throughput_band",
     "step_breakdown",
     "memory",
     "comm_buckets",
@@ -50,23 +59,26 @@ SOURCE_NAMES = (
 #: The measured step stack beside the predicted one: (column, legend label, colour). Hatched bars.
 MEASURED_STEP_PARTS = (
     ("compute_only", "compute", cols.BLUE),
-    ("comm_overlapped", "compute + communication (overlapped)", cols.SKY),
-    ("comm_exposed", "communication (exposed)", cols.VERMILION),
+    ("comm_overlapped", "compute (allreduce hidden)", cols.SKY),
+    ("comm_exposed", "allreduce (exposed)", cols.VERMILION),
     ("data", "data loading", cols.ORANGE),
-    ("memcpy", "measured: memcpy and memset", cols.GREEN),
+    ("memcpy", "measured: memcpy", cols.GREEN),
     ("idle", "measured: idle", "#DDDDDD"),
 )
 
-_WIDTH, _HEIGHT = 560, 380
+_HEIGHT = 340
+#: The narrowest a figure gets: its legend, titles and toolbar fit in this many pixels.
+MIN_WIDTH = 340
 _OOM_BACKGROUND, _OK_BACKGROUND = "#fde0dc", "#ffffff"
 
 
 def _legend_below(fig, legend: Legend, *, ncols: int) -> None:
-    """Legends go under the plot so they never hide data points."""
+    """Legends go under the data, never over it, in columns that fit :data:`MIN_WIDTH`."""
     legend.ncols = ncols
     legend.label_text_font_size = "8pt"
-    legend.glyph_height = legend.glyph_width = 14
-    legend.padding = legend.margin = 4
+    legend.glyph_height = legend.glyph_width = 12
+    legend.padding = legend.margin = 3
+    legend.spacing = 2
     legend.border_line_alpha = 0
     if legend in fig.center:
         fig.center.remove(legend)
@@ -75,6 +87,27 @@ def _legend_below(fig, legend: Legend, *, ncols: int) -> None:
 
 def _empty(columns: Sequence[str]) -> dict[str, list]:
     return {name: [] for name in columns}
+
+
+def _plain(columns: dict) -> dict:
+    """Columns as lists: BokehJS gets them inside the patch's JSON instead of one binary buffer
+    (two more comm messages) per array; the explorer's columns hold at most a few hundred values."""
+    return {name: value.tolist() if isinstance(value, np.ndarray) else value
+            for name, value in columns.items()}
+
+
+def _subtitle(fig, name: str) -> Title:
+    """A second title line under the figure's title, for the details that change with the data."""
+    title = Title(text="", text_font_size="11px", text_font_style="normal", name=name)
+    fig.add_layout(title, "above")
+    return title
+
+
+def _figure(**kwargs):
+    fig = figure(**kwargs)
+    fig.toolbar.logo = None
+    fig.title.text_font_size = "13px"
+    return fig
 
 
 class ExplorerFigures:
@@ -89,52 +122,70 @@ class ExplorerFigures:
         Size of each figure, pixels.
     """
 
-    def __init__(self, gpu_counts: Sequence[int] = cols.GPU_COUNTS, *, width: int = _WIDTH,
-                 height: int = _HEIGHT):
+    def __init__(self, gpu_counts: Sequence[int] = cols.GPU_COUNTS, *, width: int | None = None,
+                 height: int = _HEIGHT, min_width: int = MIN_WIDTH):
         self.gpu_counts = [int(g) for g in gpu_counts]
         self.sources = {name: ColumnDataSource(name=name) for name in SOURCE_NAMES}
-        self.throughput = self._throughput_figure(width, height)
-        self.step_breakdown = self._step_figure(width, height)
-        self.memory = self._memory_figure(width, height)
-        self.comm = self._comm_figure(width, height)
-        self.layout = gridplot(
-            [[self.throughput, self.step_breakdown], [self.memory, self.comm]],
-            toolbar_location="right", merge_tools=False,
-        )
-        self.layout.name = "dlexplore_explorer"
+        # width None: stretch to the container (the explorer's grid), never below min_width.
+        size = (dict(width=width, height=height) if width is not None else
+                dict(height=height, sizing_mode="stretch_width", min_width=min_width))
+        self.subtitles: dict[str, Title] = {}
+        self.throughput = self._throughput_figure(size)
+        self.step_breakdown = self._step_figure(size)
+        self.memory = self._memory_figure(size)
+        self.comm = self._comm_figure(size)
+        self._layout = None
+
+    @property
+    def figures(self) -> tuple:
+        """The four figures, in reading order: throughput, step time, memory, one step."""
+        return (self.throughput, self.step_breakdown, self.memory, self.comm)
+
+    @property
+    def layout(self):
+        """The four figures in a 2 x 2 grid (for a standalone page; the explorer lays them out
+        itself). Made on first use: a figure belongs to one layout."""
+        if self._layout is None:
+            self._layout = gridplot([[self.throughput, self.step_breakdown], [self.memory, self.comm]],
+                                    toolbar_location="right", merge_tools=False)
+            self._layout.name = "dlexplore_explorer"
+        return self._layout
 
     # -- building (once) ------------------------------------------------------------------------
 
-    def _throughput_figure(self, width: int, height: int):
+    def _throughput_figure(self, size: dict):
         predicted = self.sources["throughput_predicted"]
         predicted.data = _empty(["gpus", "throughput", "lower", "upper", "ideal", "efficiency",
                                  "step_time_ms", "fits", "color"])
         lo, hi = min(self.gpu_counts), max(self.gpu_counts)
-        fig = figure(
-            name="throughput_figure", title="Throughput vs GPUs", width=width, height=height,
+        fig = _figure(
+            name="throughput_figure", title="Throughput vs GPUs", **size,
             x_axis_type="log", y_axis_type="log", x_axis_label="GPUs",
             y_axis_label="throughput (samples/s)", x_range=Range1d(lo / 1.4, hi * 1.4),
             tools="pan,wheel_zoom,box_zoom,reset,save",
         )
+        self.subtitles["throughput"] = _subtitle(fig, "throughput_subtitle")
         fig.xaxis.ticker = FixedTicker(ticks=self.gpu_counts)
         fig.xaxis.formatter = NumeralTickFormatter(format="0")
         fig.yaxis.formatter = NumeralTickFormatter(format="0,0")
-        # the calibrated prediction interval, drawn under the line; hidden while there is none
-        self.band = fig.varea("gpus", "lower", "upper", source=predicted, fill_color=cols.BLUE,
-                              fill_alpha=0.15, legend_label="prediction interval", name="band",
+        # the calibrated prediction's band, under the line; hidden while there is none (show_band)
+        band = self.sources["throughput_band"]
+        band.data = _empty(["gpus", "lower", "upper"])
+        self.band = fig.varea("gpus", "lower", "upper", source=band, fill_color=cols.BLUE,
+                              fill_alpha=0.18, legend_label="calibrated band", name="band",
                               visible=False)
-        ideal = fig.line("gpus", "ideal", source=predicted, line_dash="dashed", color=cols.GREY,
-                         line_width=1.5, legend_label="ideal (linear)")
-        line = fig.line("gpus", "throughput", source=predicted, color=cols.BLUE, line_width=2.5,
-                        legend_label="predicted")
+        fig.line("gpus", "ideal", source=predicted, line_dash="dashed", color=cols.GREY,
+                 line_width=1.5, legend_label="ideal (linear)")
+        fig.line("gpus", "throughput", source=predicted, color=cols.BLUE, line_width=2.5,
+                 legend_label="predicted")
         dots = fig.scatter("gpus", "throughput", source=predicted, color="color", size=7,
                            legend_label="predicted")
         measured = self.sources["throughput_measured"]
-        measured.data = _empty(["gpus", "throughput", "label", "color", "source", "gpu", "network",
-                                "batch_size", "algorithm", "predicted", "error"])
+        measured.data = _empty(["gpus", "throughput", "label", "group", "color", "source", "gpu",
+                                "network", "batch_size", "algorithm", "predicted", "error"])
         marks = fig.scatter("gpus", "throughput", source=measured, marker="diamond", size=13,
                             fill_color="color", line_color="black", fill_alpha=0.85,
-                            legend_field="label")
+                            legend_field="group")
         selected = self.sources["throughput_selected"]
         selected.data = _empty(["gpus", "throughput", "efficiency", "step_time_ms"])
         ring = fig.scatter("gpus", "throughput", source=selected, size=22, fill_alpha=0,
@@ -156,20 +207,19 @@ class ExplorerFigures:
             HoverTool(renderers=[ring], tooltips=[("selected", "@gpus{0} GPUs"),
                                                  ("throughput", "@throughput{0,0} samples/s")]),
         )
-        del ideal, line
-        self.band_item = next(item for item in fig.legend[0].items if self.band in item.renderers)
-        self.band_item.visible = False
-        _legend_below(fig, fig.legend[0], ncols=2)
+        _legend_below(fig, fig.legend[0], ncols=3)
         fig.legend.click_policy = "hide"
+        self.band_item = next(item for item in fig.legend[0].items if self.band in item.renderers)
+        self.band_item.visible = False  # shown with a band (show_band)
         return fig
 
-    def _step_figure(self, width: int, height: int):
+    def _step_figure(self, size: dict):
         source = self.sources["step_breakdown"]
         source.data = _empty(["label", "gpus", *(c for c, _, _ in cols.STEP_PARTS), "step_time",
                               "comm_total", "alpha", "outline"])
-        fig = figure(
-            name="step_breakdown_figure", title="Where the step time goes", width=width,
-            height=height, x_range=FactorRange(*[str(g) for g in self.gpu_counts]),
+        fig = _figure(
+            name="step_breakdown_figure", title="Where the step time goes", **size,
+            x_range=FactorRange(*[str(g) for g in self.gpu_counts]),
             x_axis_label="GPUs", y_axis_label="time per step (ms)", tools="save,reset",
         )
         stack = [c for c, _, _ in cols.STEP_PARTS]
@@ -222,7 +272,7 @@ class ExplorerFigures:
             fig.x_range.factors = [str(g) for g in self.gpu_counts]
             fig.xaxis.major_label_orientation = "horizontal"
             return
-        source.data = {k: np.asarray(v) for k, v in data.items()}
+        source.data = _plain({k: np.asarray(v) for k, v in data.items()})
         factors: list[str] = []
         placed = set()
         for g in self.gpu_counts:
@@ -241,14 +291,15 @@ class ExplorerFigures:
                 zip(MEASURED_STEP_PARTS, self._measured_bars, strict=True) if label.startswith("measured")
             )]
 
-    def _memory_figure(self, width: int, height: int):
+    def _memory_figure(self, size: dict):
         source = self.sources["memory"]
         source.data = _empty(["label", *(c for c, _, _, _ in cols.MEMORY_PARTS), "total", "capacity"])
-        fig = figure(
-            name="memory_figure", title="Memory per GPU", width=width, height=height,
+        fig = _figure(
+            name="memory_figure", title="Memory per GPU", **size,
             y_range=FactorRange("per GPU"), x_range=Range1d(0, 1), x_axis_label="GiB",
             tools="save",
         )
+        self.subtitles["memory"] = _subtitle(fig, "memory_subtitle")
         bars = fig.hbar_stack(
             [c for c, _, _, _ in cols.MEMORY_PARTS], y="label", source=source, height=0.5,
             color=[c for _, _, _, c in cols.MEMORY_PARTS],
@@ -266,15 +317,15 @@ class ExplorerFigures:
         fig.ygrid.grid_line_color = None
         return fig
 
-    def _comm_figure(self, width: int, height: int):
+    def _comm_figure(self, size: dict):
         phases = self.sources["comm_phases"]
         phases.data = _empty(["phase", "row", "start", "end", "time", "color"])
         buckets = self.sources["comm_buckets"]
         buckets.data = _empty(["bucket", "row", "start", "end", "ready", "time", "mib", "algbw",
                                "busbw"])
-        fig = figure(
-            name="comm_figure", title="One step: compute and gradient allreduces", width=width,
-            height=height, y_range=FactorRange("allreduce", "compute"),
+        fig = _figure(
+            name="comm_figure", title="One step: compute and allreduces", **size,
+            y_range=FactorRange("allreduce", "compute"),
             x_axis_label="time from the start of the step (ms)",
             tools="xpan,xwheel_zoom,reset,save",
         )
@@ -291,7 +342,8 @@ class ExplorerFigures:
                 ("algbw", "@algbw{0,0.00} GB/s"), ("busbw", "@busbw{0,0.00} GB/s"),
             ]),
         )
-        _legend_below(fig, fig.legend[0], ncols=5)
+        self.subtitles["comm"] = _subtitle(fig, "comm_subtitle")
+        _legend_below(fig, fig.legend[0], ncols=3)
         fig.ygrid.grid_line_color = None
         return fig
 
@@ -303,51 +355,102 @@ class ExplorerFigures:
         ``measured`` is the column dict of :func:`dlexplore.plots.measured_columns` (or None to keep
         the current markers).
         """
-        columns = cols.throughput_columns(prediction)
-        self.sources["throughput_predicted"].data = columns
-        banded = bool(np.isfinite(columns["lower"]).any())
-        self.band.visible = self.band_item.visible = banded
-        if banded and "band_level" in prediction.attrs:
-            self.band_item.label = {"value": f"{float(prediction.attrs['band_level']):.0%} prediction "
-                                             "interval (calibrated)"}
+        self.show_line(prediction)
         if measured is not None:
-            self.sources["throughput_measured"].data = measured
+            self.show_measured(measured)
         self.select(prediction, gpus)
+
+    def show_line(self, prediction: xr.Dataset) -> None:
+        """The predicted (and ideal) throughput over every GPU count, and the prediction interval
+        a calibrated prediction carries (``throughput_lower``/``_upper``) as the band."""
+        columns = cols.throughput_columns(prediction)
+        self.sources["throughput_predicted"].data = _plain(columns)
+        if np.isfinite(columns["lower"]).any():
+            level = prediction.attrs.get("band_level")
+            label = (f"{float(level):.0%} prediction interval (calibrated)" if level is not None
+                     else "prediction interval (calibrated)")
+            self.show_band(columns["lower"], columns["upper"], label=label)
+        else:
+            self.show_band(None)
+
+    def show_measured(self, measured: dict) -> None:
+        """Lay measured points (:func:`dlexplore.plots.measured_columns`) over the line, and say
+        how far the line is from the points it stands for (its error) under the title."""
+        self.sources["throughput_measured"].data = _plain(measured)
+        error = np.abs(np.asarray(measured["error"], dtype=float))
+        error = error[np.isfinite(error)]
+        self.subtitles["throughput"].text = (
+            f"measured: mean |error| {error.mean():.1%} ({error.size} point{'s' if error.size != 1 else ''})"
+            if error.size else ("measured: none comparable with this line" if len(measured["gpus"]) else ""))
+
+    def show_band(self, lower: Sequence[float] | None, upper: Sequence[float] | None = None, *,
+                  label: str = "calibrated band") -> None:
+        """Shade the calibrated prediction's band (samples/s at each GPU count) under ``label`` in
+        the legend; None clears and hides it."""
+        if lower is None:
+            if self.band.visible or self.sources["throughput_band"].data["gpus"]:
+                self.sources["throughput_band"].data = _empty(["gpus", "lower", "upper"])
+            self.band.visible = self.band_item.visible = False
+            return
+        self.sources["throughput_band"].data = {
+            "gpus": [float(g) for g in self.gpu_counts],
+            "lower": [float(v) for v in lower], "upper": [float(v) for v in upper]}
+        self.band_item.label = {"value": label}
+        self.band.visible = self.band_item.visible = True
 
     def select(self, prediction: xr.Dataset, gpus: int) -> None:
         """Highlight ``gpus`` GPUs: the parts of the plots that depend on the GPU count alone."""
-        self.sources["throughput_selected"].data = cols.selected_columns(prediction, gpus)
-        self.sources["step_breakdown"].data = cols.step_breakdown_columns(prediction, gpus)
+        for _, update in self.selection_updates(prediction, gpus):
+            update()
+
+    def selection_updates(self, prediction: xr.Dataset, gpus: int) -> list[tuple[object, Callable]]:
+        """:meth:`select` as one update per figure, in reading order: ``(figure, update)``. A caller
+        that sends each figure's changes as they are made (the explorer) lets the first figure reach
+        the browser while the next ones are worked out."""
+        return [
+            (self.throughput, lambda: self._select_throughput(prediction, gpus)),
+            (self.step_breakdown, lambda: self._select_step(prediction, gpus)),
+            (self.memory, lambda: self._select_memory(prediction, gpus)),
+            (self.comm, lambda: self._select_comm(prediction, gpus)),
+        ]
+
+    def _select_throughput(self, prediction: xr.Dataset, gpus: int) -> None:
+        self.sources["throughput_selected"].data = _plain(cols.selected_columns(prediction, gpus))
+
+    def _select_step(self, prediction: xr.Dataset, gpus: int) -> None:
+        self.sources["step_breakdown"].data = _plain(cols.step_breakdown_columns(prediction, gpus))
+
+    def _select_memory(self, prediction: xr.Dataset, gpus: int) -> None:
         memory = cols.memory_columns(prediction, gpus)
-        self.sources["memory"].data = memory
+        self.sources["memory"].data = _plain(memory)
         total, capacity = float(memory["total"][0]), float(memory["capacity"][0])
         self.capacity_span.location = capacity
         self.memory.x_range.end = max(total, capacity) * 1.08
+        fits = f"batch <= {cols.largest_batch(prediction, gpus)} fits"
+        subtitle = self.subtitles["memory"]
         if total > capacity:
-            self.memory.title.text = (
-                f"OUT OF MEMORY: needs {total:.1f} of {capacity:.1f} GiB "
-                f"(batch <= {cols.largest_batch(prediction, gpus)} fits)"
-            )
-            self.memory.title.text_color = cols.VERMILION
+            subtitle.text = f"OUT OF MEMORY: {total:.3g} of {capacity:.3g} GiB; {fits}"
+            subtitle.text_color = cols.VERMILION
+            subtitle.text_font_style = "bold"
             self.memory.background_fill_color = _OOM_BACKGROUND
         else:
-            self.memory.title.text = (
-                f"Memory per GPU: {total:.1f} of {capacity:.1f} GiB "
-                f"(batch <= {cols.largest_batch(prediction, gpus)} fits)"
-            )
-            self.memory.title.text_color = "black"
+            subtitle.text = f"{total:.1f} of {capacity:.1f} GiB used; {fits}"
+            subtitle.text_color = "black"
+            subtitle.text_font_style = "normal"
             self.memory.background_fill_color = _OK_BACKGROUND
-        self.sources["comm_phases"].data = cols.phase_columns(prediction, gpus)
+
+    def _select_comm(self, prediction: xr.Dataset, gpus: int) -> None:
+        self.sources["comm_phases"].data = _plain(cols.phase_columns(prediction, gpus))
         buckets = cols.bucket_columns(prediction, gpus)
-        self.sources["comm_buckets"].data = buckets
+        self.sources["comm_buckets"].data = _plain(buckets)
         if gpus == 1:
-            self.comm.title.text = "One step on 1 GPU: no gradient communication"
+            self.subtitles["comm"].text = "1 GPU: no gradient communication"
         else:
             total_ms = buckets["time"].sum()
             mib = buckets["mib"].sum()
             # busbw of all buckets together: the nccl-tests factor times bytes over time
             busbw = float(np.nansum(buckets["busbw"] * buckets["time"]) / total_ms) if total_ms else 0.0
-            self.comm.title.text = (
-                f"{gpus} GPUs: {len(buckets['bucket'])} allreduces, {mib:,.0f} MiB in "
-                f"{total_ms:,.1f} ms, busbw {busbw:,.2f} GB/s"
+            self.subtitles["comm"].text = (
+                f"{len(buckets['bucket'])} allreduces, {mib:,.0f} MiB, {total_ms:,.3g} ms, "
+                f"busbw {busbw:,.3g} GB/s"
             )

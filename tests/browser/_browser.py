@@ -129,7 +129,7 @@ def jupyter_env(home: Path) -> dict[str, str]:
     return env
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
     """Every process below ``pid`` (Linux /proc; elsewhere none are known)."""
     parents: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -199,7 +199,7 @@ class Server:
     def stop(self) -> None:
         # Kernels live in sessions of their own (jupyter_client starts them so): note them before
         # the server goes, to end any that it leaves behind.
-        kernels = _descendants(self.proc.pid) if self.proc.poll() is None else []
+        kernels = descendants(self.proc.pid) if self.proc.poll() is None else []
         group = self.proc.pid
         if self.proc.poll() is None:
             # SIGTERM first: the server then shuts its kernels down itself.
@@ -378,3 +378,99 @@ def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     rank = max(1, -(-len(ordered) * q // 100))
     return ordered[int(rank) - 1]
+
+
+# ---------------------------------------------------------------------------------------------
+# layout: what a person would see cut off, measured from element bounds rather than eyeballed
+
+# Returns a list of problems (empty when the layout holds) for the explorer under ``root``:
+# anything wider than the panel that shows it, a scrollbar inside it, a button or drop-down whose
+# text is cut, and, for each Bokeh figure in it, a logo, a legend outside the canvas or a title
+# whose text runs past it (measured with the title's own font on a canvas).
+JS_LAYOUT_PROBLEMS = """(rootSelector) => {
+  // Every drawn figure's view: each widget view has a Bokeh document of its own (two views of one
+  // notebook hold the same model ids, so Bokeh.index cannot list them all).
+  const figure_views = () => (window.Bokeh ? Bokeh.documents : [])
+      .flatMap((doc) => [...doc.views_manager])
+      .filter((v) => v.model.type === "Figure" && v.el.isConnected);
+  const problems = [];
+  const root = document.querySelector(rootSelector);
+  if (!root) return ["nothing matches " + rootSelector];
+  const name = (el) => el.tagName.toLowerCase() + (el.className && typeof el.className === "string"
+      ? "." + el.className.trim().split(/\\s+/).slice(0, 3).join(".") : "");
+  const panel = root.closest(".jp-NotebookPanel") || document.body;
+  const clip = panel.getBoundingClientRect();
+  const right = Math.min(clip.right, document.documentElement.clientWidth);
+  const doc = document.scrollingElement || document.documentElement;
+  if (doc.scrollWidth > doc.clientWidth + 1)
+    problems.push(`the page scrolls sideways (${doc.scrollWidth} > ${doc.clientWidth} px)`);
+  for (const el of [root, ...root.querySelectorAll("*")]) {
+    const rect = el.getBoundingClientRect();
+    if (rect.width === 0 || rect.height === 0) continue;
+    if (rect.right > right + 1 || rect.left < clip.left - 1)
+      problems.push(`${name(el)} reaches ${Math.round(rect.left)}..${Math.round(rect.right)} px, ` +
+                    `outside its panel ${Math.round(clip.left)}..${Math.round(right)} px`);
+    const style = getComputedStyle(el);
+    if (["auto", "scroll"].includes(style.overflowX) && el.scrollWidth > el.clientWidth + 1)
+      problems.push(`${name(el)} has a horizontal scrollbar (${el.scrollWidth} > ${el.clientWidth})`);
+    if (["auto", "scroll"].includes(style.overflowY) && el.scrollHeight > el.clientHeight + 1)
+      problems.push(`${name(el)} has a vertical scrollbar (${el.scrollHeight} > ${el.clientHeight})`);
+  }
+  // Scroll containers around the explorer (the output area, the cell) scroll when it is too wide.
+  for (let el = root.parentElement; el && el !== panel.parentElement; el = el.parentElement) {
+    const scrolls = ["auto", "scroll"].includes(getComputedStyle(el).overflowX);
+    if (scrolls && el.scrollWidth > el.clientWidth + 1)
+      problems.push(`${name(el)} around the explorer scrolls sideways ` +
+                    `(${el.scrollWidth} > ${el.clientWidth})`);
+  }
+  const ctx = document.createElement("canvas").getContext("2d");
+  const textWidth = (text, font) => { ctx.font = font; return ctx.measureText(text).width; };
+  for (const label of root.querySelectorAll(".widget-label, .widget-readout")) {
+    if (label.scrollWidth > label.clientWidth + 1)
+      problems.push(`label "${label.textContent.trim()}" is cut ` +
+                    `(${label.scrollWidth} > ${label.clientWidth})`);
+  }
+  for (const button of root.querySelectorAll("button")) {
+    if (button.scrollWidth > button.clientWidth + 1)
+      problems.push(`button "${button.textContent.trim()}" is cut ` +
+                    `(${button.scrollWidth} > ${button.clientWidth})`);
+  }
+  for (const select of root.querySelectorAll("select")) {
+    const option = select.options[select.selectedIndex];
+    if (!option) continue;
+    const s = getComputedStyle(select);
+    const font = `${s.fontStyle} ${s.fontWeight} ${s.fontSize} ${s.fontFamily}`;
+    const need = textWidth(option.textContent, font);
+    const room = select.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight) - 16;
+    if (need > room + 1)
+      problems.push(`drop-down "${option.textContent}" is cut ` +
+                    `(${Math.round(need)} > ${Math.round(room)} px)`);
+  }
+  const figures = figure_views().filter((v) => root.contains(v.el));
+  if (!figures.length) problems.push("no Bokeh figure drawn under " + rootSelector);
+  for (const v of figures) {
+    const fig = v.model.name;
+    const w = v.bbox.width, h = v.bbox.height;
+    if (v.model.toolbar.logo !== null) problems.push(`${fig} shows the Bokeh logo`);
+    for (const rv of v.renderer_views.values()) {
+      const m = rv.model, b = rv.bbox;
+      const outside = b && (b.x < -1 || b.y < -1 || b.x + b.width > w + 1 || b.y + b.height > h + 1);
+      if (m.type === "Legend" && outside)
+        problems.push(`${fig}: its legend (${Math.round(b.x)}..${Math.round(b.x + b.width)} px) ` +
+                      `is cut by the figure (0..${w} px)`);
+      if (m.type === "Title" && m.text && b) {
+        const font = `${m.text_font_style} ${m.text_font_size} ${m.text_font}`;
+        const end = b.x + m.offset + textWidth(m.text, font);
+        if (end > w + 1)
+          problems.push(`${fig}: the title "${m.text}" runs to ${Math.round(end)} px, past ${w}`);
+      }
+    }
+  }
+  return problems;
+}"""
+
+
+def layout_problems(page, root_selector: str = ".dlx-explorer") -> list[str]:
+    """What is cut off, scrolls or sticks out in the explorer under ``root_selector`` (see
+    :data:`JS_LAYOUT_PROBLEMS`); an empty list when the layout holds."""
+    return page.evaluate(JS_LAYOUT_PROBLEMS, root_selector)

@@ -291,6 +291,7 @@ def lab_server(tmp_path_factory, artifacts_dir):
     ]
     server = Server("jupyter lab", argv, port=port, cwd=root, env=jupyter_env(home),
                     log_path=artifacts_dir / "lab-server.log")
+    server.root = root
     try:
         server.wait_ready()
         _check_lab_overrides(server.url)

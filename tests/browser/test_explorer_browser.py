@@ -32,8 +32,9 @@ pytestmark = pytest.mark.browser
 # A person waits for the first page longer than for a move; a 2-core CI machine starts a kernel,
 # imports the stack and builds the figures in well under this.
 FIRST_PLOT_MS = 120_000
-# The issue's target for slider-to-plot is 250 ms; this bound only catches breakage (a stuck comm,
-# a full re-render per move) without making the suite flaky on a loaded machine.
+# Issue 15's target for slider-to-plot is 50 ms median (timings.json has the figures); this bound
+# only catches breakage (a stuck comm, a full re-render per move) without making the suite flaky on
+# a loaded machine.
 LATENCY_BOUND_MS = 2_000
 EXPLORER_SOURCES = ["throughput_predicted", "throughput_selected", "step_breakdown", "comm_buckets"]
 
@@ -151,6 +152,24 @@ def test_voila_dashboard_plots_and_follows_the_gpu_slider(voila_server, tab, tim
     print(f"\nVoila GPU slider -> plot data: median {statistics.median(samples):.0f} ms, "
           f"max {max(samples):.0f} ms, n={len(samples)}")
     assert statistics.median(samples) < LATENCY_BOUND_MS, samples
+
+    # The batch slider calls the model (one vectorised predict over every GPU count).
+    batch = _control(page, "slider", "Batch/GPU").get_by_role("slider")
+    assert batch.count() == 1, "expected one slider labelled Batch/GPU"
+    batch_samples = []
+    for key in ["ArrowRight", "ArrowLeft"] * 5:
+        batch.focus()
+        change = timed_change(page, "throughput_predicted", ["throughput"],
+                              lambda key=key: page.keyboard.press(key))
+        assert change["ms"] is not None, f"{key} on the batch slider did not change the prediction"
+        batch_samples.append(change["ms"])
+        assert wait_settled(page, EXPLORER_SOURCES), "the page kept changing after a slider move"
+    timings["voila_batch_slider_to_plot"] = {
+        "samples_ms": batch_samples,
+        "what": "Voila: ArrowRight/Left on the Batch/GPU slider (a model call) to throughput_predicted "
+                "changed in BokehJS",
+    }
+    assert statistics.median(batch_samples) < LATENCY_BOUND_MS, batch_samples
     tab.shot("after")
     tab.assert_clean()
 
@@ -210,6 +229,20 @@ def test_jupyterlab_notebook_runs_the_explorer(lab_server, tab, timings):
         "throughput_selected changed in BokehJS"}
     page.locator(".bk-Canvas").first.scroll_into_view_if_needed()
     tab.shot("after")
+    # Saved as a student saves it: BokehJS came from the server (dlexplore's extension), so the
+    # notebook holds a loader of a few hundred bytes, not 4 MB of BokehJS per output.
+    saved = lab_server.root / "explorer.ipynb"
+    before = saved.stat().st_mtime_ns
+    page.keyboard.press("Control+s")
+    deadline = time.monotonic() + 30
+    while saved.stat().st_mtime_ns == before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert saved.stat().st_mtime_ns != before, "Ctrl+S did not save the notebook"
+    text = saved.read_text(encoding="utf-8")
+    assert "dlexplore/bokehjs/" in text and "BEGIN bokeh.min.js" not in text
+    timings["jupyterlab_saved_notebook"] = {"bytes": len(text.encode()),
+                                            "what": "explorer notebook saved after Run All"}
+    assert len(text.encode()) < 1_000_000, f"the saved notebook weighs {len(text.encode()):,} bytes"
     tab.assert_clean()
 
 

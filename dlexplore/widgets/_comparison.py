@@ -1,0 +1,141 @@
+"""The explorer's measured side, without widgets: which points a prediction stands for, the setup
+to predict them with, what still differs, and how wide the held-out points ask the calibrated
+band to be.
+
+Pure functions of datasets and plain values, so that the rules are tested without a browser.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from .. import catalog
+from ..errors import DlexploreError
+from ..model.comm import normalize_algorithm
+
+__all__ = ["points_of", "adopted_setup", "adoption", "setup_differences", "held_out_factors"]
+
+
+def _lower(values: Any) -> np.ndarray:
+    return np.char.lower(np.asarray(values).astype(str))
+
+
+def _resolved(kind: str, names: np.ndarray) -> np.ndarray:
+    """Catalog names (aliases resolved) of ``names``; an unknown name stays as written."""
+    lookup = catalog.gpu if kind == "gpu" else catalog.workload
+    out = {}
+    for name in set(names.tolist()):
+        try:
+            out[name] = lookup(name).name.lower()
+        except DlexploreError:
+            out[name] = name.lower()
+    return np.array([out[n] for n in names.tolist()], dtype=object)
+
+
+def points_of(ds: xr.Dataset, workload: str, gpu: str | None = None) -> xr.Dataset | None:
+    """The points of ``ds`` measured with ``workload`` (and ``gpu``), or None if there are none."""
+    keep = np.ones(ds.sizes["point"], dtype=bool)
+    if "workload" in ds.coords:
+        keep &= (
+            _resolved("workload", _lower(ds["workload"].values)) == catalog.workload(workload).name.lower()
+        )
+    if gpu is not None and "gpu" in ds.coords:
+        keep &= _resolved("gpu", _lower(ds["gpu"].values)) == catalog.gpu(gpu).name.lower()
+    return ds.isel(point=np.flatnonzero(keep)) if keep.any() else None
+
+
+def _most_common(values: np.ndarray) -> str:
+    names, counts = np.unique(values.astype(str), return_counts=True)
+    return str(names[np.argmax(counts)])
+
+
+def adopted_setup(ds: xr.Dataset, precision: str | None = None) -> dict[str, Any]:
+    """The explorer's settings that make its line predict the points of ``ds`` (one workload and
+    GPU, see :func:`points_of`): the precision (``precision`` if the points include it, else
+    the most common), then that precision's batch per GPU, GPUs per node, and the link the points
+    used: an intra-node link becomes the explorer's ``intra_link`` (the network between nodes
+    stays), a network its ``network``; and the allreduce algorithm most of the multi-GPU points
+    ran, where they name one (a Horovod ring, a parameter server).
+
+    Settings the catalog does not know are left out (the control keeps its value).
+    """
+    out: dict[str, Any] = {}
+    if "precision" in ds.coords:
+        have = set(np.asarray(ds["precision"].values).astype(str))
+        out["precision"] = precision if precision in have else _most_common(ds["precision"].values)
+        ds = ds.isel(point=np.flatnonzero(ds["precision"].values.astype(str) == out["precision"]))
+    if "batch_size" in ds.coords:
+        out["batch_size"] = int(float(_most_common(ds["batch_size"].values)))
+    if "gpus_per_node" in ds.coords:
+        out["gpus_per_node"] = int(np.nanmax(ds["gpus_per_node"].values.astype(float)))
+    if "network" in ds.coords:
+        name = _most_common(ds["network"].values)
+        try:
+            link = catalog.network(name)
+        except DlexploreError:
+            link = None
+        if link is not None:
+            out["intra_link" if link.kind == "intra" else "network"] = link.name
+    if "algorithm" in ds.coords and "gpus" in ds.coords:
+        ran = np.asarray(ds["algorithm"].values).astype(str)
+        named = (ds["gpus"].values > 1) & ~np.isin(np.char.lower(ran), ("none", "unknown", ""))
+        if named.any():
+            try:
+                out["algorithm"] = normalize_algorithm(_most_common(ran[named]))
+            except DlexploreError:
+                pass  # an algorithm the model does not know: the control keeps its value
+    return out
+
+
+def adoption(ds: xr.Dataset, workload: str, gpu: str, precision: str | None = None) -> dict[str, Any]:
+    """Everything the explorer adopts from ``ds`` to predict its points: the workload and GPU
+    where ``ds`` has no point of the current ones (its first workload, its most common GPU for
+    that workload), then :func:`adopted_setup` of those points."""
+    wanted: dict[str, Any] = {}
+    subset = points_of(ds, workload, gpu)
+    if subset is None:
+        subset = points_of(ds, workload)
+        if subset is None and "workload" in ds.coords:
+            wanted["workload"] = str(ds["workload"].values.astype(str)[0])
+            subset = points_of(ds, wanted["workload"])
+        if subset is not None and "gpu" in subset.coords:
+            wanted["gpu"] = _most_common(subset["gpu"].values)
+    wanted.update(adopted_setup(subset if subset is not None else ds, precision))
+    return wanted
+
+
+def setup_differences(ds: xr.Dataset, settings: Mapping[str, Any]) -> list[str]:
+    """How the measured points' setup differs from the line's ``settings`` (batch_size,
+    gpus_per_node, precision), in words: ``["batch 96 per GPU (the line: 128)"]``."""
+    notes = []
+    if "precision" in ds.coords and settings.get("precision") is not None:
+        measured = set(np.asarray(ds["precision"].values).astype(str))
+        if settings["precision"] not in measured:
+            notes.append(f"precision {', '.join(sorted(measured))} (the line: {settings['precision']})")
+    if "batch_size" in ds.coords and settings.get("batch_size") is not None:
+        batches = sorted({int(float(b)) for b in np.asarray(ds["batch_size"].values)})
+        if settings["batch_size"] not in batches:
+            shown = ", ".join(str(b) for b in batches)
+            notes.append(f"batch {shown} per GPU (the line: {settings['batch_size']})")
+    if "gpus_per_node" in ds.coords and settings.get("gpus_per_node") is not None:
+        per_node = int(np.nanmax(ds["gpus_per_node"].values.astype(float)))
+        if per_node != settings["gpus_per_node"]:
+            notes.append(f"{per_node} GPUs per node (the line: {settings['gpus_per_node']})")
+    return notes
+
+
+def held_out_factors(cal: Any) -> tuple[float, float] | None:
+    """The band the points a calibration was not fitted to ask for, as factors of its line:
+    ``(lower, upper)`` such that a point off by the largest held-out error ``e`` lies inside
+    (error = (predicted - measured) / measured: such a point sits at ``line / (1 + e)``), or None
+    when no point was held out."""
+    held = cal.points.loc[~cal.points["fitted"].astype(bool), "error"].astype(float)
+    held = held[np.isfinite(held)]
+    spread = float(np.abs(held).max()) if len(held) else 0.0
+    if not spread:
+        return None
+    return 1.0 / (1.0 + spread), (1.0 / (1.0 - spread) if spread < 1 else np.inf)
