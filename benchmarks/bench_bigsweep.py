@@ -28,7 +28,9 @@ from dlexplore.model.bigsweep import best_per_gpus  # noqa: E402
 
 def _sweep(scale: float) -> dict:
     return dict(
-        workload="resnet50", gpu="V100-16GB", gpus_per_node=8,
+        workload="resnet50",
+        gpu="V100-16GB",
+        gpus_per_node=8,
         gpus=2 ** np.arange(16),  # 1 .. 32768 GPUs
         batch_size=np.arange(4, 404, 4),  # 100 values, samples per GPU
         bandwidth=np.geomspace(0.5, 500, max(1, round(1000 * scale))),  # GB/s
@@ -51,16 +53,24 @@ def main() -> None:
     elapsed = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     result = {
-        "points": points, "workers": args.workers, "scheduler": args.scheduler,
-        "wall_s": elapsed, "points_per_s": points / elapsed,
-        "peak_rss_bytes": peak, "rss_before_bytes": rss_before,
+        "points": points,
+        "workers": args.workers,
+        "scheduler": args.scheduler,
+        "wall_s": elapsed,
+        "points_per_s": points / elapsed,
+        "peak_rss_bytes": peak,
+        "rss_before_bytes": rss_before,
         "full_grid_bytes_per_variable": points * 8,
     }
     print(best.reset_coords(drop=True).to_dataframe().to_string())
-    print(f"{points:,} configurations reduced to the best per GPU count in {elapsed:.1f} s on "
-          f"{args.workers} {args.scheduler} workers ({points / elapsed:.3g} configurations/s)")
-    print(f"peak RSS {peak / 2**20:.0f} MiB (before: {rss_before / 2**20:.0f} MiB); one float64 variable "
-          f"over the full grid would take {points * 8 / 2**30:.1f} GiB")
+    print(
+        f"{points:,} configurations reduced to the best per GPU count in {elapsed:.1f} s on "
+        f"{args.workers} {args.scheduler} workers ({points / elapsed:.3g} configurations/s)"
+    )
+    print(
+        f"peak RSS {peak / 2**20:.0f} MiB (before: {rss_before / 2**20:.0f} MiB); one float64 variable "
+        f"over the full grid would take {points * 8 / 2**30:.1f} GiB"
+    )
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(result, handle, indent=2)

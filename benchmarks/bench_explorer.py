@@ -43,8 +43,9 @@ def _stats(seconds: list[float]) -> dict:
 
 def bench_control(explorer: Explorer, name: str, moves: int) -> dict:
     control = explorer.controls[name]
-    values = [explorer._control_value(name, v) if name != "measured" else (v or "(none)")
-              for v in MOVES[name]]
+    values = [
+        explorer._control_value(name, v) if name != "measured" else (v or "(none)") for v in MOVES[name]
+    ]
     times = []
     for value in itertools.islice(itertools.cycle(values), moves):
         if control.value == value:
@@ -76,8 +77,9 @@ def main() -> None:
     base = results["baseline: new explorer per move"]["median_ms"]
     print(f"{'control':34s} {'n':>5s} {'median ms':>10s} {'p95 ms':>8s} {'vs baseline':>12s}")
     for name, r in results.items():
-        print(f"{name:34s} {r['n']:5d} {r['median_ms']:10.2f} {r['p95_ms']:8.2f} "
-              f"{base / r['median_ms']:11.1f}x")
+        print(
+            f"{name:34s} {r['n']:5d} {r['median_ms']:10.2f} {r['p95_ms']:8.2f} {base / r['median_ms']:11.1f}x"
+        )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(results, handle, indent=2)

@@ -81,8 +81,9 @@ def _slider(page, label: str):
     import re
 
     label_re = re.compile(rf"^\s*{re.escape(label)}\s*$")
-    return page.locator(".widget-slider", has=page.locator(".widget-label", has_text=label_re)) \
-        .get_by_role("slider")
+    return page.locator(".widget-slider", has=page.locator(".widget-label", has_text=label_re)).get_by_role(
+        "slider"
+    )
 
 
 def measure(root: Path, browser, pages: int, moves: int) -> dict:
@@ -94,8 +95,7 @@ def measure(root: Path, browser, pages: int, moves: int) -> dict:
     argv = [str(exe), "explore", "--no-browser", "--port", str(port)]
     if "--pool-size" in help_text:
         argv += ["--pool-size", "1"]
-    server = Server(str(root), argv, port=port, cwd=home, env=jupyter_env(home),
-                    log_path=home / "server.log")
+    server = Server(str(root), argv, port=port, cwd=home, env=jupyter_env(home), log_path=home / "server.log")
     out: dict = {"root": str(root), "pool": "--pool-size" in help_text}
     try:
         server.wait_ready()
@@ -138,14 +138,21 @@ def measure(root: Path, browser, pages: int, moves: int) -> dict:
 
 
 def _summary(samples: list[float]) -> str:
-    return (f"median {statistics.median(samples):7.1f} ms, p95 {percentile(samples, 95):7.1f} ms "
-            f"(n={len(samples)})")
+    return (
+        f"median {statistics.median(samples):7.1f} ms, p95 {percentile(samples, 95):7.1f} ms "
+        f"(n={len(samples)})"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", action="append", type=Path, required=True,
-                        help="a checkout with its .venv (repeat: this one and a baseline)")
+    parser.add_argument(
+        "--root",
+        action="append",
+        type=Path,
+        required=True,
+        help="a checkout with its .venv (repeat: this one and a baseline)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="rounds, alternating the roots")
     parser.add_argument("--pages", type=int, default=5, help="first paints per round")
     parser.add_argument("--moves", type=int, default=16, help="moves per slider per round")
@@ -159,8 +166,9 @@ def main() -> None:
     results: dict[str, dict[str, list[float]]] = {}
     with sync_playwright() as playwright:
         home = Path(tempfile.mkdtemp(prefix="dlx-chromium-"))
-        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True,
-                                             env=private_home_env(home))
+        browser = playwright.chromium.launch(
+            executable_path=chromium, args=CHROMIUM_ARGS, headless=True, env=private_home_env(home)
+        )
         for round_ in range(args.rounds):
             for root in args.root:
                 one = measure(root.resolve(), browser, args.pages, args.moves)
@@ -168,8 +176,9 @@ def main() -> None:
                 for key, value in one.items():
                     if isinstance(value, list):
                         merged.setdefault(key, []).extend(value)
-                print(f"round {round_ + 1}, {root}: first paint {_summary(one['first_paint_ms'])}",
-                      flush=True)
+                print(
+                    f"round {round_ + 1}, {root}: first paint {_summary(one['first_paint_ms'])}", flush=True
+                )
         browser.close()
     for root, figures in results.items():
         print(f"\n{root}")

@@ -46,8 +46,12 @@ def bench_vectorised(repeat: int) -> dict:
         times.append(time.perf_counter() - start)
     assert ds.step_time.size == points
     median = statistics.median(times)
-    return {"points": points, "median_s": median, "p95_s": float(np.percentile(times, 95)),
-            "configs_per_s": points / median}
+    return {
+        "points": points,
+        "median_s": median,
+        "p95_s": float(np.percentile(times, 95)),
+        "configs_per_s": points / median,
+    }
 
 
 def bench_scalar_loop(count: int) -> dict:
@@ -69,13 +73,20 @@ def main() -> None:
     args = parser.parse_args()
     vec = bench_vectorised(args.repeat)
     loop = bench_scalar_loop(args.scalar_count)
-    result = {"vectorised": vec, "scalar_loop_baseline": loop,
-              "speedup": vec["configs_per_s"] / loop["configs_per_s"]}
-    print(f"vectorised sweep: {vec['points']:,} configurations, median {vec['median_s']*1e3:.1f} ms "
-          f"(p95 {vec['p95_s']*1e3:.1f} ms) over {args.repeat} runs "
-          f"-> {vec['configs_per_s']:.3g} configurations/s")
-    print(f"baseline, scalar predict() per configuration: {loop['configs_per_s']:.3g} "
-          f"configurations/s ({loop['points']} calls)")
+    result = {
+        "vectorised": vec,
+        "scalar_loop_baseline": loop,
+        "speedup": vec["configs_per_s"] / loop["configs_per_s"],
+    }
+    print(
+        f"vectorised sweep: {vec['points']:,} configurations, median {vec['median_s'] * 1e3:.1f} ms "
+        f"(p95 {vec['p95_s'] * 1e3:.1f} ms) over {args.repeat} runs "
+        f"-> {vec['configs_per_s']:.3g} configurations/s"
+    )
+    print(
+        f"baseline, scalar predict() per configuration: {loop['configs_per_s']:.3g} "
+        f"configurations/s ({loop['points']} calls)"
+    )
     print(f"speed-up of the vectorised sweep over the baseline: {result['speedup']:.3g}x")
     if args.json:
         with open(args.json, "w") as handle:

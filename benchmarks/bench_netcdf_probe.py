@@ -67,8 +67,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     trace = load_trace(SOURCE)
     copies = max(1, args.events // len(trace.events))
-    big = Trace(pd.concat([trace.events] * copies, ignore_index=True), trace.format, trace.files,
-                trace.world_size, trace.meta)
+    big = Trace(
+        pd.concat([trace.events] * copies, ignore_index=True),
+        trace.format,
+        trace.files,
+        trace.world_size,
+        trace.meta,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         rows = []
         for label, value in (("sample", trace), (f"x{copies}", big)):
@@ -77,14 +82,17 @@ def main(argv: list[str] | None = None) -> None:
             again = _median(lambda p: load_trace(p, format="netcdf"), path, args.repeat)
             direct = _median(_direct, path, args.repeat)
             probe = _median(_first_probe, path, args.repeat)
-            rows.append((label, len(value.events), path.stat().st_size / 1e6, direct, probe, probed,
-                         again))
+            rows.append((label, len(value.events), path.stat().st_size / 1e6, direct, probe, probed, again))
     print("load: first load_trace of the file in the process (probed); again: the same bytes reloaded")
-    print(f"{'trace':<8}{'events':>10}{'MB':>8}{'direct s':>10}{'probe s':>10}{'load s':>10}{'ratio':>7}"
-          f"{'again s':>10}{'ratio':>7}")
+    print(
+        f"{'trace':<8}{'events':>10}{'MB':>8}{'direct s':>10}{'probe s':>10}{'load s':>10}{'ratio':>7}"
+        f"{'again s':>10}{'ratio':>7}"
+    )
     for label, events, mb, direct, probe, probed, again in rows:
-        print(f"{label:<8}{events:>10,}{mb:>8.1f}{direct:>10.3f}{probe:>10.3f}{probed:>10.3f}"
-              f"{probed / direct:>7.2f}{again:>10.3f}{again / direct:>7.2f}")
+        print(
+            f"{label:<8}{events:>10,}{mb:>8.1f}{direct:>10.3f}{probe:>10.3f}{probed:>10.3f}"
+            f"{probed / direct:>7.2f}{again:>10.3f}{again / direct:>7.2f}"
+        )
 
 
 if __name__ == "__main__":

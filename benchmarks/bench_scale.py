@@ -47,8 +47,16 @@ def run_variant(variant: str, folder: str, workers: int) -> None:
     else:
         ds = summarize(folder, scheduler=variant.split("-")[1], n_workers=workers, progress=False)
     seconds = time.perf_counter() - started
-    print(json.dumps({"seconds": seconds, "ranks": int(ds.sizes["rank"]), "steps": int(ds.sizes["step"]),
-                      "step_time_mean_s": float(ds["step_time"].mean())}))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "ranks": int(ds.sizes["rank"]),
+                "steps": int(ds.sizes["step"]),
+                "step_time_mean_s": float(ds["step_time"].mean()),
+            }
+        )
+    )
 
 
 def _cli_command(variant: str, folder: Path, workers: int, out: Path) -> list[str]:
@@ -85,8 +93,12 @@ def measure(variant: str, folder: Path, workers: int) -> dict[str, float]:
         import pandas as pd
 
         table = pd.read_csv(out_csv)
-        result = {"seconds": wall_s, "ranks": int(table["rank"].nunique()),
-                  "steps": int(table["step"].nunique()), "step_time_mean_s": float(table["step_time"].mean())}
+        result = {
+            "seconds": wall_s,
+            "ranks": int(table["rank"].nunique()),
+            "steps": int(table["step"].nunique()),
+            "step_time_mean_s": float(table["step_time"].mean()),
+        }
     else:
         result = json.loads(out.strip().splitlines()[-1])
     result["peak_rss_mib"] = peak_bytes / 2**20
@@ -98,9 +110,11 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=1024)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", type=Path, help="also write the figures here")
-    parser.add_argument("--cli", action="store_true",
-                        help="also time `dlexplore trace summary` from the shell (in memory; "
-                        "--dask processes)")
+    parser.add_argument(
+        "--cli",
+        action="store_true",
+        help="also time `dlexplore trace summary` from the shell (in memory; --dask processes)",
+    )
     parser.add_argument("--run", nargs=2, metavar=("VARIANT", "FOLDER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run:
@@ -116,14 +130,18 @@ def main() -> None:
         files = replicate_traces(SOURCES, folder, args.ranks)
         made_s = time.perf_counter() - started
         size_mib = sum(f.stat().st_size for f in files) / 2**20
-        print(f"{args.ranks} rank files made from {SOURCES[0].parent.name} in {made_s:.1f} s "
-              f"({size_mib:.0f} MiB gzipped); {args.workers} workers; {os.cpu_count()} cores")
+        print(
+            f"{args.ranks} rank files made from {SOURCES[0].parent.name} in {made_s:.1f} s "
+            f"({size_mib:.0f} MiB gzipped); {args.workers} workers; {os.cpu_count()} cores"
+        )
         variants = VARIANTS + (CLI_VARIANTS if args.cli else ())
         rows = {variant: measure(variant, folder, args.workers) for variant in variants}
     print(f"{'variant':<20}{'time [s]':>10}{'peak RSS [MiB]':>16}{'ranks':>7}{'steps':>7}")
     for variant, row in rows.items():
-        print(f"{variant:<20}{row['seconds']:>10.1f}{row['peak_rss_mib']:>16.0f}"
-              f"{row['ranks']:>7}{row['steps']:>7}")
+        print(
+            f"{variant:<20}{row['seconds']:>10.1f}{row['peak_rss_mib']:>16.0f}"
+            f"{row['ranks']:>7}{row['steps']:>7}"
+        )
     if args.json:
         figures = {"ranks": args.ranks, "workers": args.workers, "results": rows}
         args.json.write_text(json.dumps(figures, indent=1))

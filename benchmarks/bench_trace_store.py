@@ -41,8 +41,10 @@ def long_trace(events: int, seed: int = 0) -> Trace:
     """The sample trace repeated to about ``events`` events, shifted and jittered (see above)."""
     trace = load_trace(SOURCE)
     copies = max(1, events // len(trace.events))
-    table = pd.concat([trace.events.assign(start=trace.events["start"] + 0.05 * i) for i in range(copies)],
-                      ignore_index=True)
+    table = pd.concat(
+        [trace.events.assign(start=trace.events["start"] + 0.05 * i) for i in range(copies)],
+        ignore_index=True,
+    )
     rng = np.random.default_rng(seed)
     table["start"] += rng.uniform(0.0, 1e-6, len(table))
     table["duration"] *= rng.uniform(0.98, 1.02, len(table))
@@ -86,18 +88,26 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         variants = {
-            "strings (baseline)": (folder / "strings.nc",
-                                   lambda p: baseline.to_netcdf(p, engine="h5netcdf"),
-                                   lambda p: load_trace(p, format="netcdf")),
-            "codes, uncompressed": (folder / "codes.nc",
-                                    lambda p: codes.to_netcdf(p, engine="h5netcdf"),
-                                    lambda p: load_trace(p, format="netcdf")),
-            "codes + zlib 1 (convert)": (folder / "convert.nc",
-                                         lambda p: write_netcdf(trace, p),
-                                         lambda p: load_trace(p, format="netcdf")),
-            "zarr (store.to_zarr)": (folder / "trace.zarr",
-                                     lambda p: store.to_zarr(trace, p),
-                                     lambda p: store.open_zarr(p)),
+            "strings (baseline)": (
+                folder / "strings.nc",
+                lambda p: baseline.to_netcdf(p, engine="h5netcdf"),
+                lambda p: load_trace(p, format="netcdf"),
+            ),
+            "codes, uncompressed": (
+                folder / "codes.nc",
+                lambda p: codes.to_netcdf(p, engine="h5netcdf"),
+                lambda p: load_trace(p, format="netcdf"),
+            ),
+            "codes + zlib 1 (convert)": (
+                folder / "convert.nc",
+                lambda p: write_netcdf(trace, p),
+                lambda p: load_trace(p, format="netcdf"),
+            ),
+            "zarr (store.to_zarr)": (
+                folder / "trace.zarr",
+                lambda p: store.to_zarr(trace, p),
+                lambda p: store.open_zarr(p),
+            ),
         }
         rows = []
         for label, (path, write, read) in variants.items():
@@ -110,8 +120,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{events:,} events; medians of {args.repeat}")
     print(f"{'layout':<26}{'MB':>8}{'B/event':>9}{'write s':>9}{'read s':>8}{'size x':>8}{'read x':>8}")
     for label, size, wrote, loaded in rows:
-        print(f"{label:<26}{size / 1e6:>8.1f}{size / events:>9.1f}{wrote:>9.3f}{loaded:>8.3f}"
-              f"{base_size / size:>8.1f}{base_read / loaded:>8.1f}")
+        print(
+            f"{label:<26}{size / 1e6:>8.1f}{size / events:>9.1f}{wrote:>9.3f}{loaded:>8.3f}"
+            f"{base_size / size:>8.1f}{base_read / loaded:>8.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -57,14 +57,20 @@ from dlexplore.model.parallel import model_state_bytes
 ROOT = Path(__file__).resolve().parents[1]
 NARAYANAN = ROOT.parent / "shared" / "reference" / "narayanan2021-table1.csv"
 EXTERNAL = ROOT / "benchmarks" / "results" / "fidelity-external.csv"
-METHODS = ("dlexplore uncalibrated", "dlexplore calibrated", "Extra-P", "llm-analysis (0.5)",
-           "llm-analysis calibrated")
+METHODS = (
+    "dlexplore uncalibrated",
+    "dlexplore calibrated",
+    "Extra-P",
+    "llm-analysis (0.5)",
+    "llm-analysis calibrated",
+)
 LLM_MICRO_BATCH = 1
 #: The nominal coverage of dlexplore's prediction intervals here (dlexplore.fit.band).
 BAND_LEVEL = 0.9
 
 
 # --- the smallest configurations --------------------------------------------------------------------
+
 
 def fit_mask(frame: pd.DataFrame) -> np.ndarray:
     """The points a calibration fits on: the smallest ``min(3, counts - 1)`` GPU counts; with one
@@ -86,7 +92,7 @@ def _series(frame: pd.DataFrame) -> list[np.ndarray]:
         rows = positions[frame.index.get_indexer(group.index)]
         gpus = frame["gpus"].to_numpy()[rows]
         smallest = rows[gpus == gpus.min()]
-        for _, members in (group.groupby(extra, sort=False) if extra else [((), group)]):
+        for _, members in group.groupby(extra, sort=False) if extra else [((), group)]:
             member_rows = positions[frame.index.get_indexer(members.index)]
             if np.all(frame["gpus"].to_numpy()[member_rows] == gpus.min()):
                 continue
@@ -111,6 +117,7 @@ def _extrap(frame: pd.DataFrame, y: np.ndarray, fit: np.ndarray) -> np.ndarray:
 
 # --- bundled tables ----------------------------------------------------------------------------------
 
+
 def _calibration_params(frame: pd.DataFrame, fit: np.ndarray, table: str) -> tuple | None:
     if table == "communication":
         return None  # calibrate's choice: the links the fitted points use
@@ -129,8 +136,11 @@ def bundled(name: str) -> pd.DataFrame:
     ds = dlx.measured.load(name)
     table = ds.attrs["table"]
     frame = dlx.measured.to_frame(ds)
-    variable = next(v for v in (("throughput", "efficiency") if table == "training"
-                                else ("time", "busbw", "algbw")) if v in frame and frame[v].notna().any())
+    variable = next(
+        v
+        for v in (("throughput", "efficiency") if table == "training" else ("time", "busbw", "algbw"))
+        if v in frame and frame[v].notna().any()
+    )
     y = frame[variable].to_numpy(dtype=float)
     fit = fit_mask(frame)
     with warnings.catch_warnings():
@@ -140,13 +150,22 @@ def bundled(name: str) -> pd.DataFrame:
         per = {"compute_efficiency": ("workload", "gpu", "precision")} if table == "training" else None
         calibration = dlx.calibrate(ds, fit_on=fit, params=params, per=per)
         cal = calibration.points["predicted"].to_numpy(float)
-        band = calibration.points[["lower", "upper"]].to_numpy(float) \
-            if "lower" in calibration.points else np.full((len(frame), 2), np.nan)
-    labels = [c for c in ("workload", "collective", "gpu", "precision", "batch_size", "bytes",
-                          "algorithm", "setup") if c in frame]
+        band = (
+            calibration.points[["lower", "upper"]].to_numpy(float)
+            if "lower" in calibration.points
+            else np.full((len(frame), 2), np.nan)
+        )
+    labels = [
+        c
+        for c in ("workload", "collective", "gpu", "precision", "batch_size", "bytes", "algorithm", "setup")
+        if c in frame
+    ]
     out = []
-    for method, pred, fitted in ((METHODS[0], uncal, np.zeros(len(frame), bool)), (METHODS[1], cal, fit),
-                                 (METHODS[2], _extrap(frame, y, fit), fit)):
+    for method, pred, fitted in (
+        (METHODS[0], uncal, np.zeros(len(frame), bool)),
+        (METHODS[1], cal, fit),
+        (METHODS[2], _extrap(frame, y, fit), fit),
+    ):
         part = frame[labels + ["gpus"]].copy()
         part.insert(0, "dataset", name)
         part["row"] = np.arange(len(frame))
@@ -165,8 +184,18 @@ def bundled(name: str) -> pd.DataFrame:
 
 #: Variants shown beside the methods on one table only (not in the summary's columns).
 EXTRA_METHODS = ("dlexplore calibrated, interleaved v=2",)
-_HYBRID_LABELS = ("model", "gpu", "precision", "tp", "pp", "dp", "micro_batch", "global_batch",
-                  "recompute", "sequence_parallel")
+_HYBRID_LABELS = (
+    "model",
+    "gpu",
+    "precision",
+    "tp",
+    "pp",
+    "dp",
+    "micro_batch",
+    "global_batch",
+    "recompute",
+    "sequence_parallel",
+)
 
 
 def hybrid_fit_count(n: int) -> int:
@@ -180,13 +209,16 @@ def _with_interleaving(ds, virtual: int = 2):
     interleaved schedule was used but not with how many chunks."""
     frame = dlx.measured.to_frame(ds)
     ok = (frame["pp"] > 1) & ((frame["layers"] // frame["pp"]) % virtual == 0)
-    out = ds.assign_coords(schedule=("point", np.where(ok, "interleaved", "1f1b").astype(object)),
-                           virtual_stages=("point", np.where(ok, virtual, 1)))
+    out = ds.assign_coords(
+        schedule=("point", np.where(ok, "interleaved", "1f1b").astype(object)),
+        virtual_stages=("point", np.where(ok, virtual, 1)),
+    )
     return out
 
 
-def _step_to_variable(variable: str, step: np.ndarray, ref_value: np.ndarray,
-                      ref_step: np.ndarray) -> np.ndarray:
+def _step_to_variable(
+    variable: str, step: np.ndarray, ref_value: np.ndarray, ref_step: np.ndarray
+) -> np.ndarray:
     """A step time as the row's measured quantity: the quantity itself for step_time, else a rate
     (samples, tokens or FLOPs over the step), which the reference pair converts."""
     return step if variable == "step_time" else ref_value * ref_step / step
@@ -203,20 +235,37 @@ def _llm_analysis_step(row: pd.Series, efficiency: float) -> float:
     )
 
     la.logger.setLevel(logging.ERROR)
-    model = ModelConfig(name=str(row.model), num_layers=int(row.layers), n_head=int(row.heads),
-                        hidden_dim=int(row.hidden), vocab_size=int(row.vocab), max_seq_len=int(row.seq))
+    model = ModelConfig(
+        name=str(row.model),
+        num_layers=int(row.layers),
+        n_head=int(row.heads),
+        hidden_dim=int(row.hidden),
+        vocab_size=int(row.vocab),
+        max_seq_len=int(row.seq),
+    )
     sp = str(getattr(row, "sequence_parallel", "no")) == "yes"
-    analysis = la.LLMAnalysis(model, get_gpu_config_by_name("a100-sxm-80gb"),
-                              get_dtype_config_by_name("w16a16e16"),
-                              ParallelismConfig(tp_size=int(row.tp), pp_size=int(row.pp),
-                                                dp_size=int(row.dp), sp_size=int(row.tp) if sp else 1),
-                              flops_efficiency=efficiency, hbm_memory_efficiency=1.0)
-    recompute = {"full": la.ActivationRecomputation.FULL,
-                 "selective": la.ActivationRecomputation.SELECTIVE}.get(str(row.recompute),
-                                                                         la.ActivationRecomputation.NONE)
+    analysis = la.LLMAnalysis(
+        model,
+        get_gpu_config_by_name("a100-sxm-80gb"),
+        get_dtype_config_by_name("w16a16e16"),
+        ParallelismConfig(
+            tp_size=int(row.tp), pp_size=int(row.pp), dp_size=int(row.dp), sp_size=int(row.tp) if sp else 1
+        ),
+        flops_efficiency=efficiency,
+        hbm_memory_efficiency=1.0,
+    )
+    recompute = {
+        "full": la.ActivationRecomputation.FULL,
+        "selective": la.ActivationRecomputation.SELECTIVE,
+    }.get(str(row.recompute), la.ActivationRecomputation.NONE)
     micro = int(getattr(row, "micro_batch", LLM_MICRO_BATCH) or LLM_MICRO_BATCH)
-    out = analysis.training(batch_size_per_gpu=micro, global_batch_size=int(row.global_batch),
-                            seq_len=int(row.seq), activation_recomputation=recompute, flash_attn=False)
+    out = analysis.training(
+        batch_size_per_gpu=micro,
+        global_batch_size=int(row.global_batch),
+        seq_len=int(row.seq),
+        activation_recomputation=recompute,
+        flash_attn=False,
+    )
     return float(out["latency_per_iter"])
 
 
@@ -228,8 +277,7 @@ def _fit_efficiency(step, rows: pd.DataFrame, target_step: np.ndarray) -> float:
         pred = np.array([step(row, e) for _, row in rows.iterrows()])
         return float(np.sum(np.log(pred / target_step) ** 2))
 
-    return float(minimize_scalar(cost, bounds=(0.05, 1.0), method="bounded",
-                                 options={"xatol": 1e-5}).x)
+    return float(minimize_scalar(cost, bounds=(0.05, 1.0), method="bounded", options={"xatol": 1e-5}).x)
 
 
 def hybrid(source, name: str, *, dlexplore: bool = True, peers: bool = False) -> pd.DataFrame:
@@ -247,28 +295,41 @@ def hybrid(source, name: str, *, dlexplore: bool = True, peers: bool = False) ->
     methods: dict[str, tuple] = {}
     if dlexplore:
         uncal = dlx.predict_points(ds)
-        methods[METHODS[0]] = (np.array([float(uncal[v].values[i]) for i, v in enumerate(variable)]),
-                               np.zeros(len(frame), bool), None)
-        methods[METHODS[1]] = (cal.points["predicted"].to_numpy(float), fit,
-                               cal.points[["lower", "upper"]].to_numpy(float))
+        methods[METHODS[0]] = (
+            np.array([float(uncal[v].values[i]) for i, v in enumerate(variable)]),
+            np.zeros(len(frame), bool),
+            None,
+        )
+        methods[METHODS[1]] = (
+            cal.points["predicted"].to_numpy(float),
+            fit,
+            cal.points[["lower", "upper"]].to_numpy(float),
+        )
         methods[METHODS[2]] = (_extrap(frame.assign(workload=frame.get("model", "")), y, fit), fit, None)
         if name == "narayanan2021-table1":
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 inter = dlx.calibrate(_with_interleaving(ds), fit_on=dlx.fit.smallest(k))
-            methods[EXTRA_METHODS[0]] = (inter.points["predicted"].to_numpy(float), fit,
-                                         inter.points[["lower", "upper"]].to_numpy(float))
+            methods[EXTRA_METHODS[0]] = (
+                inter.points["predicted"].to_numpy(float),
+                fit,
+                inter.points[["lower", "upper"]].to_numpy(float),
+            )
     if peers:
         uncal = dlx.predict_points(ds)
         ref_step = uncal["step_time"].values
         ref_value = np.array([float(uncal[v].values[i]) for i, v in enumerate(variable)])
-        measured_step = np.array([_step_to_variable(v, y[i], ref_value[i], ref_step[i])
-                                  for i, v in enumerate(variable)])  # a rate is inverted back
-        for method, e in ((METHODS[3], 0.5),
-                          (METHODS[4], _fit_efficiency(_llm_analysis_step, frame[fit], measured_step[fit]))):
+        measured_step = np.array(
+            [_step_to_variable(v, y[i], ref_value[i], ref_step[i]) for i, v in enumerate(variable)]
+        )  # a rate is inverted back
+        for method, e in (
+            (METHODS[3], 0.5),
+            (METHODS[4], _fit_efficiency(_llm_analysis_step, frame[fit], measured_step[fit])),
+        ):
             steps = np.array([_llm_analysis_step(row, e) for _, row in frame.iterrows()])
-            pred = np.array([_step_to_variable(v, steps[i], ref_value[i], ref_step[i])
-                             for i, v in enumerate(variable)])
+            pred = np.array(
+                [_step_to_variable(v, steps[i], ref_value[i], ref_step[i]) for i, v in enumerate(variable)]
+            )
             methods[method] = (pred, fit if method == METHODS[4] else np.zeros(len(frame), bool), None)
     out = []
     labels = [c for c in _HYBRID_LABELS if c in frame]
@@ -289,8 +350,10 @@ def hybrid(source, name: str, *, dlexplore: bool = True, peers: bool = False) ->
 
 def compute_hybrid(peers: bool = False, dlexplore: bool = True) -> pd.DataFrame:
     """The bundled hybrid tables (data/measured/hybrid)."""
-    return pd.concat([hybrid(name, name, dlexplore=dlexplore, peers=peers)
-                      for name in dlx.measured.available_hybrid()], ignore_index=True)
+    return pd.concat(
+        [hybrid(name, name, dlexplore=dlexplore, peers=peers) for name in dlx.measured.available_hybrid()],
+        ignore_index=True,
+    )
 
 
 # --- memory: Megatron's model states, Korthikanti's activations -------------------------------------
@@ -298,10 +361,12 @@ def compute_hybrid(peers: bool = False, dlexplore: bool = True) -> pd.DataFrame:
 MEMORY = ROOT / "benchmarks" / "results" / "fidelity-memory.csv"
 #: Megatron Core's Distributed Optimizer guide: bytes per parameter (non-distributed; distributed as
 #: fixed + sharded / d) for (parameter dtype, gradient dtype), and dlexplore's convention for it.
-MEGATRON_STATES = (("fp16 parameters, fp16 gradients", "fp16", "megatron", 20, 4, 16),
-                   ("bf16 parameters, fp32 gradients", "bf16", "megatron", 18, 6, 12),
-                   ("fp16 parameters, fp32 gradients", "fp16", "megatron-fp32-grads", 18, 6, 12),
-                   ("fp32 parameters, fp32 gradients", "fp32", "megatron", 16, 8, 8))
+MEGATRON_STATES = (
+    ("fp16 parameters, fp16 gradients", "fp16", "megatron", 20, 4, 16),
+    ("bf16 parameters, fp32 gradients", "bf16", "megatron", 18, 6, 12),
+    ("fp16 parameters, fp32 gradients", "fp16", "megatron-fp32-grads", 18, 6, 12),
+    ("fp32 parameters, fp32 gradients", "fp32", "megatron", 16, 8, 8),
+)
 #: GPT-3 175B as Korthikanti et al.'s Table 3 runs it: t = 8, p = 8, one sequence per micro-batch,
 #: 64 micro-batches per step.
 GPT3 = dict(layers=96, hidden=12288, heads=96, seq=2048, vocab=51200, tp=8, pp=8, global_batch=64)
@@ -336,56 +401,105 @@ def _llm_analysis_memory(recompute: str, sp: bool) -> dict[str, float]:
 
     la.logger.setLevel(logging.ERROR)
     g = GPT3
-    model = ModelConfig(name="gpt3-175b", num_layers=g["layers"], n_head=g["heads"],
-                        hidden_dim=g["hidden"], vocab_size=g["vocab"], max_seq_len=g["seq"])
-    analysis = la.LLMAnalysis(model, get_gpu_config_by_name("a100-sxm-80gb"),
-                              get_dtype_config_by_name("w16a16e16"),
-                              ParallelismConfig(tp_size=g["tp"], pp_size=g["pp"], dp_size=1,
-                                                sp_size=g["tp"] if sp else 1),
-                              flops_efficiency=0.5, hbm_memory_efficiency=1.0)
-    mode = {"full": la.ActivationRecomputation.FULL, "selective": la.ActivationRecomputation.SELECTIVE,
-            "none": la.ActivationRecomputation.NONE}[recompute]
-    out = analysis.training(batch_size_per_gpu=1, global_batch_size=g["global_batch"], seq_len=g["seq"],
-                            activation_recomputation=mode, flash_attn=False)
+    model = ModelConfig(
+        name="gpt3-175b",
+        num_layers=g["layers"],
+        n_head=g["heads"],
+        hidden_dim=g["hidden"],
+        vocab_size=g["vocab"],
+        max_seq_len=g["seq"],
+    )
+    analysis = la.LLMAnalysis(
+        model,
+        get_gpu_config_by_name("a100-sxm-80gb"),
+        get_dtype_config_by_name("w16a16e16"),
+        ParallelismConfig(tp_size=g["tp"], pp_size=g["pp"], dp_size=1, sp_size=g["tp"] if sp else 1),
+        flops_efficiency=0.5,
+        hbm_memory_efficiency=1.0,
+    )
+    mode = {
+        "full": la.ActivationRecomputation.FULL,
+        "selective": la.ActivationRecomputation.SELECTIVE,
+        "none": la.ActivationRecomputation.NONE,
+    }[recompute]
+    out = analysis.training(
+        batch_size_per_gpu=1,
+        global_batch_size=g["global_batch"],
+        seq_len=g["seq"],
+        activation_recomputation=mode,
+        flash_attn=False,
+    )
     params = out["weight_memory_per_gpu"] / 2  # 16-bit weights
-    return {"activations": out["activation_memory_per_gpu"],
-            "states_per_param": out["(weight+op_state+grad)_memory_per_gpu"] / params}
+    return {
+        "activations": out["activation_memory_per_gpu"],
+        "states_per_param": out["(weight+op_state+grad)_memory_per_gpu"] / params,
+    }
 
 
 def memory_table(peers: bool) -> pd.DataFrame:
     """Activation bytes of GPT-3 175B's first stage for every recomputation mode, with and without
     sequence parallelism, per schedule: Korthikanti et al.'s formulas, dlexplore (and llm-analysis,
     which has the 1F1B schedule only); and the bytes per parameter of the model states."""
-    wl = dlx.catalog.transformer(GPT3["layers"], GPT3["hidden"], GPT3["heads"], GPT3["seq"],
-                                 GPT3["vocab"], causal=True, name="gpt3-175b")
+    wl = dlx.catalog.transformer(
+        GPT3["layers"],
+        GPT3["hidden"],
+        GPT3["heads"],
+        GPT3["seq"],
+        GPT3["vocab"],
+        causal=True,
+        name="gpt3-175b",
+    )
     rows = []
     for schedule, virtual in (("1f1b", 1), ("interleaved", 3), ("gpipe", 1)):
         for recompute in ("none", "selective", "full"):
             for sp in (False, True):
-                ds = dlx.predict_parallel(wl, "A100-80GB", gpus=64, tp=8, pp=8,
-                                          batch_size=GPT3["global_batch"], recompute=recompute,
-                                          sequence_parallel=sp, schedule=schedule,
-                                          virtual_stages=virtual, operators=False)
+                ds = dlx.predict_parallel(
+                    wl,
+                    "A100-80GB",
+                    gpus=64,
+                    tp=8,
+                    pp=8,
+                    batch_size=GPT3["global_batch"],
+                    recompute=recompute,
+                    sequence_parallel=sp,
+                    schedule=schedule,
+                    virtual_stages=virtual,
+                    operators=False,
+                )
                 peer = _llm_analysis_memory(recompute, sp) if peers and schedule == "1f1b" else {}
-                rows.append({"kind": "activations", "schedule": schedule, "virtual_stages": virtual,
-                             "recompute": recompute, "sequence_parallel": sp,
-                             "reference": korthikanti_activations(recompute, sp, schedule, virtual),
-                             "dlexplore": float(ds["mem_activations_first"]),
-                             "llm-analysis": peer.get("activations", math.nan)})
+                rows.append(
+                    {
+                        "kind": "activations",
+                        "schedule": schedule,
+                        "virtual_stages": virtual,
+                        "recompute": recompute,
+                        "sequence_parallel": sp,
+                        "reference": korthikanti_activations(recompute, sp, schedule, virtual),
+                        "dlexplore": float(ds["mem_activations_first"]),
+                        "llm-analysis": peer.get("activations", math.nan),
+                    }
+                )
     for label, precision, convention, plain, fixed, sharded in MEGATRON_STATES:
         for zero, d in ((0, 1), (1, 8)):
             states = model_state_bytes(1.0, d, zero, precision=precision, convention=convention)
-            peer = _llm_analysis_memory("full", False) if peers and precision == "bf16" and not zero \
-                else {}
-            rows.append({"kind": "states", "schedule": label, "virtual_stages": d,
-                         "recompute": convention, "sequence_parallel": bool(zero),
-                         "reference": plain if not zero else fixed + sharded / d,
-                         "dlexplore": float(states["params"] + states["grads"] + states["optimizer"]),
-                         "llm-analysis": peer.get("states_per_param", math.nan)})
+            peer = _llm_analysis_memory("full", False) if peers and precision == "bf16" and not zero else {}
+            rows.append(
+                {
+                    "kind": "states",
+                    "schedule": label,
+                    "virtual_stages": d,
+                    "recompute": convention,
+                    "sequence_parallel": bool(zero),
+                    "reference": plain if not zero else fixed + sharded / d,
+                    "dlexplore": float(states["params"] + states["grads"] + states["optimizer"]),
+                    "llm-analysis": peer.get("states_per_param", math.nan),
+                }
+            )
     return pd.DataFrame(rows)
 
 
 # --- summaries ---------------------------------------------------------------------------------------
+
 
 def summary(points: pd.DataFrame) -> pd.DataFrame:
     """One row per dataset and method: MAPE and the largest |error| on the held-out rows (those the
@@ -399,19 +513,29 @@ def summary(points: pd.DataFrame) -> pd.DataFrame:
         out = group[held[group.index]]
         err_out = np.abs(out["error"].to_numpy(dtype=float))
         err_all = np.abs(group["error"].to_numpy(dtype=float))
-        band = out[["lower", "upper"]].to_numpy(dtype=float) if "lower" in out else \
-            np.full((len(out), 2), np.nan)
+        band = (
+            out[["lower", "upper"]].to_numpy(dtype=float)
+            if "lower" in out
+            else np.full((len(out), 2), np.nan)
+        )
         banded = np.isfinite(band).all(axis=1)
-        inside = (out["measured"].to_numpy(dtype=float) >= band[:, 0]) & \
-            (out["measured"].to_numpy(dtype=float) <= band[:, 1])
-        rows.append({"dataset": dataset, "method": method,
-                     "band_points": int(banded.sum()),
-                     "band_coverage": float(inside[banded].mean()) if banded.any() else math.nan,
-                     "held_out": int(np.isfinite(err_out).sum()), "of": len(out),
-                     "mape_held_out": float(np.nanmean(err_out)) if np.isfinite(err_out).any() else math.nan,
-                     "max_held_out": float(np.nanmax(err_out)) if np.isfinite(err_out).any() else math.nan,
-                     "all": int(np.isfinite(err_all).sum()),
-                     "mape_all": float(np.nanmean(err_all)) if np.isfinite(err_all).any() else math.nan})
+        inside = (out["measured"].to_numpy(dtype=float) >= band[:, 0]) & (
+            out["measured"].to_numpy(dtype=float) <= band[:, 1]
+        )
+        rows.append(
+            {
+                "dataset": dataset,
+                "method": method,
+                "band_points": int(banded.sum()),
+                "band_coverage": float(inside[banded].mean()) if banded.any() else math.nan,
+                "held_out": int(np.isfinite(err_out).sum()),
+                "of": len(out),
+                "mape_held_out": float(np.nanmean(err_out)) if np.isfinite(err_out).any() else math.nan,
+                "max_held_out": float(np.nanmax(err_out)) if np.isfinite(err_out).any() else math.nan,
+                "all": int(np.isfinite(err_all).sum()),
+                "mape_all": float(np.nanmean(err_all)) if np.isfinite(err_all).any() else math.nan,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -422,10 +546,12 @@ def compute_bundled() -> pd.DataFrame:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--narayanan", type=Path, default=NARAYANAN, help="the LLM table (CSV)")
-    parser.add_argument("--external-only", action="store_true",
-                        help="only the LLM rows and the peers (written to --external)")
-    parser.add_argument("--external", type=Path, default=EXTERNAL,
-                        help="where the LLM rows' and peers' results go")
+    parser.add_argument(
+        "--external-only", action="store_true", help="only the LLM rows and the peers (written to --external)"
+    )
+    parser.add_argument(
+        "--external", type=Path, default=EXTERNAL, help="where the LLM rows' and peers' results go"
+    )
     args = parser.parse_args(argv)
     try:
         import llm_analysis  # noqa: F401
@@ -433,14 +559,14 @@ def main(argv: list[str] | None = None) -> int:
         peers = True
     except ImportError:
         peers = False
-        print("llm-analysis is not installed (pip install -e '.[fidelity]'): no peer columns",
-              file=sys.stderr)
+        print(
+            "llm-analysis is not installed (pip install -e '.[fidelity]'): no peer columns", file=sys.stderr
+        )
     parts = [] if args.external_only else [compute_bundled(), compute_hybrid()]
     if args.narayanan.is_file():
         external = hybrid(dlx.measured.load(args.narayanan), "narayanan2021-table1", peers=peers)
         if peers:
-            external = pd.concat([external, compute_hybrid(peers=True, dlexplore=False)],
-                                 ignore_index=True)
+            external = pd.concat([external, compute_hybrid(peers=True, dlexplore=False)], ignore_index=True)
         args.external.parent.mkdir(parents=True, exist_ok=True)
         with atomic_open(args.external, "w", encoding="utf-8") as handle:
             external.to_csv(handle, index=False, float_format="%.6g")
@@ -455,8 +581,9 @@ def main(argv: list[str] | None = None) -> int:
     with pd.option_context("display.width", 160, "display.max_rows", 200):
         for dataset, group in table.groupby("dataset", sort=False):
             print(f"\n{dataset}")
-            print(group.drop(columns="dataset").to_string(
-                index=False, float_format=lambda x: f"{100 * x:.1f}%"))
+            print(
+                group.drop(columns="dataset").to_string(index=False, float_format=lambda x: f"{100 * x:.1f}%")
+            )
     return 0
 
 

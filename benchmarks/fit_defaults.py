@@ -54,35 +54,61 @@ class Prior:
 #: Every default, with the published figure it keeps when the bundled data cannot determine it.
 PRIORS: dict[str, Prior] = {
     "memory_efficiency": Prior(
-        0.9, "1", "fraction of the GPU memory bandwidth that memory-bound kernels reach",
-        "Calculon (Isaev et al., SC'23), systems/a100_80g.json: 0.90 of HBM bandwidth for 100 MB "
-        "transfers"),
+        0.9,
+        "1",
+        "fraction of the GPU memory bandwidth that memory-bound kernels reach",
+        "Calculon (Isaev et al., SC'23), systems/a100_80g.json: 0.90 of HBM bandwidth for 100 MB transfers",
+    ),
     "kernel_time": Prior(
-        2e-6, "s", "fixed time of one GPU kernel (launch, pipeline fill and drain)",
+        2e-6,
+        "s",
+        "fixed time of one GPU kernel (launch, pipeline fill and drain)",
         "the fixed time per kernel that Calculon's A100 GEMM efficiency curve implies (0.6 of "
-        "peak at 1 GFLOP, 0.95 at 128: 1e9/(0.6 x 312e12) - 1e9/(0.95 x 312e12) = 2 us)"),
+        "peak at 1 GFLOP, 0.95 at 128: 1e9/(0.6 x 312e12) - 1e9/(0.95 x 312e12) = 2 us)",
+    ),
     "winograd_speedup": Prior(
-        1.0, "1", "FLOPs of the direct method over those of Winograd's algorithm for 3x3 "
-        "stride-1 convolutions on vector units", "no saving assumed (Lavin & Gray 2016 bound "
-        "it by 2.25 for F(2x2, 3x3))"),
+        1.0,
+        "1",
+        "FLOPs of the direct method over those of Winograd's algorithm for 3x3 "
+        "stride-1 convolutions on vector units",
+        "no saving assumed (Lavin & Gray 2016 bound it by 2.25 for F(2x2, 3x3))",
+    ),
     "flash_efficiency": Prior(
-        0.6, "1", "fraction of peak a fused (flash) attention kernel reaches",
-        "Dao (2023), FlashAttention-2: 50-73% of the A100's peak; the middle of that range"),
+        0.6,
+        "1",
+        "fraction of peak a fused (flash) attention kernel reaches",
+        "Dao (2023), FlashAttention-2: 50-73% of the A100's peak; the middle of that range",
+    ),
     "tcp_efficiency": Prior(
-        0.5, "1", "fraction of a network's bandwidth collectives reach over kernel TCP",
-        "no published figure; a round prior"),
+        0.5,
+        "1",
+        "fraction of a network's bandwidth collectives reach over kernel TCP",
+        "no published figure; a round prior",
+    ),
     "ps_efficiency": Prior(
-        0.5, "1", "fraction of a link's bandwidth parameter-server transfers reach",
-        "no published figure; a round prior"),
+        0.5,
+        "1",
+        "fraction of a link's bandwidth parameter-server transfers reach",
+        "no published figure; a round prior",
+    ),
     "cycle_time": Prior(
-        5e-3, "s", "Horovod's cycle time (HOROVOD_CYCLE_TIME)",
-        "Horovod documentation, environment variables: HOROVOD_CYCLE_TIME defaults to 5 ms"),
+        5e-3,
+        "s",
+        "Horovod's cycle time (HOROVOD_CYCLE_TIME)",
+        "Horovod documentation, environment variables: HOROVOD_CYCLE_TIME defaults to 5 ms",
+    ),
     "negotiation_time": Prior(
-        0.0, "s", "Horovod's negotiation time per tensor and tree level",
-        "no published figure; none assumed"),
+        0.0, "s", "Horovod's negotiation time per tensor and tree level", "no published figure; none assumed"
+    ),
 }
-FITTED = ("memory_efficiency", "kernel_time", "winograd_speedup", "tcp_efficiency",
-          "ps_efficiency", "negotiation_time")
+FITTED = (
+    "memory_efficiency",
+    "kernel_time",
+    "winograd_speedup",
+    "tcp_efficiency",
+    "ps_efficiency",
+    "negotiation_time",
+)
 
 
 def training_tables() -> list[str]:
@@ -102,26 +128,38 @@ def fit(names: list[str]) -> tuple[dict[str, tuple[float, float, str]], dict[str
             # the fit does not depend on the defaults file it rewrites
             cal = dlx.calibrate(combined, params=free, **priors)
         rows = cal.params.set_index("name")
-        undetermined = [n for n in free if not bool(rows.loc[n, "identifiable"]) or not
-                        float(rows.loc[n, "stderr"]) <= UNDETERMINED * abs(float(rows.loc[n, "value"]))]
+        undetermined = [
+            n
+            for n in free
+            if not bool(rows.loc[n, "identifiable"])
+            or not float(rows.loc[n, "stderr"]) <= UNDETERMINED * abs(float(rows.loc[n, "value"]))
+        ]
         if not undetermined:
             break
         for name in undetermined:
             stderr = float(rows.loc[name, "stderr"])
-            held[name] = (f"not determined by the bundled tables (fitted {float(rows.loc[name, 'value']):.3g}"
-                          f" +- {stderr:.2g}): the prior")
+            held[name] = (
+                f"not determined by the bundled tables (fitted {float(rows.loc[name, 'value']):.3g}"
+                f" +- {stderr:.2g}): the prior"
+            )
             free.remove(name)
         if not free:
             break
     values: dict[str, tuple[float, float, str]] = {}
     for name, prior in PRIORS.items():
         if name in free:
-            values[name] = (float(rows.loc[name, "value"]), float(rows.loc[name, "stderr"]),
-                            f"fitted by benchmarks/fit_defaults.py to the {len(names)} bundled "
-                            f"training tables ({int(cal.points['fitted'].sum())} points)")
+            values[name] = (
+                float(rows.loc[name, "value"]),
+                float(rows.loc[name, "stderr"]),
+                f"fitted by benchmarks/fit_defaults.py to the {len(names)} bundled "
+                f"training tables ({int(cal.points['fitted'].sum())} points)",
+            )
         else:
-            values[name] = (prior.value, math.nan, held.get(name, "not fitted") + "; " + prior.source
-                            if name in held else prior.source)
+            values[name] = (
+                prior.value,
+                math.nan,
+                held.get(name, "not fitted") + "; " + prior.source if name in held else prior.source,
+            )
     sources = combined["source"].values
     mape = {}
     for name in names:
@@ -143,16 +181,23 @@ def render(values: dict[str, tuple[float, float, str]], mape: dict[str, float]) 
     ]
     for name, (value, stderr, how) in values.items():
         prior = PRIORS[name]
-        cells = [name, f"{value:.6g}", "" if not np.isfinite(stderr) else f"{stderr:.3g}",
-                 prior.units, prior.meaning, how]
+        cells = [
+            name,
+            f"{value:.6g}",
+            "" if not np.isfinite(stderr) else f"{stderr:.3g}",
+            prior.units,
+            prior.meaning,
+            how,
+        ]
         lines.append(",".join(f'"{c}"' if "," in c else c for c in cells))
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true",
-                        help="compare with the committed file instead of writing it")
+    parser.add_argument(
+        "--check", action="store_true", help="compare with the committed file instead of writing it"
+    )
     parser.add_argument("-o", "--output", type=Path, default=OUTPUT)
     args = parser.parse_args(argv)
     values, mape = fit(training_tables())
@@ -160,8 +205,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         old = args.output.read_text(encoding="utf-8") if args.output.is_file() else ""
         if old != text:
-            print(f"{args.output} is not what the fit gives: run python benchmarks/fit_defaults.py",
-                  file=sys.stderr)
+            print(
+                f"{args.output} is not what the fit gives: run python benchmarks/fit_defaults.py",
+                file=sys.stderr,
+            )
             return 1
         print(f"{args.output} is up to date")
         return 0

@@ -58,49 +58,69 @@ MEMORY_BYTES = 2 << 30  # RLIMIT_AS of a worker (B)
 BOMB_BYTES = 2 << 30  # inflated size of a gzip bomb (B)
 DEEP = 100_000  # nesting depth of the deep-nesting mutation (levels)
 
-MUTATIONS = ("truncate", "bitflip", "insert", "delete", "wrong_type", "huge_number", "bad_utf8",
-             "deep_nesting", "empty", "duplicate_lines", "gzip_bomb")
+MUTATIONS = (
+    "truncate",
+    "bitflip",
+    "insert",
+    "delete",
+    "wrong_type",
+    "huge_number",
+    "bad_utf8",
+    "deep_nesting",
+    "empty",
+    "duplicate_lines",
+    "gzip_bomb",
+)
 
 
 # -- readers ---------------------------------------------------------------------------------------
 
+
 def _pytorch(path: Path) -> Any:
     from dlexplore.traces import pytorch
+
     return pytorch.read([path])
 
 
 def _horovod(path: Path) -> Any:
     from dlexplore.traces import horovod
+
     return horovod.read([path])
 
 
 def _nsys(path: Path) -> Any:
     from dlexplore.traces import nsys
+
     return nsys.read([path])
 
 
 def _nccl_tests(path: Path) -> Any:
     from dlexplore.traces import nccl_tests
+
     return nccl_tests.read(path)
 
 
 def _darshan(path: Path) -> Any:
     from dlexplore.traces.darshan import read_darshan_parser_text
+
     return read_darshan_parser_text(path)
 
 
 def _dlio(path: Path) -> Any:
     from dlexplore.traces.dlio import read_dlio_summary
+
     return read_dlio_summary(path)
 
 
 def _netcdf(path: Path) -> Any:
     from dlexplore.traces import netcdf
+
     return netcdf.read([path])
 
 
 def _measured(path: Path) -> Any:
     from dlexplore.measured import read_csv
+
     return read_csv(path)
 
 
@@ -108,9 +128,12 @@ def _catalog(path: Path) -> Any:
     # The registries are process-global: load into them, then restore them, so that one case's
     # entries never change the next case's outcome.
     from dlexplore.catalog.user import REGISTRY_OF, load_file
+
     registries = list({id(r): r for r in REGISTRY_OF.values()}.values())
-    saved = {id(r): (r, {k: (v.copy() if isinstance(v, dict) else v) for k, v in vars(r).items()})
-             for r in registries}
+    saved = {
+        id(r): (r, {k: (v.copy() if isinstance(v, dict) else v) for k, v in vars(r).items()})
+        for r in registries
+    }
     try:
         return load_file(path)
     finally:
@@ -121,13 +144,21 @@ def _catalog(path: Path) -> Any:
 
 def _workflow(path: Path) -> Any:
     from dlexplore.model.workflow import read_task_events
+
     return read_task_events(path)
 
 
 READERS: dict[str, Callable[[Path], Any]] = {
-    "pytorch": _pytorch, "horovod": _horovod, "nsys": _nsys, "nccl_tests": _nccl_tests,
-    "darshan": _darshan, "dlio": _dlio, "netcdf": _netcdf, "measured": _measured,
-    "catalog": _catalog, "workflow": _workflow,
+    "pytorch": _pytorch,
+    "horovod": _horovod,
+    "nsys": _nsys,
+    "nccl_tests": _nccl_tests,
+    "darshan": _darshan,
+    "dlio": _dlio,
+    "netcdf": _netcdf,
+    "measured": _measured,
+    "catalog": _catalog,
+    "workflow": _workflow,
 }
 
 #: Readers that accept gzip-compressed files (gzip seeds are mutated inside the compression too).
@@ -135,6 +166,7 @@ GZIP_READERS = frozenset({"pytorch", "horovod"})
 
 
 # -- seeds -----------------------------------------------------------------------------------------
+
 
 def _glob(folder: Path, *patterns: str) -> list[Path]:
     return sorted(p for pattern in patterns for p in folder.glob(pattern) if p.is_file())
@@ -148,6 +180,7 @@ def _built_seeds(workdir: Path) -> dict[str, list[Path]]:
     spec.loader.exec_module(module)
     seeds["nsys"] = [module.make_export(workdir / "rank0.sqlite", pid=4242, payload_rank=0)]
     from dlexplore.traces import horovod, netcdf
+
     # Read through a path relative to the checkout: the trace records the path it was read from, so
     # an absolute one would make the seed's bytes (and every numbered netCDF case) depend on where
     # the project is cloned.
@@ -158,15 +191,26 @@ def _built_seeds(workdir: Path) -> dict[str, list[Path]]:
     finally:
         os.chdir(here)
     # The current layout, and one written in the layout before categorical codes (still read).
-    seeds["netcdf"] = [netcdf.write_netcdf(trace, workdir / "horovod.nc"),
-                       TRACES / "netcdf" / "horovod-timeline-v1.nc"]
+    seeds["netcdf"] = [
+        netcdf.write_netcdf(trace, workdir / "horovod.nc"),
+        TRACES / "netcdf" / "horovod-timeline-v1.nc",
+    ]
     csv_file = workdir / "tasks.csv"
-    csv_file.write_text("task,worker,start,end,kind\nsim-0,node0,0.0,1.5,simulate\n"
-                        "train-0,gpu0,1.5,2.25,train\nsim-1,node0,1.5,3.0,simulate\n")
+    csv_file.write_text(
+        "task,worker,start,end,kind\nsim-0,node0,0.0,1.5,simulate\n"
+        "train-0,gpu0,1.5,2.25,train\nsim-1,node0,1.5,3.0,simulate\n"
+    )
     json_file = workdir / "tasks.json"
-    json_file.write_text(json.dumps({"events": [
-        {"task": "sim-0", "worker": "node0", "start": 0.0, "end": 1.5, "kind": "simulate"},
-        {"task": "train-0", "worker": "gpu0", "start": 1.5, "end": 2.25, "kind": "train"}]}))
+    json_file.write_text(
+        json.dumps(
+            {
+                "events": [
+                    {"task": "sim-0", "worker": "node0", "start": 0.0, "end": 1.5, "kind": "simulate"},
+                    {"task": "train-0", "worker": "gpu0", "start": 1.5, "end": 2.25, "kind": "train"},
+                ]
+            }
+        )
+    )
     seeds["workflow"] = [csv_file, json_file]
     return seeds
 
@@ -177,11 +221,13 @@ REAL = Path(__file__).resolve().parents[1].parent / "shared" / "traces-real"
 def seed_files(workdir: Path) -> dict[str, list[Path]]:
     """The seed files of every reader (real test data; built ones written under ``workdir``)."""
     seeds = {
-        "pytorch": (_glob(TRACES / "pytorch", "*/rank0.pt.trace.json.gz")
-                    + _glob(DATA / "traces", "*/rank0.json.gz")
-                    # real traces of other runs when ../shared/traces-real is there: NCCL calls and
-                    # kernels, ROCm, memory events
-                    + _glob(REAL / "pytorch", "*amd_trace*", "*trace_filter__sampled_rank-0*")),
+        "pytorch": (
+            _glob(TRACES / "pytorch", "*/rank0.pt.trace.json.gz")
+            + _glob(DATA / "traces", "*/rank0.json.gz")
+            # real traces of other runs when ../shared/traces-real is there: NCCL calls and
+            # kernels, ROCm, memory events
+            + _glob(REAL / "pytorch", "*amd_trace*", "*trace_filter__sampled_rank-0*")
+        ),
         "horovod": _glob(TRACES / "horovod", "*.json", "*.json.gz"),
         "nccl_tests": _glob(TRACES / "nccl-tests", "*.out", "*.txt", "*.log"),
         "darshan": _glob(TRACES / "darshan", "*.txt"),
@@ -196,10 +242,32 @@ def seed_files(workdir: Path) -> dict[str, list[Path]]:
 
 # -- mutations -------------------------------------------------------------------------------------
 
-_WRONG = [b'"x"', b"null", b"[]", b"{}", b"true", b"1e308", b"-1", b"18446744073709551616", b"NaN",
-          b'{"a": [1, {"b": null}]}', b'""', b"-1e308", b"0"]
-_HUGE = [b"1e308", b"-1", b"18446744073709551616", b"1e999", b"-0", b"nan", b"inf", b"9" * 400,
-         b"-9223372036854775809"]
+_WRONG = [
+    b'"x"',
+    b"null",
+    b"[]",
+    b"{}",
+    b"true",
+    b"1e308",
+    b"-1",
+    b"18446744073709551616",
+    b"NaN",
+    b'{"a": [1, {"b": null}]}',
+    b'""',
+    b"-1e308",
+    b"0",
+]
+_HUGE = [
+    b"1e308",
+    b"-1",
+    b"18446744073709551616",
+    b"1e999",
+    b"-0",
+    b"nan",
+    b"inf",
+    b"9" * 400,
+    b"-9223372036854775809",
+]
 _VALUE_AFTER_KEY = re.compile(rb'":\s*("(?:[^"\\]|\\.)*"|-?\d[\d.eE+-]*|true|false|null|\[\]|\{\})')
 _NUMBER = re.compile(rb"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _BAD_UTF8 = [b"\xff", b"\xfe\xff", b"\xc3", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\x80\x80", b"\xc0\xaf"]
@@ -251,13 +319,13 @@ def mutate(data: bytes, rng: random.Random, kind: str) -> bytes:
         return data[:at] + junk + data[at:]
     if kind == "delete":
         at = rng.randrange(n + 1)
-        return data[:at] + data[at + rng.randint(1, 64):]
+        return data[:at] + data[at + rng.randint(1, 64) :]
     if kind == "duplicate_lines":
         lines = data.splitlines(keepends=True)
         if not lines:
             return data
         i = rng.randrange(len(lines))
-        return b"".join(lines[:i] + [lines[i]] * rng.randint(2, 5) + lines[i + 1:])
+        return b"".join(lines[:i] + [lines[i]] * rng.randint(2, 5) + lines[i + 1 :])
     if kind == "wrong_type":
         hits = list(_VALUE_AFTER_KEY.finditer(data)) or list(_NUMBER.finditer(data))
         if not hits:
@@ -265,7 +333,7 @@ def mutate(data: bytes, rng: random.Random, kind: str) -> bytes:
         out = data
         for m in sorted(rng.sample(hits, min(len(hits), rng.randint(1, 4))), key=lambda m: -m.start()):
             g = 1 if m.re is _VALUE_AFTER_KEY else 0
-            out = out[: m.start(g)] + rng.choice(_WRONG) + out[m.end(g):]
+            out = out[: m.start(g)] + rng.choice(_WRONG) + out[m.end(g) :]
         return out
     if kind == "huge_number":
         hits = list(_NUMBER.finditer(data))
@@ -273,7 +341,7 @@ def mutate(data: bytes, rng: random.Random, kind: str) -> bytes:
             return data + rng.choice(_HUGE)
         out = data
         for m in sorted(rng.sample(hits, min(len(hits), rng.randint(1, 4))), key=lambda m: -m.start()):
-            out = out[: m.start()] + rng.choice(_HUGE) + out[m.end():]
+            out = out[: m.start()] + rng.choice(_HUGE) + out[m.end() :]
         return out
     if kind == "bad_utf8":
         at = rng.randrange(n + 1)
@@ -285,7 +353,7 @@ def mutate(data: bytes, rng: random.Random, kind: str) -> bytes:
         hits = list(_VALUE_AFTER_KEY.finditer(data))
         if hits and rng.random() < 0.7:
             m = rng.choice(hits)
-            return data[: m.start(1)] + deep + data[m.end(1):]
+            return data[: m.start(1)] + deep + data[m.end(1) :]
         if rng.random() < 0.5:
             return deep
         at = rng.randrange(n + 1)
@@ -298,8 +366,9 @@ def make_case(reader: str, seeds: list[Path], index: int, seed: int) -> tuple[st
     return mutate_seed(reader, seeds, random.Random(f"{seed}:{reader}:{index}"))
 
 
-def mutate_seed(reader: str, seeds: list[Path], rng: random.Random, *, stack: int = 1,
-                bombs: bool = True) -> tuple[str, str, bytes]:
+def mutate_seed(
+    reader: str, seeds: list[Path], rng: random.Random, *, stack: int = 1, bombs: bool = True
+) -> tuple[str, str, bytes]:
     """One of ``seeds`` changed by ``stack`` mutations chosen with ``rng``: (mutations joined by
     ``+``, file suffix, the file's bytes).
 
@@ -330,6 +399,7 @@ def mutate_seed(reader: str, seeds: list[Path], rng: random.Random, *, stack: in
 
 # -- running ---------------------------------------------------------------------------------------
 
+
 class _CaseTimeout(BaseException):
     """Raised by the alarm; a BaseException so a reader's ``except Exception`` cannot swallow it."""
 
@@ -345,6 +415,7 @@ def run_one(reader: str, path: Path, timeout_s: float) -> tuple[str, str]:
     """
     from dlexplore._hdf5 import ENV_SECONDS
     from dlexplore.errors import DlexploreError
+
     # netCDF files are probed in a child process first (HDF5 can loop in C on a damaged file); its
     # limit must fall inside this case's, or a refused file would count as a hang.
     os.environ[ENV_SECONDS] = str(timeout_s / 2)
@@ -393,8 +464,9 @@ def _limit_memory(memory: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
-def _worker(conn: Any, seeds: dict[str, list[str]], seed: int, timeout_s: float, memory: int,
-            tmp: str) -> None:
+def _worker(
+    conn: Any, seeds: dict[str, list[str]], seed: int, timeout_s: float, memory: int, tmp: str
+) -> None:
     _limit_memory(memory)
     seed_paths = {k: [Path(p) for p in v] for k, v in seeds.items()}
     for reader in READERS:  # import everything once, outside the per-case time bound
@@ -424,8 +496,14 @@ def _isolated(conn: Any, reader: str, path: str, timeout_s: float, memory: int) 
     conn.send(run_one(reader, Path(path), timeout_s))
 
 
-def run_isolated(reader: str, path: str | Path, *, timeout_s: float = 5.0,
-                 memory: int = MEMORY_BYTES, kill_after_s: float | None = None) -> tuple[str, str]:
+def run_isolated(
+    reader: str,
+    path: str | Path,
+    *,
+    timeout_s: float = 5.0,
+    memory: int = MEMORY_BYTES,
+    kill_after_s: float | None = None,
+) -> tuple[str, str]:
     """Run one reader on one file in a fresh process under ``timeout_s`` (s) and ``memory`` (B).
 
     Returns ``(outcome, detail)`` as :func:`run_one`; a killed or crashed process is a finding.
@@ -449,9 +527,17 @@ def run_isolated(reader: str, path: str | Path, *, timeout_s: float = 5.0,
         proc.join()
 
 
-def fuzz(readers: list[str], cases: int, *, workers: int = 2, seed: int = 0, timeout_s: float = 5.0,
-         memory: int = MEMORY_BYTES, progress: bool = True,
-         kill_after_s: float | None = None) -> dict[str, Any]:
+def fuzz(
+    readers: list[str],
+    cases: int,
+    *,
+    workers: int = 2,
+    seed: int = 0,
+    timeout_s: float = 5.0,
+    memory: int = MEMORY_BYTES,
+    progress: bool = True,
+    kill_after_s: float | None = None,
+) -> dict[str, Any]:
     """Run ``cases`` cases per reader on ``workers`` processes.
 
     A worker that returns nothing for ``kill_after_s`` (s; default ``3 * timeout_s + 60``, which
@@ -542,15 +628,23 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
-def _hypothesis_case(reader: str, seeds: list[Path], workdir: Path, counts: Counter, examples: int,
-                     seed: int, timeout_s: float, memory: int, api: tuple) -> tuple[Callable, dict]:
+def _hypothesis_case(
+    reader: str,
+    seeds: list[Path],
+    workdir: Path,
+    counts: Counter,
+    examples: int,
+    seed: int,
+    timeout_s: float,
+    memory: int,
+    api: tuple,
+) -> tuple[Callable, dict]:
     """The hypothesis test of one reader, and the dict where it leaves its (shrunk) finding."""
     given, settings, hypothesis_seed, st, health_check = api
     last: dict[str, Any] = {}
 
     @hypothesis_seed(seed)
-    @settings(max_examples=examples, deadline=None, database=None,
-              suppress_health_check=list(health_check))
+    @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(health_check))
     @given(rng=st.randoms(use_true_random=False), stack=st.integers(1, 3))
     def one(rng: random.Random, stack: int) -> None:
         kinds, suffix, data = mutate_seed(reader, seeds, rng, stack=stack, bombs=False)
@@ -568,8 +662,15 @@ def _hypothesis_case(reader: str, seeds: list[Path], workdir: Path, counts: Coun
     return one, last
 
 
-def fuzz_hypothesis(readers: list[str], examples: int, *, seed: int = 0, timeout_s: float = 5.0,
-                    memory: int = MEMORY_BYTES, workdir: Path | None = None) -> dict[str, Any]:
+def fuzz_hypothesis(
+    readers: list[str],
+    examples: int,
+    *,
+    seed: int = 0,
+    timeout_s: float = 5.0,
+    memory: int = MEMORY_BYTES,
+    workdir: Path | None = None,
+) -> dict[str, Any]:
     """Run ``examples`` hypothesis examples per reader, one at a time, each in a fresh process.
 
     Hypothesis drives :func:`mutate_seed` (``st.randoms()``, up to 3 stacked mutations) and stops a
@@ -587,8 +688,17 @@ def fuzz_hypothesis(readers: list[str], examples: int, *, seed: int = 0, timeout
     counts = {r: Counter(cases=0, ok=0, error=0, finding=0) for r in readers}
     findings: list[tuple[str, str, str, str]] = []
     for reader in readers:
-        one, last = _hypothesis_case(reader, seeds[reader], workdir, counts[reader], examples, seed,
-                                     timeout_s, memory, (given, settings, hypothesis_seed, st, HealthCheck))
+        one, last = _hypothesis_case(
+            reader,
+            seeds[reader],
+            workdir,
+            counts[reader],
+            examples,
+            seed,
+            timeout_s,
+            memory,
+            (given, settings, hypothesis_seed, st, HealthCheck),
+        )
         try:
             one()
         except AssertionError:
@@ -604,30 +714,48 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=5.0, help="per-case time bound (s)")
-    parser.add_argument("--memory-gb", type=float, default=MEMORY_BYTES / 2**30,
-                        help="per-worker RLIMIT_AS (GiB)")
+    parser.add_argument(
+        "--memory-gb", type=float, default=MEMORY_BYTES / 2**30, help="per-worker RLIMIT_AS (GiB)"
+    )
     parser.add_argument("--show", type=int, default=20, help="how many findings to print")
-    parser.add_argument("--engine", choices=("numbered", "hypothesis"), default="numbered",
-                        help="numbered: seeded cases on --workers processes, counts every finding; "
-                        "hypothesis: one process, stops a reader at its first finding and shrinks it")
+    parser.add_argument(
+        "--engine",
+        choices=("numbered", "hypothesis"),
+        default="numbered",
+        help="numbered: seeded cases on --workers processes, counts every finding; "
+        "hypothesis: one process, stops a reader at its first finding and shrinks it",
+    )
     args = parser.parse_args(argv)
     readers = args.reader or list(READERS)
     if args.engine == "hypothesis":
-        result = fuzz_hypothesis(readers, args.cases, seed=args.seed, timeout_s=args.timeout,
-                                 memory=int(args.memory_gb * 2**30))
+        result = fuzz_hypothesis(
+            readers, args.cases, seed=args.seed, timeout_s=args.timeout, memory=int(args.memory_gb * 2**30)
+        )
         print(table(result))
-        print(f"{sum(c['cases'] for c in result['counts'].values())} hypothesis examples (shrinking "
-              f"included) in {result['seconds']:.0f} s")
+        print(
+            f"{sum(c['cases'] for c in result['counts'].values())} hypothesis examples (shrinking "
+            f"included) in {result['seconds']:.0f} s"
+        )
         for reader, path, kinds, detail in result["findings"]:
             print(f"  {reader}: shrunk to {path} [{kinds}]: {detail}")
         return 1 if result["findings"] else 0
-    result = fuzz(readers, args.cases, workers=args.workers, seed=args.seed, timeout_s=args.timeout,
-                  memory=int(args.memory_gb * 2**30))
+    result = fuzz(
+        readers,
+        args.cases,
+        workers=args.workers,
+        seed=args.seed,
+        timeout_s=args.timeout,
+        memory=int(args.memory_gb * 2**30),
+    )
     print(table(result))
-    print(f"{sum(c['cases'] for c in result['counts'].values())} cases in {result['seconds']:.0f} s "
-          f"on {args.workers} workers")
-    by_kind = Counter((r, d.split(":")[0] + " " + d.rsplit(" at ", 1)[-1] if " at " in d else d[:80])
-                      for r, _, _, d in result["findings"])
+    print(
+        f"{sum(c['cases'] for c in result['counts'].values())} cases in {result['seconds']:.0f} s "
+        f"on {args.workers} workers"
+    )
+    by_kind = Counter(
+        (r, d.split(":")[0] + " " + d.rsplit(" at ", 1)[-1] if " at " in d else d[:80])
+        for r, _, _, d in result["findings"]
+    )
     if by_kind:
         print("\ndistinct findings (reader, kind at place): count")
         for (reader, what), n in by_kind.most_common(args.show):

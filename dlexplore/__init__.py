@@ -59,9 +59,16 @@ __all__ = [
 
 # The interactive parts import bokeh and ipywidgets (about half a second): load them on first use,
 # so that `import dlexplore` and the command line stay quick.
-_LAZY = {"plots": "plots", "widgets": "widgets", "report": "report", "Explorer": "widgets",
-         "store": "store",
-         "TraceView": "widgets", "advise": "advisor", "advisor": "advisor"}
+_LAZY = {
+    "plots": "plots",
+    "widgets": "widgets",
+    "report": "report",
+    "Explorer": "widgets",
+    "store": "store",
+    "TraceView": "widgets",
+    "advise": "advisor",
+    "advisor": "advisor",
+}
 
 
 def __getattr__(name: str):

@@ -117,14 +117,22 @@ def probe_hdf5(path: str | os.PathLike, what: str = "netCDF") -> None:
     # -P (3.11+) keeps the current folder off sys.path, so no stray h5py.py there is imported.
     flags = ["-P"] if sys.version_info >= (3, 11) else []
     try:
-        done = subprocess.run([sys.executable, *flags, "-c", _PROBE, str(source)],
-                              capture_output=True, text=True, timeout=limit,
-                              stdin=subprocess.DEVNULL, check=False)
+        done = subprocess.run(
+            [sys.executable, *flags, "-c", _PROBE, str(source)],
+            capture_output=True,
+            text=True,
+            timeout=limit,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         shown = f"{limit:.0f}" if limit >= 10 else f"{limit:.2g}"
-        raise InputFileError(source, f"cannot be read as {what}: HDF5 did not finish reading it in "
-                             f"{shown} s (a damaged file can make it loop forever; raise "
-                             f"{ENV_SECONDS} if the file is sound and the disk is slow)") from None
+        raise InputFileError(
+            source,
+            f"cannot be read as {what}: HDF5 did not finish reading it in "
+            f"{shown} s (a damaged file can make it loop forever; raise "
+            f"{ENV_SECONDS} if the file is sound and the disk is slow)",
+        ) from None
     if done.returncode == 0:
         if identity is not None:
             if len(_PASSED) >= _PASSED_MAX:

@@ -33,18 +33,38 @@ from .model.memory import DEFAULT_WORKSPACE
 from .model.parallel import RECOMPUTE_MODES, evaluate_hybrid, hybrid_setup
 
 __all__ = [
-    "advise", "pareto_front", "add_arguments", "run_cli", "AdvisorWidget", "ADVISE_COLUMNS",
+    "advise",
+    "pareto_front",
+    "add_arguments",
+    "run_cli",
+    "AdvisorWidget",
+    "ADVISE_COLUMNS",
     "COLUMN_UNITS",
 ]
 
 #: Columns of :func:`advise`'s frame, in order, with their units.
 COLUMN_UNITS: dict[str, str] = {
-    "dp": "count", "tp": "count", "pp": "count", "micro_batch": "samples",
-    "micro_batches": "count", "recompute": "", "sequence_parallel": "", "zero": "",
-    "step_time": "s", "throughput": "samples/s", "tokens_per_s": "tokens/s", "mfu": "1",
-    "bubble_fraction": "1", "time_compute": "s", "time_tp_comm": "s", "time_pp_comm": "s",
-    "time_dp_comm_exposed": "s", "mem_total": "bytes", "mem_capacity": "bytes",
-    "energy_per_step": "J", "energy_model": "",
+    "dp": "count",
+    "tp": "count",
+    "pp": "count",
+    "micro_batch": "samples",
+    "micro_batches": "count",
+    "recompute": "",
+    "sequence_parallel": "",
+    "zero": "",
+    "step_time": "s",
+    "throughput": "samples/s",
+    "tokens_per_s": "tokens/s",
+    "mfu": "1",
+    "bubble_fraction": "1",
+    "time_compute": "s",
+    "time_tp_comm": "s",
+    "time_pp_comm": "s",
+    "time_dp_comm_exposed": "s",
+    "mem_total": "bytes",
+    "mem_capacity": "bytes",
+    "energy_per_step": "J",
+    "energy_model": "",
 }
 ADVISE_COLUMNS = tuple(COLUMN_UNITS)
 
@@ -53,8 +73,14 @@ def _divisors(n: int, limit: int | None = None) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0 and (limit is None or d <= limit)]
 
 
-def _configurations(wl: catalog.Workload, gpus: int, batch_size: int, gpus_per_node: int,
-                    stages: list[int], max_micro_batch: int | None) -> list[dict]:
+def _configurations(
+    wl: catalog.Workload,
+    gpus: int,
+    batch_size: int,
+    gpus_per_node: int,
+    stages: list[int],
+    max_micro_batch: int | None,
+) -> list[dict]:
     """Every (dp, tp, pp, micro-batch, ZeRO stage) :func:`advise` enumerates."""
     if wl.kind == "transformer":
         tps = _divisors(wl.config["heads"], min(gpus_per_node, gpus))
@@ -70,8 +96,11 @@ def _configurations(wl: catalog.Workload, gpus: int, batch_size: int, gpus_per_n
             if batch_size % dp:
                 continue
             per_replica = batch_size // dp
-            mbs = [b for b in (2**k for k in range(per_replica.bit_length()))
-                   if per_replica % b == 0 and (max_micro_batch is None or b <= max_micro_batch)]
+            mbs = [
+                b
+                for b in (2**k for k in range(per_replica.bit_length()))
+                if per_replica % b == 0 and (max_micro_batch is None or b <= max_micro_batch)
+            ]
             for mb in mbs:
                 for z in stages:
                     if (z >= 2 and pp > 1) or (z > 0 and dp == 1):
@@ -86,8 +115,9 @@ def _energy_function() -> Callable | None:
     return energy
 
 
-def _phase_energy(rows: list[dict], gpus: int, batch_size: int, dev: catalog.GPU,
-                  gpus_per_node: int, function: Callable) -> list[float]:
+def _phase_energy(
+    rows: list[dict], gpus: int, batch_size: int, dev: catalog.GPU, gpus_per_node: int, function: Callable
+) -> list[float]:
     """Energy per step (J) of every row, ``function`` (:func:`dlexplore.model.energy.energy`) called
     once on all rows' phases (:func:`dlexplore.model.energy.parallel_phases`)."""
     import numpy as np
@@ -99,13 +129,20 @@ def _phase_energy(rows: list[dict], gpus: int, batch_size: int, dev: catalog.GPU
         return xr.DataArray(np.array([r[name] for r in rows], dtype=float), dims="config")
 
     step = xr.Dataset(
-        {name: column(key) for name, key in (
-            ("step_time", "step_time"), ("time_compute", "time_compute"),
-            ("time_optimizer", "_time_optimizer"), ("time_offload", "_time_offload"),
-            ("time_tp_comm", "time_tp_comm"), ("time_pp_comm", "time_pp_comm"),
-            ("time_dp_comm_exposed", "time_dp_comm_exposed"), ("time_bubble", "_time_bubble"))},
-        coords={"gpus": gpus, "batch_size": batch_size, "gpu": dev.name,
-                "gpus_per_node": gpus_per_node},
+        {
+            name: column(key)
+            for name, key in (
+                ("step_time", "step_time"),
+                ("time_compute", "time_compute"),
+                ("time_optimizer", "_time_optimizer"),
+                ("time_offload", "_time_offload"),
+                ("time_tp_comm", "time_tp_comm"),
+                ("time_pp_comm", "time_pp_comm"),
+                ("time_dp_comm_exposed", "time_dp_comm_exposed"),
+                ("time_bubble", "_time_bubble"),
+            )
+        },
+        coords={"gpus": gpus, "batch_size": batch_size, "gpu": dev.name, "gpus_per_node": gpus_per_node},
     )
     return [float(e) for e in function(parallel_phases(step), gpu=dev)["energy_step"].values]
 
@@ -179,16 +216,28 @@ def advise(
         modes = ["none"]
     configs = _configurations(wl, gpus, batch_size, gpus_per_node, stages, max_micro_batch)
     rows, evaluated, dropped = [], 0, 0
-    columns = {k: np.array([c[k] for c in configs], dtype=float) for k in ("dp", "tp", "pp",
-                                                                          "micro_batch", "zero")}
+    columns = {
+        k: np.array([c[k] for c in configs], dtype=float) for k in ("dp", "tp", "pp", "micro_batch", "zero")
+    }
     sp = columns["tp"] > 1 if sequence_parallel else np.zeros(len(configs), dtype=bool)
     for mode in modes:
         if not configs:
             break
-        v = evaluate_hybrid(st, {**columns, "gpus": gpus, "batch_size": batch_size,
-                                 "sequence_parallel": sp, "gpus_per_node": gpus_per_node,
-                                 "compute_efficiency": compute_efficiency, "overlap": overlap,
-                                 "workspace": workspace}, recompute=mode, schedule=schedule)
+        v = evaluate_hybrid(
+            st,
+            {
+                **columns,
+                "gpus": gpus,
+                "batch_size": batch_size,
+                "sequence_parallel": sp,
+                "gpus_per_node": gpus_per_node,
+                "compute_efficiency": compute_efficiency,
+                "overlap": overlap,
+                "workspace": workspace,
+            },
+            recompute=mode,
+            schedule=schedule,
+        )
         for i, config in enumerate(configs):
             evaluated += 1
             if not v["fits"][i]:
@@ -196,9 +245,11 @@ def advise(
                 continue
             row = {k: float(v[k][i]) for k in ADVISE_COLUMNS if k in v}
             row.update(config, recompute=mode, sequence_parallel=bool(sp[i]))
-            row.update(_time_bubble=float(v["time_bubble"][i]),
-                       _time_optimizer=float(v["time_optimizer"][i]),
-                       _time_offload=float(v["time_offload"][i]))
+            row.update(
+                _time_bubble=float(v["time_bubble"][i]),
+                _time_optimizer=float(v["time_optimizer"][i]),
+                _time_offload=float(v["time_offload"][i]),
+            )
             rows.append(row)
     if not rows:
         raise DlexploreError(
@@ -217,8 +268,13 @@ def advise(
     frame = frame.sort_values(["throughput", "mem_total"], ascending=[False, True], kind="stable")
     frame = frame.reset_index(drop=True)
     frame.attrs.update(
-        evaluated=evaluated, dropped=dropped, units=dict(COLUMN_UNITS), workload=wl.name,
-        gpu=st.dev.name, gpus=gpus, batch_size=batch_size,
+        evaluated=evaluated,
+        dropped=dropped,
+        units=dict(COLUMN_UNITS),
+        workload=wl.name,
+        gpu=st.dev.name,
+        gpus=gpus,
+        batch_size=batch_size,
         source="predicted: dlexplore parallel model (dlexplore.model.parallel)",
     )
     return frame
@@ -247,15 +303,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpus", type=int, required=True, help="total GPUs")
     parser.add_argument("--gpu", required=True, help="GPU id, e.g. A100-80GB")
     parser.add_argument("--network", default="IB-HDR", help="network between nodes (default IB-HDR)")
-    parser.add_argument("--batch-size", type=int, default=None,
-                        help="global batch per step, samples (default 8 per GPU)")
+    parser.add_argument(
+        "--batch-size", type=int, default=None, help="global batch per step, samples (default 8 per GPU)"
+    )
     parser.add_argument("--seq", type=int, default=None, help="sequence length, tokens")
     parser.add_argument("--precision", default="bf16", help="fp32, tf32, fp16 or bf16 (default)")
     parser.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
     parser.add_argument("--intra-link", default="NVLink3", help="link inside a node (default NVLink3)")
     parser.add_argument("--top", type=int, default=10, help="rows to show (default 10; 0 = all)")
-    parser.add_argument("--pareto", action="store_true",
-                        help="show only the step-time / energy Pareto front")
+    parser.add_argument("--pareto", action="store_true", help="show only the step-time / energy Pareto front")
     parser.add_argument("--format", choices=("table", "csv", "json"), default="table")
 
 
@@ -264,40 +320,91 @@ def run_cli(args: argparse.Namespace, out=None) -> None:
     ``out`` (default stdout)."""
     out = sys.stdout if out is None else out
     batch = args.batch_size if args.batch_size is not None else 8 * args.gpus
-    frame = advise(args.workload, args.gpus, args.gpu, args.network, batch_size=batch, seq=args.seq,
-                   precision=args.precision, gpus_per_node=args.gpus_per_node,
-                   intra_link=args.intra_link)
+    frame = advise(
+        args.workload,
+        args.gpus,
+        args.gpu,
+        args.network,
+        batch_size=batch,
+        seq=args.seq,
+        precision=args.precision,
+        gpus_per_node=args.gpus_per_node,
+        intra_link=args.intra_link,
+    )
     shown = pareto_front(frame) if args.pareto else frame
     if args.top:
         shown = shown.head(args.top)
     if args.format == "csv":
         out.write(shown.to_csv(index=False))
     elif args.format == "json":
-        json.dump({"attrs": {k: v for k, v in frame.attrs.items()},
-                   "rows": json.loads(shown.to_json(orient="records"))}, out, indent=1)
+        json.dump(
+            {
+                "attrs": {k: v for k, v in frame.attrs.items()},
+                "rows": json.loads(shown.to_json(orient="records")),
+            },
+            out,
+            indent=1,
+        )
         out.write("\n")
     else:
         a = frame.attrs
-        out.write(f"# {a['workload']} on {a['gpus']} x {a['gpu']}, global batch {a['batch_size']}: "
-                  f"{a['evaluated']} configurations evaluated, {a['dropped']} dropped (do not fit "
-                  f"in memory); {a['source']}\n")
+        out.write(
+            f"# {a['workload']} on {a['gpus']} x {a['gpu']}, global batch {a['batch_size']}: "
+            f"{a['evaluated']} configurations evaluated, {a['dropped']} dropped (do not fit "
+            f"in memory); {a['source']}\n"
+        )
         table = shown.copy()
         table["mem_total"] = table["mem_total"] / 2**30
-        table = table.rename(columns={"mem_total": "mem_total [GiB]", "step_time": "step_time [s]",
-                                      "throughput": "throughput [samples/s]",
-                                      "energy_per_step": "energy_per_step [J]"})
-        table = table.drop(columns=["mem_capacity", "tokens_per_s", "time_compute", "time_tp_comm",
-                                    "time_pp_comm", "time_dp_comm_exposed"])
+        table = table.rename(
+            columns={
+                "mem_total": "mem_total [GiB]",
+                "step_time": "step_time [s]",
+                "throughput": "throughput [samples/s]",
+                "energy_per_step": "energy_per_step [J]",
+            }
+        )
+        table = table.drop(
+            columns=[
+                "mem_capacity",
+                "tokens_per_s",
+                "time_compute",
+                "time_tp_comm",
+                "time_pp_comm",
+                "time_dp_comm_exposed",
+            ]
+        )
         out.write(table.to_string(index=False, float_format=lambda v: f"{v:.4g}") + "\n")
 
 
 def _table_html(frame: pd.DataFrame, top: int) -> str:
     shown = frame.head(top).copy()
     shown["mem_total"] = shown["mem_total"] / 2**30
-    shown = shown[["dp", "tp", "pp", "micro_batch", "recompute", "zero", "step_time", "throughput",
-                   "mem_total", "energy_per_step"]]
-    shown.columns = ["dp", "tp", "pp", "micro-batch", "recompute", "ZeRO", "step (s)",
-                     "samples/s", "memory (GiB)", "energy/step (J)"]
+    shown = shown[
+        [
+            "dp",
+            "tp",
+            "pp",
+            "micro_batch",
+            "recompute",
+            "zero",
+            "step_time",
+            "throughput",
+            "mem_total",
+            "energy_per_step",
+        ]
+    ]
+    shown.columns = [
+        "dp",
+        "tp",
+        "pp",
+        "micro-batch",
+        "recompute",
+        "ZeRO",
+        "step (s)",
+        "samples/s",
+        "memory (GiB)",
+        "energy/step (J)",
+    ]
     return shown.to_html(index=False, float_format=lambda v: f"{v:.4g}")
 
 
@@ -311,9 +418,18 @@ class AdvisorWidget:
     fastest 16-bit one it has (bf16, else fp16, else fp32), so that a P100 starts in fp16.
     """
 
-    def __init__(self, workload: str = "gpt2-xl", gpus: int = 16, gpu: str = "A100-80GB",
-                 network: str = "IB-HDR", batch_size: int = 64, precision: str | None = None,
-                 top: int = 10, gpus_per_node: int = 8, intra_link: str = "NVLink3"):
+    def __init__(
+        self,
+        workload: str = "gpt2-xl",
+        gpus: int = 16,
+        gpu: str = "A100-80GB",
+        network: str = "IB-HDR",
+        batch_size: int = 64,
+        precision: str | None = None,
+        top: int = 10,
+        gpus_per_node: int = 8,
+        intra_link: str = "NVLink3",
+    ):
         import ipywidgets as w
 
         from .model.compute import normalize_precision
@@ -328,17 +444,24 @@ class AdvisorWidget:
         if workload not in names:
             names.append(workload)
         self.workload = w.Dropdown(options=names, value=workload, description="workload")
-        self.gpus = w.BoundedIntText(value=validation.gpu_count("gpus", gpus), min=1,
-                                     max=validation.MAX_GPUS, description="GPUs")
+        self.gpus = w.BoundedIntText(
+            value=validation.gpu_count("gpus", gpus), min=1, max=validation.MAX_GPUS, description="GPUs"
+        )
         self.gpu = w.Dropdown(options=list(catalog.gpus()["name"]), value=dev.name, description="GPU")
         nets = catalog.networks()
         networks = list(nets.loc[nets["kind"] == "network", "name"])
-        self.network = w.Dropdown(options=networks, value=catalog.network(network).name,
-                                  description="network")
-        self.gpus_per_node = w.BoundedIntText(value=validation.gpu_count("gpus_per_node", gpus_per_node),
-                                              min=1, max=64, description="GPUs/node")
-        self.batch_size = w.BoundedIntText(value=validation.batch_size("batch_size", batch_size),
-                                           min=1, max=1 << 20, description="global batch")
+        self.network = w.Dropdown(
+            options=networks, value=catalog.network(network).name, description="network"
+        )
+        self.gpus_per_node = w.BoundedIntText(
+            value=validation.gpu_count("gpus_per_node", gpus_per_node), min=1, max=64, description="GPUs/node"
+        )
+        self.batch_size = w.BoundedIntText(
+            value=validation.batch_size("batch_size", batch_size),
+            min=1,
+            max=1 << 20,
+            description="global batch",
+        )
         self.precision = w.Dropdown(options=supported, value=precision, description="precision")
         self.top = w.IntSlider(value=top, min=1, max=50, description="rows")
         self.button = w.Button(description="advise", button_style="primary")
@@ -346,9 +469,13 @@ class AdvisorWidget:
         self.table = w.HTML()
         self.button.on_click(lambda _: self.update())
         self.gpu.observe(lambda _: self._offer_precisions(), names="value")
-        controls = w.HBox([w.VBox([self.workload, self.gpus, self.gpu, self.precision]),
-                           w.VBox([self.network, self.gpus_per_node, self.batch_size, self.top,
-                                   self.button])], layout=w.Layout(flex_flow="row wrap"))
+        controls = w.HBox(
+            [
+                w.VBox([self.workload, self.gpus, self.gpu, self.precision]),
+                w.VBox([self.network, self.gpus_per_node, self.batch_size, self.top, self.button]),
+            ],
+            layout=w.Layout(flex_flow="row wrap"),
+        )
         self.box = w.VBox([controls, self.summary, self.table])
         #: The link inside a node (not a control: the explorer passes its own).
         self.intra_link = catalog.network(intra_link).name
@@ -359,18 +486,25 @@ class AdvisorWidget:
         supported = validation.supported_precisions(catalog.gpu(self.gpu.value))
         current = self.precision.value
         self.precision.options = supported
-        self.precision.value = current if current in supported else next(
-            p for p in ("bf16", "fp16", "fp32") if p in supported)
+        self.precision.value = (
+            current if current in supported else next(p for p in ("bf16", "fp16", "fp32") if p in supported)
+        )
 
     def update(self) -> None:
         """Rerun :func:`advise` with the controls' values and refresh the summary and table."""
         import html
 
         try:
-            self.frame = advise(self.workload.value, self.gpus.value, self.gpu.value,
-                                self.network.value, batch_size=self.batch_size.value,
-                                precision=self.precision.value, gpus_per_node=self.gpus_per_node.value,
-                                intra_link=self.intra_link)
+            self.frame = advise(
+                self.workload.value,
+                self.gpus.value,
+                self.gpu.value,
+                self.network.value,
+                batch_size=self.batch_size.value,
+                precision=self.precision.value,
+                gpus_per_node=self.gpus_per_node.value,
+                intra_link=self.intra_link,
+            )
         except DlexploreError as err:
             self.frame = None
             self.summary.value = f"<b>No configuration:</b> {html.escape(str(err))}"

@@ -58,13 +58,31 @@ ENERGY_COLUMNS = ("energy_step", "energy_sample", "power_average", "energy_epoch
 
 #: What the table format shows besides the swept coordinates.
 _TABLE_COLUMNS = (
-    "throughput", "step_time", "efficiency", "time_compute", "time_comm_exposed",
-    "time_io_exposed", "mem_total", "mem_capacity", "fits", "time", "algbw", "busbw",
+    "throughput",
+    "step_time",
+    "efficiency",
+    "time_compute",
+    "time_comm_exposed",
+    "time_io_exposed",
+    "mem_total",
+    "mem_capacity",
+    "fits",
+    "time",
+    "algbw",
+    "busbw",
 )
 
 _BYTE_UNITS = {
-    "": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+    "": 1,
+    "b": 1,
+    "kb": 1e3,
+    "mb": 1e6,
+    "gb": 1e9,
+    "tb": 1e12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
 }
 
 
@@ -177,8 +195,9 @@ def _json_value(value: object) -> object:
     return value
 
 
-def _render(ds: xr.Dataset, frame: pd.DataFrame, fmt: str, title: str,
-            table_columns: Sequence[str] = _TABLE_COLUMNS) -> str:
+def _render(
+    ds: xr.Dataset, frame: pd.DataFrame, fmt: str, title: str, table_columns: Sequence[str] = _TABLE_COLUMNS
+) -> str:
     units = _units(ds, frame.columns)
     if fmt == "csv":
         return frame.to_csv(index=False, float_format="%.12g", lineterminator="\n")
@@ -189,10 +208,7 @@ def _render(ds: xr.Dataset, frame: pd.DataFrame, fmt: str, title: str,
             "kind": ds.attrs.get("kind", ""),
             "config": {k: _json_value(v) for k, v in _scalar_config(ds).items()},
             "units": units,
-            "rows": [
-                {k: _json_value(v) for k, v in row.items()}
-                for row in frame.to_dict(orient="records")
-            ],
+            "rows": [{k: _json_value(v) for k, v in row.items()} for row in frame.to_dict(orient="records")],
         }
         return json.dumps(payload, indent=2) + "\n"
     # table: for people; times in ms and memory in GiB, the full set stays in csv/json/netcdf
@@ -250,8 +266,13 @@ def _write(text: str, output: str | None) -> None:
         sys.stdout.write(text)
 
 
-def _emit(ds: xr.Dataset, frame: pd.DataFrame, args: argparse.Namespace, title: str,
-          table_columns: Sequence[str] = _TABLE_COLUMNS) -> None:
+def _emit(
+    ds: xr.Dataset,
+    frame: pd.DataFrame,
+    args: argparse.Namespace,
+    title: str,
+    table_columns: Sequence[str] = _TABLE_COLUMNS,
+) -> None:
     if args.format == "netcdf":
         if not args.output:
             raise _UsageError("--format netcdf writes a binary file: give -o FILE.nc")
@@ -271,11 +292,33 @@ def _cmd_predict(args: argparse.Namespace) -> None:
 
     kwargs: dict[str, object] = {}
     for option in (
-        "workload", "gpu", "network", "gpus", "batch_size", "gpus_per_node", "algorithm",
-        "precision", "optimizer", "bandwidth", "latency", "intra_link", "intra_bandwidth",
-        "intra_latency", "servers", "compute_efficiency", "bucket_size", "overlap", "storage",
-        "io_threads", "gamma", "grad_accum", "attention", "framework", "transport",
-        "memory_efficiency", "kernel_time",
+        "workload",
+        "gpu",
+        "network",
+        "gpus",
+        "batch_size",
+        "gpus_per_node",
+        "algorithm",
+        "precision",
+        "optimizer",
+        "bandwidth",
+        "latency",
+        "intra_link",
+        "intra_bandwidth",
+        "intra_latency",
+        "servers",
+        "compute_efficiency",
+        "bucket_size",
+        "overlap",
+        "storage",
+        "io_threads",
+        "gamma",
+        "grad_accum",
+        "attention",
+        "framework",
+        "transport",
+        "memory_efficiency",
+        "kernel_time",
     ):
         value = getattr(args, option)
         if value is not None:
@@ -319,12 +362,20 @@ def _cmd_predict(args: argparse.Namespace) -> None:
 
 
 #: What ``predict --target`` adds (dlexplore.model.time_to_accuracy).
-TARGET_COLUMNS = ("global_batch", "steps_to_target", "epochs_to_target", "time_to_target",
-                  "energy_to_target", "reachable", "fastest")
+TARGET_COLUMNS = (
+    "global_batch",
+    "steps_to_target",
+    "epochs_to_target",
+    "time_to_target",
+    "energy_to_target",
+    "reachable",
+    "fastest",
+)
 
 
-def _time_to_accuracy(ds: xr.Dataset, args: argparse.Namespace, columns: Sequence[str],
-                      table: Sequence[str]) -> tuple[xr.Dataset, tuple, tuple]:
+def _time_to_accuracy(
+    ds: xr.Dataset, args: argparse.Namespace, columns: Sequence[str], table: Sequence[str]
+) -> tuple[xr.Dataset, tuple, tuple]:
     """``predict --target``: steps, time (and energy) to the target accuracy per configuration."""
     from .model.time_to_accuracy import time_to_accuracy
 
@@ -362,15 +413,56 @@ def _energy_columns(ds: xr.Dataset) -> xr.Dataset:
     return ds[[name for name in ENERGY_COLUMNS if name in ds]].reset_coords(drop=True)
 
 
-_HYBRID_OPTIONS = ("tp", "pp", "dp", "micro_batch", "seq", "recompute", "sequence_parallel", "zero",
-                   "offload", "schedule", "virtual_stages", "memory_convention", "tp_overlap")
+_HYBRID_OPTIONS = (
+    "tp",
+    "pp",
+    "dp",
+    "micro_batch",
+    "seq",
+    "recompute",
+    "sequence_parallel",
+    "zero",
+    "offload",
+    "schedule",
+    "virtual_stages",
+    "memory_convention",
+    "tp_overlap",
+)
 #: The configuration columns of a hybrid prediction, in the order they lead its row.
-_HYBRID_INPUTS = ("workload", "gpu", "network", "gpus", "gpus_per_node", "dp", "tp", "pp", "micro_batch",
-                  "batch_size", "seq", "precision", "recompute", "sequence_parallel", "zero", "offload",
-                  "schedule", "virtual_stages")
-_HYBRID_TABLE = ("throughput", "tokens_per_s", "step_time", "efficiency", "mfu", "time_bubble",
-                 "time_tp_comm_exposed", "time_pp_comm", "time_dp_comm_exposed", "mem_total",
-                 "mem_capacity", "fits")
+_HYBRID_INPUTS = (
+    "workload",
+    "gpu",
+    "network",
+    "gpus",
+    "gpus_per_node",
+    "dp",
+    "tp",
+    "pp",
+    "micro_batch",
+    "batch_size",
+    "seq",
+    "precision",
+    "recompute",
+    "sequence_parallel",
+    "zero",
+    "offload",
+    "schedule",
+    "virtual_stages",
+)
+_HYBRID_TABLE = (
+    "throughput",
+    "tokens_per_s",
+    "step_time",
+    "efficiency",
+    "mfu",
+    "time_bubble",
+    "time_tp_comm_exposed",
+    "time_pp_comm",
+    "time_dp_comm_exposed",
+    "mem_total",
+    "mem_capacity",
+    "fits",
+)
 
 
 def _predict_hybrid(kwargs: dict[str, object], hybrid: dict[str, object]) -> xr.Dataset:
@@ -381,15 +473,36 @@ def _predict_hybrid(kwargs: dict[str, object], hybrid: dict[str, object]) -> xr.
     for name, value in kwargs.items():
         if isinstance(value, list):
             if len(value) != 1:
-                raise _UsageError(f"--{name.replace('_', '-')}: the hybrid-parallel model takes one "
-                                  "value per option (use dlexplore advise to compare configurations)")
+                raise _UsageError(
+                    f"--{name.replace('_', '-')}: the hybrid-parallel model takes one "
+                    "value per option (use dlexplore advise to compare configurations)"
+                )
             value = value[0]
         call[name] = value
-    unsupported = sorted(set(call) - {"workload", "gpu", "network", "gpus", "batch_size", "gpus_per_node",
-                                      "intra_link", "precision", "optimizer", "compute_efficiency",
-                                      "overlap", "workspace", "attention", "memory_efficiency",
-                                      "kernel_time", "bandwidth", "latency", "intra_bandwidth",
-                                      "intra_latency"})
+    unsupported = sorted(
+        set(call)
+        - {
+            "workload",
+            "gpu",
+            "network",
+            "gpus",
+            "batch_size",
+            "gpus_per_node",
+            "intra_link",
+            "precision",
+            "optimizer",
+            "compute_efficiency",
+            "overlap",
+            "workspace",
+            "attention",
+            "memory_efficiency",
+            "kernel_time",
+            "bandwidth",
+            "latency",
+            "intra_bandwidth",
+            "intra_latency",
+        }
+    )
     if unsupported:
         raise _UsageError(f"with --tp/--pp/--zero ... these options do not apply: {unsupported}")
     call.update({k: v for k, v in hybrid.items() if v not in (None, False)})
@@ -406,8 +519,13 @@ def _cmd_comm(args: argparse.Namespace) -> None:
     from .model import predict_comm
 
     kwargs = dict(
-        nbytes=args.bytes, gpus=args.gpus, bandwidth=args.bandwidth, latency=args.latency,
-        gamma=args.gamma, servers=args.servers, gpus_per_node=args.gpus_per_node,
+        nbytes=args.bytes,
+        gpus=args.gpus,
+        bandwidth=args.bandwidth,
+        latency=args.latency,
+        gamma=args.gamma,
+        servers=args.servers,
+        gpus_per_node=args.gpus_per_node,
     )
     if args.intra_bandwidth is not None:
         kwargs["intra_bandwidth"] = args.intra_bandwidth
@@ -485,8 +603,11 @@ def _cmd_measured(args: argparse.Namespace) -> None:
 
 def _show_measured(ds: xr.Dataset, args: argparse.Namespace, title: str) -> None:
     """A measured dataset as a table: its dimensions (bytes, placement, test ...) then variables."""
-    frame = (ds.reset_coords().to_dataframe().reset_index() if ds.dims else
-             pd.DataFrame([{name: ds[name].item() for name in ds.variables}]))
+    frame = (
+        ds.reset_coords().to_dataframe().reset_index()
+        if ds.dims
+        else pd.DataFrame([{name: ds[name].item() for name in ds.variables}])
+    )
     if "point" in frame.columns and "point" not in ds.coords:
         frame = frame.drop(columns="point")  # a bare row number
     if args.format == "table":
@@ -502,8 +623,15 @@ def _show_measured(ds: xr.Dataset, args: argparse.Namespace, title: str) -> None
 
 #: Breakdown variables in the order ``trace summary`` prints them.
 TRACE_SUMMARY_COLUMNS = (
-    "step_time", "time_compute", "time_comm", "time_comm_exposed", "overlap_fraction", "time_memcpy",
-    "time_data", "time_idle", "events",
+    "step_time",
+    "time_compute",
+    "time_comm",
+    "time_comm_exposed",
+    "overlap_fraction",
+    "time_memcpy",
+    "time_data",
+    "time_idle",
+    "events",
 )
 
 
@@ -524,8 +652,11 @@ def _trace_notes(trace) -> str:
     notes = []
     if trace.meta.get("missing_ranks"):
         missing = trace.meta["missing_ranks"]
-        notes.append(f"{len(missing)} of {trace.world_size} ranks missing: "
-                     + ", ".join(map(str, missing[:20])) + (" ..." if len(missing) > 20 else ""))
+        notes.append(
+            f"{len(missing)} of {trace.world_size} ranks missing: "
+            + ", ".join(map(str, missing[:20]))
+            + (" ..." if len(missing) > 20 else "")
+        )
     if trace.meta.get("skipped_files"):
         notes.append("skipped (not traces): " + "; ".join(trace.meta["skipped_files"]))
     if trace.meta.get("rank_unknown"):
@@ -586,13 +717,15 @@ def _cmd_trace_collectives(args: argparse.Namespace) -> None:
         from .traces.collectives import compare_collectives
 
         attrs = dict(table.attrs)
-        table = compare_collectives(table, bandwidth=args.bandwidth, latency=args.latency,
-                                    algorithm=args.algorithm)
+        table = compare_collectives(
+            table, bandwidth=args.bandwidth, latency=args.latency, algorithm=args.algorithm
+        )
         table.attrs = {**attrs, **table.attrs}
     if args.format == "table":
         body = _readable_table(table, table.attrs.get("units", {}))
-        _write(f"# collectives: {trace!r}{_trace_notes(trace)}\n# source: {trace.source}\n{body}\n",
-               args.output)
+        _write(
+            f"# collectives: {trace!r}{_trace_notes(trace)}\n# source: {trace.source}\n{body}\n", args.output
+        )
         return
     _emit_frame(table, args, f"collectives: {trace.source}")
 
@@ -602,8 +735,9 @@ def _cmd_trace_convert(args: argparse.Namespace) -> None:
 
     trace = _load_trace(args)
     write_netcdf(trace, args.output)
-    print(f"dlexplore: wrote {args.output} ({len(trace):,} events, {len(trace.ranks)} ranks)",
-          file=sys.stderr)
+    print(
+        f"dlexplore: wrote {args.output} ({len(trace):,} events, {len(trace.ranks)} ranks)", file=sys.stderr
+    )
 
 
 def _cmd_trace_report(args: argparse.Namespace) -> None:
@@ -617,10 +751,19 @@ def _cmd_trace_report(args: argparse.Namespace) -> None:
 def _cmd_collect(args: argparse.Namespace) -> None:
     from .traces.collect import collect
 
-    manifest = collect(args.out, nproc=args.nproc, steps=args.steps, model=args.model,
-                       batch_size=args.batch_size, warmup=args.warmup, seed=args.seed, port=args.port,
-                       overwrite=args.overwrite, timeout=args.timeout,
-                       **({"progress": None} if args.quiet else {}))
+    manifest = collect(
+        args.out,
+        nproc=args.nproc,
+        steps=args.steps,
+        model=args.model,
+        batch_size=args.batch_size,
+        warmup=args.warmup,
+        seed=args.seed,
+        port=args.port,
+        overwrite=args.overwrite,
+        timeout=args.timeout,
+        **({"progress": None} if args.quiet else {}),
+    )
     print(f"dlexplore: wrote {manifest}", file=sys.stderr)
 
 
@@ -637,18 +780,25 @@ def _cmd_calibrate(args: argparse.Namespace) -> None:
     source = args.source if not os.path.exists(args.source) else os.path.abspath(args.source)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CalibrationWarning)
-        cal = calibrate(source, fit_on=args.fit_on, params=_split(args.params) if args.params else None,
-                        per=tuple(_split(args.per)) if args.per else None, **options)
+        cal = calibrate(
+            source,
+            fit_on=args.fit_on,
+            params=_split(args.params) if args.params else None,
+            per=tuple(_split(args.per)) if args.per else None,
+            **options,
+        )
     for warning in caught:
         if issubclass(warning.category, CalibrationWarning):
             print(f"dlexplore: warning: {warning.message}", file=sys.stderr)
     if args.format == "json":
         text = cal.to_json() + "\n"
     elif args.format == "csv":
-        lines = [f"# param: {row.name}"
-                 + (f" [{row.group}]" if isinstance(row.group, str) and row.group else "")
-                 + f" = {row.value:.6g} +- {row.stderr:.3g} {row.units}"
-                 for row in cal.params.itertuples()]
+        lines = [
+            f"# param: {row.name}"
+            + (f" [{row.group}]" if isinstance(row.group, str) and row.group else "")
+            + f" = {row.value:.6g} +- {row.stderr:.3g} {row.units}"
+            for row in cal.params.itertuples()
+        ]
         text = "\n".join(lines) + "\n" + cal.points.to_csv(index=False, lineterminator="\n")
     else:
         with pd.option_context("display.max_columns", None, "display.width", 250):
@@ -661,9 +811,19 @@ def _cmd_whatif(args: argparse.Namespace) -> None:
     from .sim import whatif_report
 
     trace = _load_trace(args)
-    _write(whatif_report(trace, bandwidth=args.bandwidth, latency=args.latency, compute=args.compute,
-                         gpus=args.gpus, batch_size=args.batch_size, fmt=args.format,
-                         per_step=args.per_step), args.output)
+    _write(
+        whatif_report(
+            trace,
+            bandwidth=args.bandwidth,
+            latency=args.latency,
+            compute=args.compute,
+            gpus=args.gpus,
+            batch_size=args.batch_size,
+            fmt=args.format,
+            per_step=args.per_step,
+        ),
+        args.output,
+    )
 
 
 def _explorer_args(args: argparse.Namespace) -> dict[str, object]:
@@ -687,8 +847,9 @@ def _explorer_args(args: argparse.Namespace) -> dict[str, object]:
     if args.intra_link is not None:
         config["intra_link"] = catalog.network(args.intra_link).name
     if args.precision is not None:
-        config["precision"] = validation.precision_for(catalog.gpu(args.gpu),
-                                                       normalize_precision(args.precision))
+        config["precision"] = validation.precision_for(
+            catalog.gpu(args.gpu), normalize_precision(args.precision)
+        )
     if args.batch_size is not None:
         config["batch_size"] = validation.count("--batch-size", args.batch_size, maximum=1024)
     if args.gpus_per_node is not None:
@@ -698,8 +859,10 @@ def _explorer_args(args: argparse.Namespace) -> dict[str, object]:
         path = os.path.abspath(item)
         ds = measured.load(path if os.path.exists(path) else item)
         if "throughput" not in ds:
-            raise _UsageError(f"--measured {item}: the dataset has no throughput to overlay "
-                              f"(it has {', '.join(sorted(ds.data_vars))})")
+            raise _UsageError(
+                f"--measured {item}: the dataset has no throughput to overlay "
+                f"(it has {', '.join(sorted(ds.data_vars))})"
+            )
         names.append(path if os.path.exists(path) else item)
     if names and args.no_measured:
         raise _UsageError("give --measured or --no-measured, not both")
@@ -713,8 +876,14 @@ def _explorer_args(args: argparse.Namespace) -> dict[str, object]:
 def _cmd_explore(args: argparse.Namespace) -> None:
     from .serve import serve_explorer
 
-    status = serve_explorer(_explorer_args(args), port=args.port, open_browser=not args.no_browser,
-                            catalogs=args.catalog, pool_size=args.pool_size, cull_idle=args.cull_idle)
+    status = serve_explorer(
+        _explorer_args(args),
+        port=args.port,
+        open_browser=not args.no_browser,
+        catalogs=args.catalog,
+        pool_size=args.pool_size,
+        cull_idle=args.cull_idle,
+    )
     if status not in (0, -2, 130):
         raise DlexploreError(f"the Voila server stopped with status {status} (see its messages above)")
 
@@ -745,28 +914,38 @@ def _add_explorer_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", default="V100-16GB", help="GPU id (default V100-16GB)")
     parser.add_argument("--gpus", type=int, default=8, help="GPUs selected at start (default 8)")
     parser.add_argument("--algorithm", default="ring", help="allreduce algorithm (default ring)")
-    unset = ("; default: the matching measurement's setup, else {}")
+    unset = "; default: the matching measurement's setup, else {}"
     parser.add_argument("--network", help="network id" + unset.format("25GbE"))
     parser.add_argument("--batch-size", type=int, help="batch per GPU" + unset.format(64))
     parser.add_argument("--gpus-per-node", type=int, help="GPUs per node" + unset.format(1))
     parser.add_argument("--intra-link", help="intra-node link" + unset.format("PCIe3"))
-    parser.add_argument("--precision",
-                        help="fp32, tf32, fp16, bf16 (those the GPU has)" + unset.format("fp32"))
-    parser.add_argument("--measured", action="append", default=[], metavar="NAME_OR_CSV",
-                        help="measured dataset to overlay (bundled name or CSV file); repeatable; "
-                        "default: the bundled one of this workload and GPU")
+    parser.add_argument(
+        "--precision", help="fp32, tf32, fp16, bf16 (those the GPU has)" + unset.format("fp32")
+    )
+    parser.add_argument(
+        "--measured",
+        action="append",
+        default=[],
+        metavar="NAME_OR_CSV",
+        help="measured dataset to overlay (bundled name or CSV file); repeatable; "
+        "default: the bundled one of this workload and GPU",
+    )
     parser.add_argument("--no-measured", action="store_true", help="overlay no measurement")
 
 
 def _add_output(parser: argparse.ArgumentParser, formats: Sequence[str] = FORMATS) -> None:
     parser.add_argument("--format", choices=formats, default="table", help="output format")
-    parser.add_argument("-o", "--output", metavar="FILE",
-                        help="write to FILE (atomically) instead of standard output")
+    parser.add_argument(
+        "-o", "--output", metavar="FILE", help="write to FILE (atomically) instead of standard output"
+    )
 
 
 def _add_trace_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--allow-missing-ranks", action="store_true",
-                        help="read per-rank files that leave ranks of the world out (the output lists them)")
+    parser.add_argument(
+        "--allow-missing-ranks",
+        action="store_true",
+        help="read per-rank files that leave ranks of the world out (the output lists them)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -776,63 +955,84 @@ def build_parser() -> argparse.ArgumentParser:
         description="Predict and measure the performance of distributed deep-learning training.",
     )
     parser.add_argument("--version", action="version", version=f"dlexplore {__version__}")
-    parser.add_argument("--catalog", action="append", default=[], metavar="FILE",
-                        help="load extra catalog entries from FILE (CSV or JSON); repeatable")
+    parser.add_argument(
+        "--catalog",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="load extra catalog entries from FILE (CSV or JSON); repeatable",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    p = sub.add_parser("predict", help="predict step time, throughput, memory of a configuration",
-                       description="Predict data-parallel training. Comma-separated values sweep "
-                       "a parameter; every option given becomes a column.")
-    p.add_argument("--workload", type=_split_workloads,
-                   help="workload id(s), e.g. resnet50, or transformer:LAYERS,HIDDEN,HEADS,SEQ,VOCAB")
+    p = sub.add_parser(
+        "predict",
+        help="predict step time, throughput, memory of a configuration",
+        description="Predict data-parallel training. Comma-separated values sweep "
+        "a parameter; every option given becomes a column.",
+    )
+    p.add_argument(
+        "--workload",
+        type=_split_workloads,
+        help="workload id(s), e.g. resnet50, or transformer:LAYERS,HIDDEN,HEADS,SEQ,VOCAB",
+    )
     p.add_argument("--gpu", type=_split, help="GPU id(s), e.g. P100")
-    p.add_argument("--network", type=_split,
-                   help="network id(s), e.g. 25GbE (default 100GbE)")
+    p.add_argument("--network", type=_split, help="network id(s), e.g. 25GbE (default 100GbE)")
     p.add_argument("--gpus", type=_numbers(integer=True), help="total GPUs, e.g. 1,2,4,8")
-    p.add_argument("--batch-size", type=_numbers(integer=True),
-                   help="batch size per GPU (samples)")
-    p.add_argument("--gpus-per-node", type=_numbers(integer=True),
-                   help="GPUs per node (default 1)")
-    p.add_argument("--algorithm", type=_split,
-                   help="nccl (NCCL's own choice, the default), nvls, ring, tree, recursive_doubling, "
-                   "halving_doubling, hierarchical, parameter_server")
-    p.add_argument("--servers", type=_numbers(integer=True),
-                   help="parameter servers (with --algorithm parameter_server)")
+    p.add_argument("--batch-size", type=_numbers(integer=True), help="batch size per GPU (samples)")
+    p.add_argument("--gpus-per-node", type=_numbers(integer=True), help="GPUs per node (default 1)")
+    p.add_argument(
+        "--algorithm",
+        type=_split,
+        help="nccl (NCCL's own choice, the default), nvls, ring, tree, recursive_doubling, "
+        "halving_doubling, hierarchical, parameter_server",
+    )
+    p.add_argument(
+        "--servers", type=_numbers(integer=True), help="parameter servers (with --algorithm parameter_server)"
+    )
     p.add_argument("--precision", type=_split, help="fp32, tf32, fp16, bf16")
     p.add_argument("--optimizer", type=_split, help="sgd, momentum, adam")
-    p.add_argument("--bandwidth", type=_numbers(),
-                   help="network bandwidth, GB/s (overrides the network's)")
-    p.add_argument("--latency", type=_numbers(),
-                   help="network latency, s (overrides the network's)")
-    p.add_argument("--intra-link", type=_split,
-                   help="intra-node link id (default PCIe3)")
+    p.add_argument("--bandwidth", type=_numbers(), help="network bandwidth, GB/s (overrides the network's)")
+    p.add_argument("--latency", type=_numbers(), help="network latency, s (overrides the network's)")
+    p.add_argument("--intra-link", type=_split, help="intra-node link id (default PCIe3)")
     p.add_argument("--intra-bandwidth", type=_numbers(), help="GB/s")
     p.add_argument("--intra-latency", type=_numbers(), help="s")
-    p.add_argument("--compute-efficiency", type=_numbers(),
-                   help="fraction of peak FLOP/s large GEMMs reach (default: published GEMM "
-                   "measurements of the GPU)")
-    p.add_argument("--memory-efficiency", type=_numbers(),
-                   help="fraction of memory bandwidth memory-bound kernels reach")
+    p.add_argument(
+        "--compute-efficiency",
+        type=_numbers(),
+        help="fraction of peak FLOP/s large GEMMs reach (default: published GEMM measurements of the GPU)",
+    )
+    p.add_argument(
+        "--memory-efficiency", type=_numbers(), help="fraction of memory bandwidth memory-bound kernels reach"
+    )
     p.add_argument("--kernel-time", type=_numbers(), help="fixed time per GPU kernel, s")
-    p.add_argument("--grad-accum", type=_numbers(integer=True),
-                   help="micro-batches of --batch-size per GPU per step (gradient accumulation)")
+    p.add_argument(
+        "--grad-accum",
+        type=_numbers(integer=True),
+        help="micro-batches of --batch-size per GPU per step (gradient accumulation)",
+    )
     p.add_argument("--attention", type=_split, help="transformers: fused (default), unfused, flash")
-    p.add_argument("--framework", type=_split,
-                   help="ddp (default: 25 MiB buckets) or horovod (fusion, cycle, negotiation)")
+    p.add_argument(
+        "--framework",
+        type=_split,
+        help="ddp (default: 25 MiB buckets) or horovod (fusion, cycle, negotiation)",
+    )
     p.add_argument("--transport", type=_split, help="auto (TCP on Ethernet; default), tcp, rdma")
-    p.add_argument("--bucket-size", type=_sizes,
-                   help="gradient bucket size, e.g. 25MiB (default), 64MB, 0 (per layer)")
-    p.add_argument("--overlap", type=_numbers(),
-                   help="1 overlaps communication with backward (default), 0 does not")
+    p.add_argument(
+        "--bucket-size", type=_sizes, help="gradient bucket size, e.g. 25MiB (default), 64MB, 0 (per layer)"
+    )
+    p.add_argument(
+        "--overlap", type=_numbers(), help="1 overlaps communication with backward (default), 0 does not"
+    )
     p.add_argument("--gamma", type=_numbers(), help="reduction cost, s/byte (default 0)")
-    p.add_argument("--storage", type=_split,
-                   help="storage tier the input is read from (default: synthetic data)")
-    p.add_argument("--io-threads", type=_numbers(integer=True),
-                   help="reads in flight per GPU (default 4)")
+    p.add_argument(
+        "--storage", type=_split, help="storage tier the input is read from (default: synthetic data)"
+    )
+    p.add_argument("--io-threads", type=_numbers(integer=True), help="reads in flight per GPU (default 4)")
     p.add_argument("--no-prefetch", action="store_true", help="do not overlap input with compute")
     p.add_argument("--workspace", type=parse_bytes, help="workspace allowance, e.g. 1GiB")
-    h = p.add_argument_group("hybrid parallelism (dlexplore.predict_parallel; --batch-size is then "
-                             "the global batch)")
+    h = p.add_argument_group(
+        "hybrid parallelism (dlexplore.predict_parallel; --batch-size is then the global batch)"
+    )
     h.add_argument("--tp", type=int, help="tensor-parallel degree")
     h.add_argument("--pp", type=int, help="pipeline-parallel stages")
     h.add_argument("--dp", type=int, help="data-parallel replicas (default gpus / (tp x pp))")
@@ -842,44 +1042,71 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallelism")
     h.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage (3 = FSDP)")
     h.add_argument("--offload", action="store_true", help="optimizer state and master weights on the CPU")
-    h.add_argument("--schedule", choices=("1f1b", "gpipe", "interleaved"),
-                   help="pipeline schedule (default 1f1b; interleaved: Megatron's interleaved 1F1B)")
-    h.add_argument("--virtual-stages", type=int,
-                   help="model chunks per GPU with --schedule interleaved")
-    h.add_argument("--memory-convention", choices=("megatron", "megatron-fp32-grads", "zero"),
-                   help="how model states are counted (default megatron: 18 B/param in bf16, 20 in fp16)")
-    h.add_argument("--tp-overlap", type=float,
-                   help="share of tensor-parallel communication hidden behind the GEMMs (0..1)")
-    p.add_argument("--energy", action="store_true",
-                   help="add energy per step and sample (J) and average power (W)")
+    h.add_argument(
+        "--schedule",
+        choices=("1f1b", "gpipe", "interleaved"),
+        help="pipeline schedule (default 1f1b; interleaved: Megatron's interleaved 1F1B)",
+    )
+    h.add_argument("--virtual-stages", type=int, help="model chunks per GPU with --schedule interleaved")
+    h.add_argument(
+        "--memory-convention",
+        choices=("megatron", "megatron-fp32-grads", "zero"),
+        help="how model states are counted (default megatron: 18 B/param in bf16, 20 in fp16)",
+    )
+    h.add_argument(
+        "--tp-overlap",
+        type=float,
+        help="share of tensor-parallel communication hidden behind the GEMMs (0..1)",
+    )
+    p.add_argument(
+        "--energy", action="store_true", help="add energy per step and sample (J) and average power (W)"
+    )
     p.add_argument("--pue", type=float, default=1.0, help="power usage effectiveness (with --energy)")
-    p.add_argument("--node-power", type=float, default=0.0,
-                   help="W per node besides the GPUs: CPUs, NICs, fans (with --energy)")
-    p.add_argument("--samples-per-epoch", type=int,
-                   help="add energy (kWh) and time (s) per epoch (with --energy)")
-    p.add_argument("--target", type=_target, nargs="?", const="", default=None, metavar="SPEC",
-                   help="add steps, time (and with --energy energy) to the target accuracy: the "
-                   "workload's convergence parameters from the catalog, another workload's "
-                   "(--target resnet50), or s_min=STEPS,b_noise=SAMPLES[,samples_per_epoch=N,"
-                   "max_batch=N,epochs_budget=N,rule=linear|lars|lamb]")
+    p.add_argument(
+        "--node-power",
+        type=float,
+        default=0.0,
+        help="W per node besides the GPUs: CPUs, NICs, fans (with --energy)",
+    )
+    p.add_argument(
+        "--samples-per-epoch", type=int, help="add energy (kWh) and time (s) per epoch (with --energy)"
+    )
+    p.add_argument(
+        "--target",
+        type=_target,
+        nargs="?",
+        const="",
+        default=None,
+        metavar="SPEC",
+        help="add steps, time (and with --energy energy) to the target accuracy: the "
+        "workload's convergence parameters from the catalog, another workload's "
+        "(--target resnet50), or s_min=STEPS,b_noise=SAMPLES[,samples_per_epoch=N,"
+        "max_batch=N,epochs_budget=N,rule=linear|lars|lamb]",
+    )
     _add_output(p)
     p.set_defaults(func=_cmd_predict)
 
-    c = sub.add_parser("comm", help="predict one collective's time, algbw and busbw",
-                       description="Alpha-beta-gamma cost of a collective; bandwidth in GB/s "
-                       "(1e9 bytes/s); algbw and busbw as nccl-tests defines them.")
-    c.add_argument("--collective", default="allreduce",
-                   help="allreduce, broadcast, reduce, allgather, reduce_scatter, alltoall")
+    c = sub.add_parser(
+        "comm",
+        help="predict one collective's time, algbw and busbw",
+        description="Alpha-beta-gamma cost of a collective; bandwidth in GB/s "
+        "(1e9 bytes/s); algbw and busbw as nccl-tests defines them.",
+    )
+    c.add_argument(
+        "--collective",
+        default="allreduce",
+        help="allreduce, broadcast, reduce, allgather, reduce_scatter, alltoall",
+    )
     c.add_argument("--algorithm", default=None, help="algorithm (default: the collective's first)")
     c.add_argument("--bytes", type=_sizes, required=True, help="message size(s), bytes")
     c.add_argument("--gpus", type=_numbers(integer=True), required=True, help="ranks")
     c.add_argument("--bandwidth", type=_numbers(), required=True, help="GB/s")
     c.add_argument("--latency", type=_numbers(), required=True, help="s")
     c.add_argument("--gamma", type=_numbers(), default=0.0, help="s/byte (default 0)")
-    c.add_argument("--servers", type=_numbers(integer=True), default=1,
-                   help="parameter servers")
-    c.add_argument("--gpus-per-node", type=_numbers(integer=True), default=8,
-                   help="GPUs per node (hierarchical)")
+    c.add_argument("--servers", type=_numbers(integer=True), default=1, help="parameter servers")
+    c.add_argument(
+        "--gpus-per-node", type=_numbers(integer=True), default=8, help="GPUs per node (hierarchical)"
+    )
     c.add_argument("--intra-bandwidth", type=_numbers(), help="GB/s")
     c.add_argument("--intra-latency", type=_numbers(), help="s")
     _add_output(c)
@@ -893,55 +1120,84 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("measured", help="list or show published measurements")
     m.add_argument("action", choices=("list", "show"))
     m.add_argument("name", nargs="?", help="dataset name (for show) or a CSV file")
-    m.add_argument("--by", choices=("bytes", "point"), default="bytes",
-                   help="nccl-tests output: one row per size (repeats averaged) or per result row")
+    m.add_argument(
+        "--by",
+        choices=("bytes", "point"),
+        default="bytes",
+        help="nccl-tests output: one row per size (repeats averaged) or per result row",
+    )
     _add_output(m)
     m.set_defaults(func=_cmd_measured)
 
-    a = sub.add_parser("advise", help="rank dp x tp x pp, micro-batch, recompute and ZeRO "
-                       "configurations that fit, by predicted throughput",
-                       description="Enumerate hybrid-parallel configurations of a workload on N GPUs, "
-                       "drop those that do not fit in memory, rank the rest by predicted throughput, "
-                       "with energy per step and the time-energy Pareto front.")
+    a = sub.add_parser(
+        "advise",
+        help="rank dp x tp x pp, micro-batch, recompute and ZeRO "
+        "configurations that fit, by predicted throughput",
+        description="Enumerate hybrid-parallel configurations of a workload on N GPUs, "
+        "drop those that do not fit in memory, rank the rest by predicted throughput, "
+        "with energy per step and the time-energy Pareto front.",
+    )
     from . import advisor
 
     advisor.add_arguments(a)
     a.set_defaults(func=_cmd_advise)
 
-    e = sub.add_parser("explore", help="serve the interactive explorer (Voila) on 127.0.0.1",
-                       description="Serve the explorer as a Voila dashboard on 127.0.0.1 with the "
-                       "bundled data; options set its starting configuration. Needs the 'explore' "
-                       "extra. The same explorer runs in JupyterLab: "
-                       "from dlexplore.widgets import Explorer; Explorer().")
+    e = sub.add_parser(
+        "explore",
+        help="serve the interactive explorer (Voila) on 127.0.0.1",
+        description="Serve the explorer as a Voila dashboard on 127.0.0.1 with the "
+        "bundled data; options set its starting configuration. Needs the 'explore' "
+        "extra. The same explorer runs in JupyterLab: "
+        "from dlexplore.widgets import Explorer; Explorer().",
+    )
     e.add_argument("--port", type=int, default=8866, help="port (default 8866)")
     e.add_argument("--no-browser", action="store_true", help="do not open a web browser")
-    e.add_argument("--pool-size", type=int, default=1, metavar="N",
-                   help="explorer kernels kept started and run ahead, so a page opens in about a "
-                   "second (default 1; about 200 MB each; 0 starts one per page)")
-    e.add_argument("--cull-idle", type=int, default=900, metavar="SECONDS",
-                   help="stop a page's kernel after this long without activity (default 900); a "
-                   "closed page's kernel stops at once")
+    e.add_argument(
+        "--pool-size",
+        type=int,
+        default=1,
+        metavar="N",
+        help="explorer kernels kept started and run ahead, so a page opens in about a "
+        "second (default 1; about 200 MB each; 0 starts one per page)",
+    )
+    e.add_argument(
+        "--cull-idle",
+        type=int,
+        default=900,
+        metavar="SECONDS",
+        help="stop a page's kernel after this long without activity (default 900); a "
+        "closed page's kernel stops at once",
+    )
     _add_explorer_options(e)
     e.set_defaults(func=_cmd_explore)
 
-    r = sub.add_parser("report", help="write the explorer's plots as one standalone HTML page",
-                       description="Write the explorer's plots for one configuration to a "
-                       "standalone HTML page (BokehJS inlined: it opens without a network).")
+    r = sub.add_parser(
+        "report",
+        help="write the explorer's plots as one standalone HTML page",
+        description="Write the explorer's plots for one configuration to a "
+        "standalone HTML page (BokehJS inlined: it opens without a network).",
+    )
     _add_explorer_options(r)
     r.add_argument("--title", help="page title")
-    r.add_argument("-o", "--output", required=True, metavar="FILE.html",
-                   help="the page to write (atomically)")
+    r.add_argument(
+        "-o", "--output", required=True, metavar="FILE.html", help="the page to write (atomically)"
+    )
     r.set_defaults(func=_cmd_report)
 
-    k = sub.add_parser("calibrate", help="fit model parameters to measured points, predict the rest",
-                       description="Fit model parameters (compute efficiency, bandwidth, latency, ...) "
-                       "to the points --fit-on selects, with standard errors, and print one row per "
-                       "measured point: measured, predicted, error ((predicted - measured) / measured). "
-                       "SOURCE is a bundled dataset name, a measurement CSV, nccl-tests output, or a "
-                       "trace file or folder.")
+    k = sub.add_parser(
+        "calibrate",
+        help="fit model parameters to measured points, predict the rest",
+        description="Fit model parameters (compute efficiency, bandwidth, latency, ...) "
+        "to the points --fit-on selects, with standard errors, and print one row per "
+        "measured point: measured, predicted, error ((predicted - measured) / measured). "
+        "SOURCE is a bundled dataset name, a measurement CSV, nccl-tests output, or a "
+        "trace file or folder.",
+    )
     k.add_argument("source", metavar="FILE_OR_NAME")
-    k.add_argument("--fit-on", help="which points to fit, e.g. 'gpus<=8' or 'gpus == 1 and "
-                   "precision == fp32' (default: all)")
+    k.add_argument(
+        "--fit-on",
+        help="which points to fit, e.g. 'gpus<=8' or 'gpus == 1 and precision == fp32' (default: all)",
+    )
     k.add_argument("--params", help="parameters to fit, e.g. compute_efficiency,bandwidth,latency")
     k.add_argument("--per", help="one value per group, e.g. workload,precision")
     k.add_argument("--network", help="network id for points that do not name one")
@@ -953,34 +1209,45 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output(k, ("table", "csv", "json"))
     k.set_defaults(func=_cmd_calibrate)
 
-    w = sub.add_parser("whatif", help="replay a measured trace with other bandwidth, latency, compute "
-                       "speed or GPUs",
-                       description="Replay the dependency graph of a measured trace with changed "
-                       "parameters. Factors: x2 = twice, x0.5 = half; comma lists sweep, every "
-                       "combination is a scenario; the first row replays the trace as measured.")
+    w = sub.add_parser(
+        "whatif",
+        help="replay a measured trace with other bandwidth, latency, compute speed or GPUs",
+        description="Replay the dependency graph of a measured trace with changed "
+        "parameters. Factors: x2 = twice, x0.5 = half; comma lists sweep, every "
+        "combination is a scenario; the first row replays the trace as measured.",
+    )
     w.add_argument("paths", nargs="+", metavar="TRACE", help="trace file, folder or glob")
     w.add_argument("--trace-format", help="skip format detection: pytorch, horovod, nsys, otf2")
     _add_trace_options(w)
     w.add_argument("--bandwidth", default="x1", help="network bandwidth factor(s): x2, or x1,x2,x4")
     w.add_argument("--latency", default="x1", help="network latency factor(s): x0.5")
     w.add_argument("--compute", default="x1", help="compute speed factor(s): x1.5")
-    w.add_argument("--gpus", help="ranks: 64, or 8,16,64 (default: as measured; extra ranks copy "
-                   "measured ones)")
-    w.add_argument("--batch-size", type=int, help="samples per rank per step, for throughput "
-                   "(default: from the collector's manifest.json)")
+    w.add_argument(
+        "--gpus", help="ranks: 64, or 8,16,64 (default: as measured; extra ranks copy measured ones)"
+    )
+    w.add_argument(
+        "--batch-size",
+        type=int,
+        help="samples per rank per step, for throughput (default: from the collector's manifest.json)",
+    )
     w.add_argument("--per-step", action="store_true", help="one row per scenario and step")
     _add_output(w, ("table", "csv", "json"))
     w.set_defaults(func=_cmd_whatif)
 
-    t = sub.add_parser("trace", help="read traces: per-rank breakdown, collectives, convert",
-                       description="Read PyTorch profiler, Horovod, Nsight Systems (SQLite) or "
-                       "OTF2 traces: files, folders of per-rank files, or glob patterns.")
-    tsub = t.add_subparsers(dest="trace_command", metavar="ACTION", parser_class=_Parser,
-                            required=True)
+    t = sub.add_parser(
+        "trace",
+        help="read traces: per-rank breakdown, collectives, convert",
+        description="Read PyTorch profiler, Horovod, Nsight Systems (SQLite) or "
+        "OTF2 traces: files, folders of per-rank files, or glob patterns.",
+    )
+    tsub = t.add_subparsers(dest="trace_command", metavar="ACTION", parser_class=_Parser, required=True)
     for action, helptext, func in (
         ("summary", "per-rank, per-step time breakdown", _cmd_trace_summary),
-        ("collectives", "one row per collective and message size, with algbw and busbw",
-         _cmd_trace_collectives),
+        (
+            "collectives",
+            "one row per collective and message size, with algbw and busbw",
+            _cmd_trace_collectives,
+        ),
     ):
         a = tsub.add_parser(action, help=helptext, description=helptext)
         a.add_argument("paths", nargs="+", metavar="PATH", help="trace file, folder or glob")
@@ -988,20 +1255,32 @@ def build_parser() -> argparse.ArgumentParser:
         _add_trace_options(a)
         _add_output(a, ("table", "csv", "json") if action == "collectives" else FORMATS)
         if action == "summary":
-            a.add_argument("--by", choices=("bytes", "point"),
-                           help="nccl-tests output: one row per size (repeats averaged, the default) or "
-                           "per result row")
-            a.add_argument("--dask", choices=("threads", "processes", "sync"),
-                           help="read the files one at a time on local Dask workers (for thousands "
-                           "of ranks: never all events in memory)")
-            a.add_argument("--workers", type=int, help="local Dask threads or processes "
-                           "(default: one per core)")
-            a.add_argument("--scheduler-address", metavar="ADDRESS",
-                           help="read on a running Dask cluster instead (tcp://host:8786)")
+            a.add_argument(
+                "--by",
+                choices=("bytes", "point"),
+                help="nccl-tests output: one row per size (repeats averaged, the default) or per result row",
+            )
+            a.add_argument(
+                "--dask",
+                choices=("threads", "processes", "sync"),
+                help="read the files one at a time on local Dask workers (for thousands "
+                "of ranks: never all events in memory)",
+            )
+            a.add_argument(
+                "--workers", type=int, help="local Dask threads or processes (default: one per core)"
+            )
+            a.add_argument(
+                "--scheduler-address",
+                metavar="ADDRESS",
+                help="read on a running Dask cluster instead (tcp://host:8786)",
+            )
             a.add_argument("--quiet", action="store_true", help="no progress bar")
         if action == "collectives":
-            a.add_argument("--bandwidth", type=float,
-                           help="GB/s: add the alpha-beta prediction (`predicted`, `error`) per row")
+            a.add_argument(
+                "--bandwidth",
+                type=float,
+                help="GB/s: add the alpha-beta prediction (`predicted`, `error`) per row",
+            )
             a.add_argument("--latency", type=float, help="s, with --bandwidth")
             a.add_argument("--algorithm", default="ring", help="algorithm of the prediction (ring)")
         a.set_defaults(func=func)
@@ -1019,10 +1298,13 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("-o", "--output", required=True, metavar="FILE.nc", help="netCDF file to write")
     v.set_defaults(func=_cmd_trace_convert)
 
-    g = sub.add_parser("collect", help="run real data-parallel training on CPU and trace every rank",
-                       description="Run data-parallel training with torch.distributed (gloo, "
-                       "127.0.0.1) on CPU, profile every rank, write per-rank traces and a manifest. "
-                       "Needs the 'torch' extra.")
+    g = sub.add_parser(
+        "collect",
+        help="run real data-parallel training on CPU and trace every rank",
+        description="Run data-parallel training with torch.distributed (gloo, "
+        "127.0.0.1) on CPU, profile every rank, write per-rank traces and a manifest. "
+        "Needs the 'torch' extra.",
+    )
     g.add_argument("--nproc", type=int, default=2, help="processes (ranks), default 2")
     g.add_argument("--steps", type=int, default=4, help="profiled training steps, default 4")
     g.add_argument("--model", default="mlp", choices=("mlp", "cnn"), help="model, default mlp")
@@ -1053,8 +1335,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 load_file(path)
         with warnings.catch_warnings():
             # a reader's warning (a rank taken from a file name, files skipped) is one line too
-            warnings.showwarning = lambda message, *_, **__: print(f"dlexplore: warning: {message}",
-                                                                   file=sys.stderr)
+            warnings.showwarning = lambda message, *_, **__: print(
+                f"dlexplore: warning: {message}", file=sys.stderr
+            )
             args.func(args)
         return 0
     except DlexploreError as err:
@@ -1069,8 +1352,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - the CLI promises one line, never a traceback
         if os.environ.get("DLEXPLORE_DEBUG"):
             raise
-        print(f"dlexplore: internal error: {type(err).__name__}: {err} "
-              "(set DLEXPLORE_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
+        print(
+            f"dlexplore: internal error: {type(err).__name__}: {err} "
+            "(set DLEXPLORE_DEBUG=1 for the traceback, and please report it)",
+            file=sys.stderr,
+        )
         return 1
 
 

@@ -39,8 +39,18 @@ from dataclasses import dataclass, field
 from . import catalog
 from .feedback import diagnose, show_answer, show_value
 
-__all__ = ["Exercise", "CheckResult", "Solution", "Score", "EXERCISES", "check", "solution",
-           "register", "classroom", "score"]
+__all__ = [
+    "Exercise",
+    "CheckResult",
+    "Solution",
+    "Score",
+    "EXERCISES",
+    "check",
+    "solution",
+    "register",
+    "classroom",
+    "score",
+]
 
 Answer = float | int | str | tuple[float, ...]
 
@@ -159,15 +169,22 @@ def _ring_bytes() -> Solution:
         f"so each GPU sends 2(p-1)/p n = 2 x {p - 1}/{p} x {n:,} = {sent:,.0f} bytes "
         f"= {sent / _MB:.3f} MB."
     )
-    return Solution(EXERCISES["ring-bytes"], sent / _MB, working, (
-        (n / _MB, "that is the whole gradient buffer n; in a ring each GPU sends 2(p-1)/p of it."),
-        ((p - 1) / p * n / _MB, "that is one phase only: the allgather sends as much again as the "
-                                "reduce-scatter."),
-        (2 * n / _MB, "the factor is 2(p-1)/p, not 2: each of the 2(p-1) steps sends n/p bytes."),
-        (2 * (p - 1) * n / _MB, "each of the 2(p-1) steps sends one chunk of n/p bytes, not n."),
-        (sent / 2**20, "MB here is 10^6 bytes, not MiB (2^20 bytes)."),
-        (params * 2 * (p - 1) / p / _MB, "gradients are fp32: 4 bytes per parameter."),
-    ))
+    return Solution(
+        EXERCISES["ring-bytes"],
+        sent / _MB,
+        working,
+        (
+            (n / _MB, "that is the whole gradient buffer n; in a ring each GPU sends 2(p-1)/p of it."),
+            (
+                (p - 1) / p * n / _MB,
+                "that is one phase only: the allgather sends as much again as the reduce-scatter.",
+            ),
+            (2 * n / _MB, "the factor is 2(p-1)/p, not 2: each of the 2(p-1) steps sends n/p bytes."),
+            (2 * (p - 1) * n / _MB, "each of the 2(p-1) steps sends one chunk of n/p bytes, not n."),
+            (sent / 2**20, "MB here is 10^6 bytes, not MiB (2^20 bytes)."),
+            (params * 2 * (p - 1) / p / _MB, "gradients are fp32: 4 bytes per parameter."),
+        ),
+    )
 
 
 def _ring_time() -> Solution:
@@ -186,11 +203,16 @@ def _ring_time() -> Solution:
         f"  = {latency_term * 1e3:.3f} ms + {bandwidth_term * 1e3:.3f} ms = {t * 1e3:.2f} ms."
     )
     wrong_bw = latency_term + 2 * (p - 1) / p * n / 25e9
-    return Solution(EXERCISES["ring-time-25gbe"], t * 1e3, working, (
-        (wrong_bw * 1e3, "25GbE carries 25 Gbit/s, i.e. 25/8 = 3.125 GB/s (bytes!)."),
-        ((latency_term + n / bw) * 1e3, "the bytes on the wire per GPU are 2(p-1)/p n, not n."),
-        ((latency_term + (p - 1) / p * n / bw) * 1e3, "count both phases: reduce-scatter and allgather."),
-    ))
+    return Solution(
+        EXERCISES["ring-time-25gbe"],
+        t * 1e3,
+        working,
+        (
+            (wrong_bw * 1e3, "25GbE carries 25 Gbit/s, i.e. 25/8 = 3.125 GB/s (bytes!)."),
+            ((latency_term + n / bw) * 1e3, "the bytes on the wire per GPU are 2(p-1)/p n, not n."),
+            ((latency_term + (p - 1) / p * n / bw) * 1e3, "count both phases: reduce-scatter and allgather."),
+        ),
+    )
 
 
 def _scaling() -> Solution:
@@ -202,13 +224,19 @@ def _scaling() -> Solution:
         f"does p times the work. Throughput ratio: S = p t_1 / t_p = {p} x {_T1} / {_T16} "
         f"= {speedup:.2f}; efficiency E = S / p = t_1 / t_p = {efficiency:.3f}."
     )
-    return Solution(EXERCISES["scaling"], (speedup, efficiency), working, (
-        ((_T1 / _T16, efficiency), "the 16 GPUs process 16 times the images per step: "
-                                   "S = p t_1 / t_p."),
-        ((speedup, 100 * efficiency), "give the efficiency as a fraction (0..1), not in %."),
-        ((_T16 / _T1, _T1 / _T16), "speedup is old time per image / new time per image: "
-                                   "S = p t_1 / t_p."),
-    ))
+    return Solution(
+        EXERCISES["scaling"],
+        (speedup, efficiency),
+        working,
+        (
+            ((_T1 / _T16, efficiency), "the 16 GPUs process 16 times the images per step: S = p t_1 / t_p."),
+            ((speedup, 100 * efficiency), "give the efficiency as a fraction (0..1), not in %."),
+            (
+                (_T16 / _T1, _T1 / _T16),
+                "speedup is old time per image / new time per image: S = p t_1 / t_p.",
+            ),
+        ),
+    )
 
 
 def _bert_batch() -> Solution:
@@ -234,8 +262,7 @@ def _bert_batch() -> Solution:
         (decimal_gb, "a 16 GB GPU has 16 GiB = 16 x 2^30 bytes."),
         (batch + 1, f"a batch of {batch + 1} does not fit: round down."),
     ]
-    return Solution(EXERCISES["bert-batch"], batch, working,
-                    tuple((v, h) for v, h in mistakes if v != batch))
+    return Solution(EXERCISES["bert-batch"], batch, working, tuple((v, h) for v, h in mistakes if v != batch))
 
 
 def _tree_ring_times(n: float, p: int) -> tuple[float, float]:
@@ -260,10 +287,17 @@ def _small_message() -> Solution:
         f"-> {best}."
     )
     other = "ring" if best == "tree" else "tree"
-    return Solution(EXERCISES["small-message"], best, working, (
-        (other, "for small messages the latency term dominates: ring pays 2(p-1) alpha, "
-                "tree 2 lg p alpha."),
-    ))
+    return Solution(
+        EXERCISES["small-message"],
+        best,
+        working,
+        (
+            (
+                other,
+                "for small messages the latency term dominates: ring pays 2(p-1) alpha, tree 2 lg p alpha.",
+            ),
+        ),
+    )
 
 
 def _crossover() -> Solution:
@@ -279,10 +313,17 @@ def _crossover() -> Solution:
         f"   = ({p - 1} - {lg}) x {alpha:g} s / (({lg} - {p - 1}/{p}) x {beta:g} s/B) = {n:,.0f} bytes "
         f"({n / 1024:.1f} KiB). Below it tree wins, above it ring."
     )
-    return Solution(EXERCISES["crossover"], n, working, (
-        ((p - 1 - lg) * alpha / (lg * beta), "keep the ring's bandwidth term 2(p-1)/p n beta on the "
-                                             "ring side."),
-    ))
+    return Solution(
+        EXERCISES["crossover"],
+        n,
+        working,
+        (
+            (
+                (p - 1 - lg) * alpha / (lg * beta),
+                "keep the ring's bandwidth term 2(p-1)/p n beta on the ring side.",
+            ),
+        ),
+    )
 
 
 def _algbw() -> Solution:
@@ -294,41 +335,87 @@ def _algbw() -> Solution:
         f"(2 x {p - 1}/{p}) = {_BUSBW_H100:g} / {factor} = {value:.1f} GB/s.\n"
         f"(A 1 GB allreduce then takes 1e9 B / {value:.1f}e9 B/s = {1e3 / value:.2f} ms.)"
     )
-    return Solution(EXERCISES["algbw"], value, working, (
-        (_BUSBW_H100 * factor, "busbw = algbw x 2(p-1)/p, so divide by the factor."),
-        (_BUSBW_H100 / 2, "the factor is 2(p-1)/p = 1.75 for p = 8, not 2."),
-        (_BUSBW_H100, "busbw and algbw differ by the factor 2(p-1)/p for an allreduce."),
-    ))
+    return Solution(
+        EXERCISES["algbw"],
+        value,
+        working,
+        (
+            (_BUSBW_H100 * factor, "busbw = algbw x 2(p-1)/p, so divide by the factor."),
+            (_BUSBW_H100 / 2, "the factor is 2(p-1)/p = 1.75 for p = 8, not 2."),
+            (_BUSBW_H100, "busbw and algbw differ by the factor 2(p-1)/p for an allreduce."),
+        ),
+    )
 
 
 EXERCISES: dict[str, Exercise] = {
     e.id: e
     for e in (
-        Exercise(1, "ring-bytes", "Bytes sent by a ring allreduce",
-                 "How many bytes does each GPU send when 8 GPUs ring-allreduce ResNet-50's fp32 "
-                 "gradients?", "MB (1e6 bytes)", 0.01, "a number"),
-        Exercise(2, "ring-time-25gbe", "Time of the allreduce over 25GbE",
-                 "How long does that allreduce take over 25GbE in the alpha-beta model?",
-                 "ms", 0.02, "a number"),
-        Exercise(3, "scaling", "Speedup and efficiency",
-                 "A step takes 0.250 s on 1 GPU and 0.290 s on 16 GPUs (64 images per GPU both "
-                 "times). Speedup and efficiency at 16 GPUs?",
-                 "", 0.01, "a pair (speedup in x, efficiency as a fraction 0..1)",
-                 ("speedup", "efficiency")),
-        Exercise(4, "bert-batch", "Largest batch that fits",
-                 "Largest per-GPU batch of BERT-large (512-token sequences) on a V100-16GB with Adam "
-                 "in fp32?", "sequences", 0.0, "a whole number",
-                 rounding="the answer is a whole number of sequences: round down (the whole batch "
-                          "must fit)."),
-        Exercise(5, "small-message", "Ring or tree for a small message",
-                 "Which allreduce is faster for a 4 KiB message on 64 ranks over IB-EDR: ring or "
-                 "tree?", "", 0.0, "the name 'ring' or 'tree'"),
-        Exercise(6, "crossover", "Crossover message size",
-                 "Above which message size does ring beat tree on 64 ranks over IB-EDR?",
-                 "bytes", 0.02, "a number"),
-        Exercise(7, "algbw", "Bus bandwidth to algorithm bandwidth",
-                 "nccl-tests reports busbw 370 GB/s for a ring allreduce on 8 H100. What is the "
-                 "algbw?", "GB/s", 0.01, "a number"),
+        Exercise(
+            1,
+            "ring-bytes",
+            "Bytes sent by a ring allreduce",
+            "How many bytes does each GPU send when 8 GPUs ring-allreduce ResNet-50's fp32 gradients?",
+            "MB (1e6 bytes)",
+            0.01,
+            "a number",
+        ),
+        Exercise(
+            2,
+            "ring-time-25gbe",
+            "Time of the allreduce over 25GbE",
+            "How long does that allreduce take over 25GbE in the alpha-beta model?",
+            "ms",
+            0.02,
+            "a number",
+        ),
+        Exercise(
+            3,
+            "scaling",
+            "Speedup and efficiency",
+            "A step takes 0.250 s on 1 GPU and 0.290 s on 16 GPUs (64 images per GPU both "
+            "times). Speedup and efficiency at 16 GPUs?",
+            "",
+            0.01,
+            "a pair (speedup in x, efficiency as a fraction 0..1)",
+            ("speedup", "efficiency"),
+        ),
+        Exercise(
+            4,
+            "bert-batch",
+            "Largest batch that fits",
+            "Largest per-GPU batch of BERT-large (512-token sequences) on a V100-16GB with Adam in fp32?",
+            "sequences",
+            0.0,
+            "a whole number",
+            rounding="the answer is a whole number of sequences: round down (the whole batch must fit).",
+        ),
+        Exercise(
+            5,
+            "small-message",
+            "Ring or tree for a small message",
+            "Which allreduce is faster for a 4 KiB message on 64 ranks over IB-EDR: ring or tree?",
+            "",
+            0.0,
+            "the name 'ring' or 'tree'",
+        ),
+        Exercise(
+            6,
+            "crossover",
+            "Crossover message size",
+            "Above which message size does ring beat tree on 64 ranks over IB-EDR?",
+            "bytes",
+            0.02,
+            "a number",
+        ),
+        Exercise(
+            7,
+            "algbw",
+            "Bus bandwidth to algorithm bandwidth",
+            "nccl-tests reports busbw 370 GB/s for a ring allreduce on 8 H100. What is the algbw?",
+            "GB/s",
+            0.01,
+            "a number",
+        ),
     )
 }
 
@@ -347,14 +434,19 @@ _HINTS = {
     "ring-time-25gbe": "T = 2(p-1) alpha + 2(p-1)/p n / B, with B in bytes/s and alpha in s.",
     "scaling": "weak scaling: S = p t_1 / t_p and E = S / p.",
     "bert-batch": "memory = params x (4 + 4 + 8) + 1 GiB workspace + activations per sequence x "
-                  "batch; solve for the batch and round down.",
+    "batch; solve for the batch and round down.",
     "small-message": "compare 2(p-1) alpha + 2(p-1)/p n beta with 2 lg p (alpha + n beta).",
     "crossover": "set the ring and tree times equal and solve for n.",
     "algbw": "nccl-tests: busbw = algbw x 2(p-1)/p for an allreduce.",
 }
 
-_CHOICE_ALIASES = {"binomial": "tree", "binomial tree": "tree", "binomial-tree": "tree",
-                   "ring allreduce": "ring", "tree allreduce": "tree"}
+_CHOICE_ALIASES = {
+    "binomial": "tree",
+    "binomial tree": "tree",
+    "binomial-tree": "tree",
+    "ring allreduce": "ring",
+    "tree allreduce": "tree",
+}
 
 
 def register(exercise: Exercise, solver: Callable[[], Solution], hint: str = "") -> Exercise:
@@ -406,18 +498,31 @@ def check(exercise_id: int | str, answer: object) -> CheckResult:
     """
     exercise = _exercise(exercise_id)
     if answer is None:
-        return CheckResult(exercise, "unanswered",
-                           f"not answered yet: set answer_{exercise.number} above to "
-                           f"{exercise.expects}, then run this cell again.")
+        return CheckResult(
+            exercise,
+            "unanswered",
+            f"not answered yet: set answer_{exercise.number} above to "
+            f"{exercise.expects}, then run this cell again.",
+        )
     sol = solution(exercise.id)
     choices = [v for v, _ in sol.mistakes if isinstance(v, str)] if isinstance(sol.value, str) else []
-    verdict = diagnose(answer, sol.value, tolerance=exercise.tolerance, units=exercise.units,
-                       expects=exercise.expects, mistakes=sol.mistakes, general=_HINTS[exercise.id],
-                       rounding=exercise.rounding, choices=choices, aliases=_CHOICE_ALIASES)
+    verdict = diagnose(
+        answer,
+        sol.value,
+        tolerance=exercise.tolerance,
+        units=exercise.units,
+        expects=exercise.expects,
+        mistakes=sol.mistakes,
+        general=_HINTS[exercise.id],
+        rounding=exercise.rounding,
+        choices=choices,
+        aliases=_CHOICE_ALIASES,
+    )
     if verdict.status == "correct":
         if isinstance(sol.value, tuple) and exercise.parts:
-            shown = ", ".join(f"{name} {show_value(v)}" for name, v in zip(exercise.parts, sol.value,
-                                                                          strict=True))
+            shown = ", ".join(
+                f"{name} {show_value(v)}" for name, v in zip(exercise.parts, sol.value, strict=True)
+            )
         elif isinstance(sol.value, str):
             shown = sol.value
         else:

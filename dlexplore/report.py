@@ -45,15 +45,27 @@ def explorer_report(
     """The report page as an HTML string (see :func:`write_report` for the arguments)."""
     if gpus not in GPU_COUNTS:
         raise DlexploreError(f"gpus must be one of {list(GPU_COUNTS)} in the report, got {gpus}")
-    prediction = predict(workload, gpu, network, gpus=list(GPU_COUNTS), batch_size=batch_size,
-                         gpus_per_node=gpus_per_node, buckets=True, **model_kwargs)
-    ds = None if measured_data is None else (
-        measured_data if isinstance(measured_data, xr.Dataset) else measured.load(measured_data))
+    prediction = predict(
+        workload,
+        gpu,
+        network,
+        gpus=list(GPU_COUNTS),
+        batch_size=batch_size,
+        gpus_per_node=gpus_per_node,
+        buckets=True,
+        **model_kwargs,
+    )
+    ds = (
+        None
+        if measured_data is None
+        else (measured_data if isinstance(measured_data, xr.Dataset) else measured.load(measured_data))
+    )
     if ds is not None and "throughput" not in ds:
         raise DlexploreError(f"measured dataset {ds.attrs.get('name', '')!r} has no throughput to overlay")
     point = prediction.sel(gpus=gpus)
-    marks = measured_columns(ds, prediction, workload=str(point.workload.values),
-                             precision=str(point.precision.values))
+    marks = measured_columns(
+        ds, prediction, workload=str(point.workload.values), precision=str(point.precision.values)
+    )
     figures = ExplorerFigures(GPU_COUNTS, width=560, height=380)
     titles = figures.subtitles
 
@@ -75,15 +87,28 @@ def explorer_report(
     figures.show(prediction, gpus, marks)
 
     head = Div(text=_header_html(prediction, gpus, ds, title), width=1150, name="report_header")
-    line = Div(text=f"<p style='font-size:15px'>{html.escape(headline(prediction, gpus))}</p>",
-               width=1150, name="report_headline")
-    selector = Select(title="GPUs", value=str(gpus), options=[str(g) for g in GPU_COUNTS],
-                      name="report_gpus", width=120)
+    line = Div(
+        text=f"<p style='font-size:15px'>{html.escape(headline(prediction, gpus))}</p>",
+        width=1150,
+        name="report_headline",
+    )
+    selector = Select(
+        title="GPUs", value=str(gpus), options=[str(g) for g in GPU_COUNTS], name="report_gpus", width=120
+    )
     sources = {name: figures.sources[name] for name in _PER_GPU_SOURCES}
-    selector.js_on_change("value", CustomJS(
-        args=dict(states=states, sources=sources, memory=figures.memory, memory_title=titles["memory"],
-                  comm_title=titles["comm"], capacity=figures.capacity_span, line=line),
-        code="""
+    selector.js_on_change(
+        "value",
+        CustomJS(
+            args=dict(
+                states=states,
+                sources=sources,
+                memory=figures.memory,
+                memory_title=titles["memory"],
+                comm_title=titles["comm"],
+                capacity=figures.capacity_span,
+                line=line,
+            ),
+            code="""
         const s = states[cb_obj.value];
         for (const name in sources) { sources[name].data = s.data[name]; }
         memory_title.text = s.memory_title;
@@ -97,7 +122,8 @@ def explorer_report(
         p.textContent = s.headline;
         line.text = "<p style='font-size:15px'>" + p.innerHTML + "</p>";
         """,
-    ))
+        ),
+    )
     page = column(head, selector, line, figures.layout, name="report")
     name = title or f"dlexplore report: {point.workload.values} on {point.gpu.values}"
     return file_html(page, resources=INLINE, title=name)
@@ -124,19 +150,28 @@ def _header_html(prediction: xr.Dataset, gpus: int, ds: xr.Dataset | None, title
     coord = lambda name: html.escape(str(point[name].values))  # noqa: E731
     bandwidth, latency = float(point.bandwidth), float(point.latency)
     rows = [
-        ("workload", f"{coord('workload')} ({catalog.workload(str(point.workload.values)).params:,} "
-                     "parameters)"),
-        ("GPU", f"{coord('gpu')}, {coord('precision')}, compute efficiency "
-                f"{float(point.compute_efficiency):.0%} of peak"),
-        ("network", f"{coord('network')}: {bandwidth:g} GB/s, {latency * 1e6:g} µs; "
-                    f"{int(point.gpus_per_node)} GPUs per node over {coord('intra_link')}"),
+        (
+            "workload",
+            f"{coord('workload')} ({catalog.workload(str(point.workload.values)).params:,} parameters)",
+        ),
+        (
+            "GPU",
+            f"{coord('gpu')}, {coord('precision')}, compute efficiency "
+            f"{float(point.compute_efficiency):.0%} of peak",
+        ),
+        (
+            "network",
+            f"{coord('network')}: {bandwidth:g} GB/s, {latency * 1e6:g} µs; "
+            f"{int(point.gpus_per_node)} GPUs per node over {coord('intra_link')}",
+        ),
         ("allreduce", f"{coord('algorithm')}, {float(point.bucket_size) / 2**20:g} MiB buckets"),
         ("batch", f"{int(point.batch_size)} samples per GPU, optimizer {coord('optimizer')}"),
         ("measured", html.escape(str(ds.attrs.get("source", ""))) if ds is not None else "none"),
         ("predicted by", html.escape(prediction.attrs.get("source", f"dlexplore {__version__}"))),
     ]
-    table = "".join(f"<tr><th style='text-align:left;padding-right:1em'>{k}</th><td>{v}</td></tr>"
-                    for k, v in rows)
+    table = "".join(
+        f"<tr><th style='text-align:left;padding-right:1em'>{k}</th><td>{v}</td></tr>" for k, v in rows
+    )
     heading = html.escape(title or "dlexplore: predicted training performance")
     return (
         f"<h2>{heading}</h2><table style='font-size:13px'>{table}</table>"
@@ -209,10 +244,13 @@ def trace_report(
             figures.show_breakdown(rank_breakdown_columns(ds, step=step), step=step, steps=len(steps))
         step_table = table
         if step is not None and per_step_tables:
-            step_table = attempt(f"collective table for step {step}",
-                                 lambda step=step: trace.select(steps=[step]).collectives())
-        figures.show_collectives(collective_columns(step_table),
-                                 note="all steps" if step_table is table else f"step {step}")
+            step_table = attempt(
+                f"collective table for step {step}",
+                lambda step=step: trace.select(steps=[step]).collectives(),
+            )
+        figures.show_collectives(
+            collective_columns(step_table), note="all steps" if step_table is table else f"step {step}"
+        )
         if step is None or step not in set(index.steps.tolist()):
             window = [x_range.start, x_range.end]
         else:
@@ -232,25 +270,41 @@ def trace_report(
     figures.show_collectives(collective_columns(table), note="all steps")
 
     present = list(index.categories)
-    boxes = CheckboxGroup(labels=present, active=list(range(len(present))), inline=True,
-                          name="trace_categories")
+    boxes = CheckboxGroup(
+        labels=present, active=list(range(len(present))), inline=True, name="trace_categories"
+    )
     redraw = CustomJS(
-        args=dict(src=figures.sources["trace_timeline"], fig=figures.timeline,
-                  payload=timeline_payload(index, max_events=max_events, bins=bins,
-                                           embed_events=embed_events),
-                  boxes=boxes, present=present),
+        args=dict(
+            src=figures.sources["trace_timeline"],
+            fig=figures.timeline,
+            payload=timeline_payload(index, max_events=max_events, bins=bins, embed_events=embed_events),
+            boxes=boxes,
+            present=present,
+        ),
         code=TIMELINE_JS,
     )
     x_range.js_on_change("start", redraw)
     x_range.js_on_change("end", redraw)
     boxes.js_on_change("active", redraw)
-    selector = Select(title="Step", value="all", name="trace_step", width=160,
-                      options=[("all", "all steps (mean)"), *((str(s), f"step {s}") for s in steps)])
-    selector.js_on_change("value", CustomJS(
-        args=dict(states=states, breakdown=figures.sources["trace_breakdown"],
-                  table=figures.sources["trace_collectives"], bars=figures.breakdown,
-                  heading=figures.collectives_title, x_range=x_range),
-        code="""
+    selector = Select(
+        title="Step",
+        value="all",
+        name="trace_step",
+        width=160,
+        options=[("all", "all steps (mean)"), *((str(s), f"step {s}") for s in steps)],
+    )
+    selector.js_on_change(
+        "value",
+        CustomJS(
+            args=dict(
+                states=states,
+                breakdown=figures.sources["trace_breakdown"],
+                table=figures.sources["trace_collectives"],
+                bars=figures.breakdown,
+                heading=figures.collectives_title,
+                x_range=x_range,
+            ),
+            code="""
         const get = (o, k) => (o instanceof Map ? o.get(k) : o[k]);
         // a DataTable reads its columns as properties: give it a plain object, not a Map
         const plain = (o) => (o instanceof Map ? Object.fromEntries(o) : o);
@@ -262,7 +316,8 @@ def trace_report(
         const w = get(s, "window");
         x_range.setv({start: w[0], end: w[1]});
         """,
-    ))
+        ),
+    )
 
     facts = trace_summary(trace, index, ds)
     how = (
@@ -270,17 +325,23 @@ def trace_report(
         f"(ms, each rank's own clock). Scroll to zoom, drag to pan. A window with at most {max_events:,} "
         "events shows each; a wider one shows each category's busy time per bin (bar height = the "
         "busy share of the bin), exact in total. "
-        + ("Every event is in this page." if index.n_events <= embed_events else
-           f"This page holds binned busy time only (the trace has {index.n_events:,} events, more than "
-           f"{embed_events:,}): open it in TraceView to see each event.")
+        + (
+            "Every event is in this page."
+            if index.n_events <= embed_events
+            else f"This page holds binned busy time only (the trace has {index.n_events:,} events, more than "
+            f"{embed_events:,}): open it in TraceView to see each event."
+        )
         + " Bars: the mean per step of each rank; pick a step to see it alone. Hover for values with units."
     )
     analyses = _analyses_layout(trace, index, width, attempt)
     notes_html = "".join(f"<br><small>{html.escape(n)}</small>" for n in notes)
     heading = html.escape(title or "dlexplore: measured trace")
-    head = Div(text=f"<h2>{heading}</h2><p style='font-size:13px'>{'; '.join(facts)}</p>"
-                    f"<p style='font-size:12px;color:#555'>{html.escape(how)}{notes_html}</p>",
-               width=width, name="trace_report_header")
+    head = Div(
+        text=f"<h2>{heading}</h2><p style='font-size:13px'>{'; '.join(facts)}</p>"
+        f"<p style='font-size:12px;color:#555'>{html.escape(how)}{notes_html}</p>",
+        width=width,
+        name="trace_report_header",
+    )
     page = column(head, row(selector, boxes), figures.layout, analyses, name="trace_report")
     name = title or f"dlexplore trace report: {trace.source}"
     return file_html(page, resources=INLINE, title=name)
@@ -303,18 +364,26 @@ def _analyses_layout(trace: Any, index: Any, width: int, attempt) -> Any:
     rank = int(index.ranks[0]) if len(index.ranks) else None
     summary = attempt("critical path", lambda: critical_path_summary(critical_path(trace, rank=rank)))
     if summary is not None:
-        figures.show_path(critical_path_columns(summary), title=(
-            f"Critical path of step {summary.attrs['step']} on rank {summary.attrs['rank']} (the middle "
-            f"step): {float(summary.step_time) * 1e3:,.3f} ms"))
+        figures.show_path(
+            critical_path_columns(summary),
+            title=(
+                f"Critical path of step {summary.attrs['step']} on rank {summary.attrs['rank']} (the middle "
+                f"step): {float(summary.step_time) * 1e3:,.3f} ms"
+            ),
+        )
     launches = attempt("kernel launches", trace.launch_stats) if "correlation" in trace.events else None
     if launches is not None:
         figures.show_launches(launch_columns(launches))
-        figures.show_queue(queue_columns(queue_length(launches), rank=rank, origin=index.t0_s),
-                           title=f"Operations queued per stream on rank {rank} (launched, not finished)")
+        figures.show_queue(
+            queue_columns(queue_length(launches), rank=rank, origin=index.t0_s),
+            title=f"Operations queued per stream on rank {rank} (launched, not finished)",
+        )
     if trace.memory is not None:
         memory = attempt("memory timeline", trace.memory_timeline)
-        figures.show_memory(memory_columns(memory, rank=rank, origin=index.t0_s),
-                            title=f"Memory allocated per device on rank {rank}")
+        figures.show_memory(
+            memory_columns(memory, rank=rank, origin=index.t0_s),
+            title=f"Memory allocated per device on rank {rank}",
+        )
     return figures.layout
 
 

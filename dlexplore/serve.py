@@ -34,8 +34,14 @@ from . import validation
 from .catalog.user import ENV_VAR as CATALOG_ENV_VAR
 from .errors import DlexploreError
 
-__all__ = ["DASHBOARD", "DEFAULT_PORT", "DEFAULT_POOL_SIZE", "DEFAULT_CULL_IDLE", "explore_command",
-           "serve_explorer"]
+__all__ = [
+    "DASHBOARD",
+    "DEFAULT_PORT",
+    "DEFAULT_POOL_SIZE",
+    "DEFAULT_CULL_IDLE",
+    "explore_command",
+    "serve_explorer",
+]
 
 DASHBOARD = Path(__file__).resolve().parent / "dashboard" / "explorer.ipynb"
 #: Holds voila/templates/dlexplore: Voila's lab template without its CDN stylesheets.
@@ -62,15 +68,25 @@ def _check_port(port: int) -> None:
             ) from None
 
 
-def explore_command(port: int = DEFAULT_PORT, *, open_browser: bool = True,
-                    pool_size: int = DEFAULT_POOL_SIZE, cull_idle: int = DEFAULT_CULL_IDLE) -> list[str]:
+def explore_command(
+    port: int = DEFAULT_PORT,
+    *,
+    open_browser: bool = True,
+    pool_size: int = DEFAULT_POOL_SIZE,
+    cull_idle: int = DEFAULT_CULL_IDLE,
+) -> list[str]:
     """The Voila command line that serves the dashboard on 127.0.0.1:``port`` with ``pool_size``
     pre-started kernels (0: one started per page) and idle kernels stopped after ``cull_idle`` s."""
     pool_size = validation.count("pool_size", pool_size, minimum=0, maximum=64)
     cull_idle = validation.count("cull_idle", cull_idle, units="s")  # Jupyter takes whole seconds
     argv = [
-        sys.executable, "-m", "voila", str(DASHBOARD),
-        f"--port={port}", f"--Voila.ip={HOST}", "--Voila.port_retries=0",
+        sys.executable,
+        "-m",
+        "voila",
+        str(DASHBOARD),
+        f"--port={port}",
+        f"--Voila.ip={HOST}",
+        "--Voila.port_retries=0",
         f"--Voila.open_browser={open_browser}",
         "--VoilaConfiguration.show_tracebacks=True",
         "--VoilaConfiguration.template=dlexplore",

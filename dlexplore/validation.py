@@ -175,9 +175,7 @@ def positive(
     name: str, value: Any, *, units: str = "", maximum: float | None = None, allow_inf: bool = False
 ) -> Any:
     """Finite (or ``+inf`` with ``allow_inf``) and > 0: bandwidths, rates, sizes a model divides by."""
-    return number(
-        name, value, units=units, minimum=0, strict_min=True, maximum=maximum, allow_inf=allow_inf
-    )
+    return number(name, value, units=units, minimum=0, strict_min=True, maximum=maximum, allow_inf=allow_inf)
 
 
 def nonnegative(name: str, value: Any, *, units: str = "", allow_inf: bool = False) -> Any:

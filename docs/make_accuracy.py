@@ -49,12 +49,14 @@ LACKS: dict[str, str] = {
         "tree. At 16 GPUs the rings cross InfiniBand FDR, which no fitted point uses: the calibration "
         "cannot learn it, and the measured 3.2 GB/s bus bandwidth is under half the line rate "
         "(GPU-to-NIC traffic through host memory without GPUDirect RDMA, and the library each point "
-        "used, the fastest of NCCL, OSU MPI and Baidu's ring, are not in the model)."),
+        "used, the fastest of NCCL, OSU MPI and Baidu's ring, are not in the model)."
+    ),
     "goyal-2017-resnet50": (
         "The 8-GPU baseline has efficiency 1 by definition, so nothing is calibrated; the paper gives "
         "one rounded figure (about 90%). The model has the hierarchical allreduce over 50 GbE with "
         "perfect overlap; it lacks Gloo's TCP transport over the Ethernet and Caffe2's per-iteration "
-        "synchronisation."),
+        "synchronisation."
+    ),
     "horovod-2017-16gpu-25gbe": (
         "Only the single-GPU points are small enough to fit, so calibration learns compute and "
         "nothing of the network. The parameter-server rows are the largest misses: VGG-16's first "
@@ -65,22 +67,26 @@ LACKS: dict[str, str] = {
         "(the source does not say; the model assumes one per node). Horovod's CPU allreduce (MPI "
         "over TCP on host buffers) is modelled like its NCCL allreduce, with device-host copies "
         "and the MPI library's algorithm left out; one TCP efficiency and one negotiation time are "
-        "fitted for both, so each is off the other way."),
+        "fitted for both, so each is off the other way."
+    ),
     "horovod-2017-64gpu-40gbit": (
         "As for the 16-GPU table: calibration on the single-GPU points learns nothing of the "
         "network, the parameter-server rows (VGG-16 above all) and Horovod's CPU allreduce are the "
-        "largest misses, and the number of servers is not given by the source."),
+        "largest misses, and the number of servers is not given by the source."
+    ),
     "nccl-tests-h100-allreduce": (
         "Calibrated on the ring row (NCCL's per-link NVLink figure already gives its busbw within "
         "a fraction of a percent), the NVLink SHARP row is predicted with NCCL's own model of NVLS "
         "(algorithm bandwidth 5/6 of the bus bandwidth), which is above the maintainer's "
-        "measurement."),
+        "measurement."
+    ),
     "tf-benchmarks-2017-dgx1": (
         "Uncalibrated, one set of defaults serves every bundled table: TensorFlow 1.x on P100 (2017) "
         "runs slower than the published GEMM and bandwidth figures allow (Inception-v3 and "
         "ResNet-50 most), while NVIDIA's MXNet on V100 (2019) runs faster; the fitted memory "
         "efficiency and Winograd saving are a compromise between the software generations. "
-        "Calibrated on 1-4 GPUs, the 8-GPU points are within a few percent."),
+        "Calibrated on 1-4 GPUs, the 8-GPU points are within a few percent."
+    ),
     "narayanan2021-table1": (
         "The pipeline rows (pp > 1) are predicted 2-10% too fast once calibrated on the three "
         "smallest (pp = 1) rows, which can say nothing about pipelines: the model's pipeline costs "
@@ -91,7 +97,8 @@ LACKS: dict[str, str] = {
         "neither the micro-batch nor the number of interleaved chunks; with the prose's interleaved "
         "schedule at two chunks the model's bubble halves and the calibrated MAPE is 6.4% (the "
         "variant's column). The GEMM plateau comes from a 2023 measurement (CUDA 12.1) for runs "
-        "of 2021."),
+        "of 2021."
+    ),
     "korthikanti-2022-megatron": (
         "Calibrated on the 22B rows and the 175B full-recomputation row, the model is 5-12% slow "
         "on the larger runs (uncalibrated, it is 5-19% fast on every run): it has selective "
@@ -100,13 +107,15 @@ LACKS: dict[str, str] = {
         "micro-batch of four sequences, tensor parallelism over 8 GPUs) spend a larger share in "
         "tensor-parallel communication and memory-bound kernels than the larger models, so one GEMM "
         "plateau fitted to both sizes is a compromise. The paper does not give the pipeline "
-        "schedule; the model runs 1F1B."),
+        "schedule; the model runs 1F1B."
+    ),
     "smith-2022-mt-nlg-530b": (
         "Uncalibrated, the model is a third too fast: 126 TFLOP/s per GPU is 40% of the A100's peak "
         "where Megatron-LM's own runs of the same model reached 163 (Narayanan et al.); DeepSpeed's "
         "pipeline engine of 2021, its micro-batch size (not given) and its data-parallel "
         "communication are not what the model assumes. Calibrated on the two smaller runs, the "
-        "largest is within the target."),
+        "largest is within the target."
+    ),
 }
 
 
@@ -141,8 +150,11 @@ def _default_text(d: dlexplore.catalog.ModelDefault) -> str:
 
 def _table(header: list[str], rows: list[list[str]], align: str) -> list[str]:
     marks = {"l": "---", "r": "---:"}
-    return ["| " + " | ".join(header) + " |", "|" + "|".join(marks[a] for a in align) + "|",
-            *("| " + " | ".join(r) + " |" for r in rows)]
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(marks[a] for a in align) + "|",
+        *("| " + " | ".join(r) + " |" for r in rows),
+    ]
 
 
 def _value(x: float) -> str:
@@ -164,33 +176,77 @@ def _dataset_lines(name: str, points: pd.DataFrame, stats: pd.DataFrame) -> list
     fitted = group.groupby("row")["fitted"].max()
     try:
         attrs = measured.load(name).attrs
-        head = [f"{attrs.get('title', '')}.", "",
-                f"Source: {attrs['source'].removeprefix(measured.MEASURED_PREFIX)}"
-                + (f" <{attrs['url']}>" if attrs.get("url") else "") + "."]
+        head = [
+            f"{attrs.get('title', '')}.",
+            "",
+            f"Source: {attrs['source'].removeprefix(measured.MEASURED_PREFIX)}"
+            + (f" <{attrs['url']}>" if attrs.get("url") else "")
+            + ".",
+        ]
     except dlexplore.errors.DlexploreError:
-        head = ["Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters "
-                "Using Megatron-LM, Table 1 (`../shared/reference/narayanan2021-table1.csv`): TFLOP/s "
-                "per GPU by the paper's eq. 3, hybrid data, tensor and pipeline parallelism on Selene "
-                "(DGX A100 80 GB). Development data: nothing is fitted to it but the calibrated rows' "
-                "own fit, `dlexplore.calibrate(table, fit_on=dlexplore.fit.smallest(3))` on the file "
-                "as it is; what the table does not give takes the model's defaults (micro-batch 1, "
-                "the 1F1B schedule, IB-HDR between nodes)."]
+        head = [
+            "Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters "
+            "Using Megatron-LM, Table 1 (`../shared/reference/narayanan2021-table1.csv`): TFLOP/s "
+            "per GPU by the paper's eq. 3, hybrid data, tensor and pipeline parallelism on Selene "
+            "(DGX A100 80 GB). Development data: nothing is fitted to it but the calibrated rows' "
+            "own fit, `dlexplore.calibrate(table, fit_on=dlexplore.fit.smallest(3))` on the file "
+            "as it is; what the table does not give takes the model's defaults (micro-batch 1, "
+            "the 1F1B schedule, IB-HDR between nodes)."
+        ]
     variable = str(first["variable"].iloc[0])
-    lines = [*head, "", f"Measured `{variable}` at {len(first)} points; the calibration fits "
-             f"{int(fitted.sum())} of them (the smallest configurations) and every method is judged "
-             "on the others.", ""]
+    lines = [
+        *head,
+        "",
+        f"Measured `{variable}` at {len(first)} points; the calibration fits "
+        f"{int(fitted.sum())} of them (the smallest configurations) and every method is judged "
+        "on the others.",
+        "",
+    ]
     rows = []
     for _, s in stats[stats["dataset"] == name].iterrows():
-        target = CALIBRATED_TARGET if s["method"] == fidelity.METHODS[1] else \
-            UNCALIBRATED_TARGET if s["method"] == fidelity.METHODS[0] else None
-        verdict = "" if target is None or not np.isfinite(s["mape_held_out"]) else \
-            ("yes" if s["mape_held_out"] <= target else "**no**")
-        rows.append([s["method"], f"{s['held_out']} of {s['of']}", _pct(s["mape_held_out"]),
-                     _pct(s["max_held_out"]), f"{_pct(s['mape_all'])} ({s['all']})", verdict])
-    lines += _table(["method", "held-out points predicted", "MAPE", "max", "MAPE on all points",
-                     "meets the target"], rows, "lrrrrl") + [""]
-    labels = [c for c in ("workload", "collective", "gpu", "precision", "batch_size", "bytes", "tp",
-                          "pp", "recompute", "setup") if c in first and first[c].astype(str).nunique() > 1]
+        target = (
+            CALIBRATED_TARGET
+            if s["method"] == fidelity.METHODS[1]
+            else UNCALIBRATED_TARGET
+            if s["method"] == fidelity.METHODS[0]
+            else None
+        )
+        verdict = (
+            ""
+            if target is None or not np.isfinite(s["mape_held_out"])
+            else ("yes" if s["mape_held_out"] <= target else "**no**")
+        )
+        rows.append(
+            [
+                s["method"],
+                f"{s['held_out']} of {s['of']}",
+                _pct(s["mape_held_out"]),
+                _pct(s["max_held_out"]),
+                f"{_pct(s['mape_all'])} ({s['all']})",
+                verdict,
+            ]
+        )
+    lines += _table(
+        ["method", "held-out points predicted", "MAPE", "max", "MAPE on all points", "meets the target"],
+        rows,
+        "lrrrrl",
+    ) + [""]
+    labels = [
+        c
+        for c in (
+            "workload",
+            "collective",
+            "gpu",
+            "precision",
+            "batch_size",
+            "bytes",
+            "tp",
+            "pp",
+            "recompute",
+            "setup",
+        )
+        if c in first and first[c].astype(str).nunique() > 1
+    ]
     methods = [m for m in (*fidelity.METHODS, *fidelity.EXTRA_METHODS) if m in set(group["method"])]
     header = [*labels, "GPUs", "fitted", "measured", *methods]
     table_rows = []
@@ -206,8 +262,12 @@ def _dataset_lines(name: str, points: pd.DataFrame, stats: pd.DataFrame) -> list
     lines += _table(header, table_rows, "l" * len(labels) + "rlr" + "r" * len(methods))
     misses = any(cell == "**no**" for cell in (r[-1] for r in rows))
     if misses:
-        lines += ["", "### What the model lacks here", "",
-                  LACKS.get(name, "The misses are listed above; no explanation is recorded yet.")]
+        lines += [
+            "",
+            "### What the model lacks here",
+            "",
+            LACKS.get(name, "The misses are listed above; no explanation is recorded yet."),
+        ]
     return lines
 
 
@@ -216,9 +276,11 @@ def _coverage_lines(stats: pd.DataFrame) -> list[str]:
     lines = []
     for _, s in stats.iterrows():
         if s["band_points"]:
-            lines.append(f"The {fidelity.BAND_LEVEL:.0%} prediction interval of {s['method']} covers "
-                         f"{round(s['band_coverage'] * s['band_points'])} of the {s['band_points']} "
-                         f"held-out points it bounds ({_pct(s['band_coverage'])}).")
+            lines.append(
+                f"The {fidelity.BAND_LEVEL:.0%} prediction interval of {s['method']} covers "
+                f"{round(s['band_coverage'] * s['band_points'])} of the {s['band_points']} "
+                f"held-out points it bounds ({_pct(s['band_coverage'])})."
+            )
     return [*lines, ""] if lines else []
 
 
@@ -233,33 +295,71 @@ def _memory_lines() -> list[str]:
     rows = []
     for _, r in acts.iterrows():
         schedule = r["schedule"] + (f", v = {r['virtual_stages']}" if r["schedule"] == "interleaved" else "")
-        rows.append([schedule, r["recompute"], "yes" if r["sequence_parallel"] else "no",
-                     f"{r['reference'] / 2**30:.2f}", _pct(r["dlexplore"] / r["reference"] - 1, True),
-                     _pct(r["llm-analysis"] / r["reference"] - 1, True)])
-    lines = ["## Memory", "",
-             "Activation memory of the first pipeline stage of GPT-3 175B (s = 2048, h = 12288, "
-             "a = 96, L = 96, tensor parallelism t = 8, p = 8 stages, one sequence per micro-batch, "
-             "64 micro-batches per step) against Korthikanti et al. (2022)'s formulas: the layers "
-             "(Table 2 per layer; L layers' worth on the first 1F1B stage, L (1 + (p - 1)/(p v)) "
-             "interleaved, m L/p with GPipe) and the input embedding's dropout mask, sbh per "
-             "micro-batch held (/t with sequence parallelism; section 4.3). llm-analysis 0.2.2 has "
-             "the 1F1B schedule only. Target: within 5%.", ""]
-    lines += _table(["schedule", "recompute", "sequence parallel", "Korthikanti (GiB)", "dlexplore",
-                     "llm-analysis"], rows, "lllrrr")
+        rows.append(
+            [
+                schedule,
+                r["recompute"],
+                "yes" if r["sequence_parallel"] else "no",
+                f"{r['reference'] / 2**30:.2f}",
+                _pct(r["dlexplore"] / r["reference"] - 1, True),
+                _pct(r["llm-analysis"] / r["reference"] - 1, True),
+            ]
+        )
+    lines = [
+        "## Memory",
+        "",
+        "Activation memory of the first pipeline stage of GPT-3 175B (s = 2048, h = 12288, "
+        "a = 96, L = 96, tensor parallelism t = 8, p = 8 stages, one sequence per micro-batch, "
+        "64 micro-batches per step) against Korthikanti et al. (2022)'s formulas: the layers "
+        "(Table 2 per layer; L layers' worth on the first 1F1B stage, L (1 + (p - 1)/(p v)) "
+        "interleaved, m L/p with GPipe) and the input embedding's dropout mask, sbh per "
+        "micro-batch held (/t with sequence parallelism; section 4.3). llm-analysis 0.2.2 has "
+        "the 1F1B schedule only. Target: within 5%.",
+        "",
+    ]
+    lines += _table(
+        ["schedule", "recompute", "sequence parallel", "Korthikanti (GiB)", "dlexplore", "llm-analysis"],
+        rows,
+        "lllrrr",
+    )
     worst = float(np.max(np.abs(acts["dlexplore"] / acts["reference"] - 1)))
-    lines += ["", f"dlexplore's largest deviation: {_pct(worst)} (target met: "
-              f"{'yes' if worst <= 0.05 else '**no**'}).", ""]
+    lines += [
+        "",
+        f"dlexplore's largest deviation: {_pct(worst)} (target met: {'yes' if worst <= 0.05 else '**no**'}).",
+        "",
+    ]
     states = table[table["kind"] == "states"]
     rows = []
     for _, r in states.iterrows():
         dist = "distributed optimizer, d = 8" if r["sequence_parallel"] else "replicated"
-        rows.append([r["schedule"], dist, f"`{r['recompute']}`", f"{r['reference']:g}",
-                     f"{r['dlexplore']:g}", _value(r["llm-analysis"])])
-    lines += ["Model states, bytes per parameter with Adam, against Megatron Core's Distributed "
-              "Optimizer guide (distributed: fixed + sharded / d; dlexplore's "
-              "`memory_convention`). Target: exact.", ""]
-    lines += _table(["parameters and gradients", "optimizer", "dlexplore convention", "Megatron",
-                     "dlexplore", "llm-analysis"], rows, "lllrrr")
+        rows.append(
+            [
+                r["schedule"],
+                dist,
+                f"`{r['recompute']}`",
+                f"{r['reference']:g}",
+                f"{r['dlexplore']:g}",
+                _value(r["llm-analysis"]),
+            ]
+        )
+    lines += [
+        "Model states, bytes per parameter with Adam, against Megatron Core's Distributed "
+        "Optimizer guide (distributed: fixed + sharded / d; dlexplore's "
+        "`memory_convention`). Target: exact.",
+        "",
+    ]
+    lines += _table(
+        [
+            "parameters and gradients",
+            "optimizer",
+            "dlexplore convention",
+            "Megatron",
+            "dlexplore",
+            "llm-analysis",
+        ],
+        rows,
+        "lllrrr",
+    )
     exact = bool(np.all(states["dlexplore"] == states["reference"]))
     lines += ["", f"dlexplore exact on every row: {'yes' if exact else '**no**'}."]
     return lines
@@ -287,8 +387,9 @@ def render(points: pd.DataFrame, date: str) -> str:
         "fitting the GEMM plateau. MAPE is the mean |error| over the points the calibration did not "
         "fit; targets: uncalibrated <= 15%, calibrated <= 5%.",
         "",
-        "Defaults in use: " + ", ".join(
-            f"`{d.parameter}` = {_default_text(d)}" for d in defaults.values()) + ".",
+        "Defaults in use: "
+        + ", ".join(f"`{d.parameter}` = {_default_text(d)}" for d in defaults.values())
+        + ".",
         "",
         "## Summary",
         "",
@@ -301,20 +402,34 @@ def render(points: pd.DataFrame, date: str) -> str:
             cells.append(_pct(s.loc[m, "mape_held_out"]) if m in s.index else "—")
         cells.append(_pct(s.loc[fidelity.METHODS[0], "mape_all"]))
         cal = s.loc[fidelity.METHODS[1]]
-        cells.append(f"{round(cal['band_coverage'] * cal['band_points'])} of {cal['band_points']}"
-                     if cal["band_points"] else "—")
+        cells.append(
+            f"{round(cal['band_coverage'] * cal['band_points'])} of {cal['band_points']}"
+            if cal["band_points"]
+            else "—"
+        )
         rows.append(cells)
-    lines += _table(["dataset", "held out", *fidelity.METHODS, "uncalibrated, all points",
-                     f"calibrated band covers ({fidelity.BAND_LEVEL:.0%})"], rows,
-                    "lr" + "r" * (len(fidelity.METHODS) + 2))
+    lines += _table(
+        [
+            "dataset",
+            "held out",
+            *fidelity.METHODS,
+            "uncalibrated, all points",
+            f"calibrated band covers ({fidelity.BAND_LEVEL:.0%})",
+        ],
+        rows,
+        "lr" + "r" * (len(fidelity.METHODS) + 2),
+    )
     banded = stats[(stats["method"] == fidelity.METHODS[1]) & (stats["band_points"] > 0)]
     covered = float((banded["band_coverage"] * banded["band_points"]).sum())
     total = int(banded["band_points"].sum())
-    lines += ["", f"Prediction intervals: dlexplore calibrated's {fidelity.BAND_LEVEL:.0%} band "
-              f"(residuals and parameter covariance, Student's t; `dlexplore.fit.band`) covers "
-              f"{round(covered)} of the {total} held-out points it bounds "
-              f"({_pct(covered / total if total else math.nan)}); a calibration with as many "
-              "parameters as fitted points has no residual to estimate it from and gives none."]
+    lines += [
+        "",
+        f"Prediction intervals: dlexplore calibrated's {fidelity.BAND_LEVEL:.0%} band "
+        f"(residuals and parameter covariance, Student's t; `dlexplore.fit.band`) covers "
+        f"{round(covered)} of the {total} held-out points it bounds "
+        f"({_pct(covered / total if total else math.nan)}); a calibration with as many "
+        "parameters as fitted points has no residual to estimate it from and gives none.",
+    ]
     lines += ["", *_memory_lines()]
     for name in dict.fromkeys(stats["dataset"]):
         lines += ["", f"## `{name}`", "", *_dataset_lines(name, points, stats)]
@@ -353,7 +468,7 @@ def _same_line(old: str, new: str) -> bool:
         if "." not in mantissa:
             return False  # counts (points, GPUs, bytes) are exact
         decimals = len(mantissa.split(".")[1])
-        unit = 10.0 ** -decimals * (10.0 ** int(a.lower().split("e")[1]) if "e" in a.lower() else 1.0)
+        unit = 10.0**-decimals * (10.0 ** int(a.lower().split("e")[1]) if "e" in a.lower() else 1.0)
         if abs(x - y) > 1.0001 * unit:
             return False
     return True
@@ -371,8 +486,11 @@ def check(path: Path, text: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true",
-                        help="compare with the file instead of writing it; exit 1 if it is stale")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="compare with the file instead of writing it; exit 1 if it is stale",
+    )
     parser.add_argument("-o", "--output", type=Path, default=OUTPUT, help="the report (Markdown)")
     args = parser.parse_args(argv)
     if args.check and not args.output.is_file():

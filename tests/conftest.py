@@ -48,8 +48,12 @@ def run_notebook(
             # A user's extra Jupyter paths would bring their kernels and config into the test.
             for name in ("JUPYTER_PATH", "JUPYTER_CONFIG_PATH", "JUPYTER_PREFER_ENV_PATH"):
                 mp.delenv(name, raising=False)
-            client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
-                                    resources={"metadata": {"path": str(workdir)}})
+            client = NotebookClient(
+                nb,
+                timeout=CELL_TIMEOUT,
+                kernel_name="python3",
+                resources={"metadata": {"path": str(workdir)}},
+            )
             client.execute()
         return nb
 

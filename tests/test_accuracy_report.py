@@ -34,10 +34,14 @@ def _module():
 def test_committed_report_is_up_to_date(tmp_path):
     text = REPORT.read_text(encoding="utf-8")
     copy = tmp_path / "accuracy.md"
-    copy.write_text(re.sub(r"(?m)^_Generated on .*$", "_Generated on 1999-12-31._", text),
-                    encoding="utf-8")
-    result = subprocess.run([sys.executable, str(SCRIPT), "--check", "-o", str(copy)], cwd=ROOT,
-                            capture_output=True, text=True, timeout=300)
+    copy.write_text(re.sub(r"(?m)^_Generated on .*$", "_Generated on 1999-12-31._", text), encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--check", "-o", str(copy)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "is up to date" in result.stdout
 
@@ -91,14 +95,17 @@ def test_check_of_a_missing_file_fails_at_once(tmp_path, capsys):
     assert "missing" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("value", "stderr", "text"), [
-    (0.60438, 0.00416, "0.6044 ± 0.0042"),
-    (13.5277, 8.7559, "13.5 ± 8.8"),
-    (0.81960, 0.26778, "0.82 ± 0.27"),
-    (166.4, 132.0, "170 ± 130"),  # the value to the precision of its error
-    (12345.0, 2100.0, "12300 ± 2100"),
-    (1409.2, 0.94, "1409.20 ± 0.94"),
-])
+@pytest.mark.parametrize(
+    ("value", "stderr", "text"),
+    [
+        (0.60438, 0.00416, "0.6044 ± 0.0042"),
+        (13.5277, 8.7559, "13.5 ± 8.8"),
+        (0.81960, 0.26778, "0.82 ± 0.27"),
+        (166.4, 132.0, "170 ± 130"),  # the value to the precision of its error
+        (12345.0, 2100.0, "12300 ± 2100"),
+        (1409.2, 0.94, "1409.20 ± 0.94"),
+    ],
+)
 def test_value_with_standard_error(value, stderr, text):
     assert _module()._with_error(value, stderr) == text
 

@@ -25,8 +25,14 @@ def test_enumeration_counts_and_ranking():
     # Micro-batches: powers of two dividing 8/dp. ZeRO 1-3 need dp > 1, 2-3 need pp = 1.
     frame = advise("gpt2", 8, "A100-80GB", batch_size=8, recompute=["none"], energy="tdp")
     per = {  # (tp, pp): micro-batch choices x ZeRO stages
-        (1, 1): 1 * 4, (1, 2): 2 * 2, (1, 4): 3 * 2, (2, 1): 2 * 4,
-        (2, 2): 3 * 2, (2, 4): 4 * 1, (4, 1): 3 * 4, (4, 2): 4 * 1,
+        (1, 1): 1 * 4,
+        (1, 2): 2 * 2,
+        (1, 4): 3 * 2,
+        (2, 1): 2 * 4,
+        (2, 2): 3 * 2,
+        (2, 4): 4 * 1,
+        (4, 1): 3 * 4,
+        (4, 2): 4 * 1,
     }
     assert frame.attrs["evaluated"] == sum(per.values()) == 48
     assert frame.attrs["dropped"] == 0
@@ -41,10 +47,18 @@ def test_enumeration_counts_and_ranking():
 def test_rows_agree_with_predict_parallel():
     frame = advise("gpt2", 8, "A100-80GB", batch_size=16, energy="tdp")
     best = frame.iloc[0]
-    ds = predict_parallel("gpt2", "A100-80GB", gpus=8, tp=int(best.tp), pp=int(best.pp),
-                          micro_batch=int(best.micro_batch), batch_size=16,
-                          recompute=best.recompute, zero=int(best.zero),
-                          sequence_parallel=bool(best.sequence_parallel))
+    ds = predict_parallel(
+        "gpt2",
+        "A100-80GB",
+        gpus=8,
+        tp=int(best.tp),
+        pp=int(best.pp),
+        micro_batch=int(best.micro_batch),
+        batch_size=16,
+        recompute=best.recompute,
+        zero=int(best.zero),
+        sequence_parallel=bool(best.sequence_parallel),
+    )
     assert float(ds["step_time"]) == pytest.approx(best.step_time, rel=1e-12)
     assert float(ds["mem_total"]) == pytest.approx(best.mem_total, rel=1e-12)
 
@@ -70,8 +84,9 @@ def test_cnn_only_data_parallel():
 
 
 def test_pareto_front():
-    frame = pd.DataFrame({"step_time": [1.0, 2.0, 1.5, 3.0, 1.0],
-                          "energy_per_step": [10.0, 5.0, 8.0, 4.0, 12.0]})
+    frame = pd.DataFrame(
+        {"step_time": [1.0, 2.0, 1.5, 3.0, 1.0], "energy_per_step": [10.0, 5.0, 8.0, 4.0, 12.0]}
+    )
     front = pareto_front(frame)
     assert front.index.tolist() == [0, 2, 1, 3]  # row 4 is dominated by row 0
     real = advise("gpt2", 8, "A100-80GB", batch_size=16)

@@ -18,8 +18,12 @@ dask = pytest.importorskip("dask")
 
 # Batch 256 does not fit in a V100-16GB with ResNet-50 (mem_total > 16 GiB): it must never win.
 SWEEP = dict(
-    workload="resnet50", gpu="V100-16GB", gpus_per_node=8,
-    gpus=[1, 2, 4, 8, 16, 64], batch_size=[16, 32, 64, 256], bandwidth=[1.0, 10.0, 100.0],
+    workload="resnet50",
+    gpu="V100-16GB",
+    gpus_per_node=8,
+    gpus=[1, 2, 4, 8, 16, 64],
+    batch_size=[16, 32, 64, 256],
+    bandwidth=[1.0, 10.0, 100.0],
     latency=[1e-6, 2e-6, 5e-6, 1e-5],
 )
 
@@ -31,8 +35,10 @@ def _eager_best(ds: xr.Dataset, objective: str, maximize: bool) -> dict:
     where = flat.argmax(axis=1) if maximize else flat.argmin(axis=1)
     idx = np.unravel_index(where, [var.sizes[d] for d in others])
     best = flat[np.arange(len(where)), where]
-    return {objective: np.where(np.isinf(best), np.nan, best),
-            **{d: ds[d].values[i] for d, i in zip(others, idx, strict=True)}}
+    return {
+        objective: np.where(np.isinf(best), np.nan, best),
+        **{d: ds[d].values[i] for d, i in zip(others, idx, strict=True)},
+    }
 
 
 @pytest.mark.parametrize("chunks", [None, 2, {"gpus": 4, "batch_size": 1, "latency": 3}])
@@ -71,8 +77,10 @@ def test_best_per_gpus_hand_worked_single_gpu():
     # proportional to the batch, so throughput = B / (3 k B + t_opt) grows with B: the largest
     # batch that fits wins (256 would not fit in 16 GB), and bandwidth/latency (no effect on one
     # GPU) tie, so their first values win.
-    best = best_per_gpus(dict(gpus=[1, 2], batch_size=[8, 16, 128], bandwidth=[5.0, 50.0],
-                              latency=[1e-5, 1e-6]), chunks={"batch_size": 1})
+    best = best_per_gpus(
+        dict(gpus=[1, 2], batch_size=[8, 16, 128], bandwidth=[5.0, 50.0], latency=[1e-5, 1e-6]),
+        chunks={"batch_size": 1},
+    )
     assert best.batch_size.values[0] == 128
     assert best.bandwidth.values[0] == 5.0 and best.latency.values[0] == 1e-5
     one = dlx.predict(gpus=1, batch_size=128)
@@ -84,11 +92,19 @@ def test_categorical_sweeps_equal_eager_and_pick_the_winning_names():
     # object, not its name. It is ResNet-50 with half the layers' FLOPs, so at one GPU and equal
     # batch it is faster than ResNet-50.
     base = dlx.catalog.workload("resnet50")
-    light = dataclasses.replace(base, name="resnet50-light", aliases=(),
-                                layers=tuple(dataclasses.replace(layer, flops=layer.flops / 2)
-                                             for layer in base.layers))
-    sweep = dict(workload=["resnet50", light, "vgg16"], gpu=["V100-16GB", "A100-40GB"],
-                 gpus=[1, 4, 16], batch_size=[32, 64], bandwidth=[1.0, 25.0])
+    light = dataclasses.replace(
+        base,
+        name="resnet50-light",
+        aliases=(),
+        layers=tuple(dataclasses.replace(layer, flops=layer.flops / 2) for layer in base.layers),
+    )
+    sweep = dict(
+        workload=["resnet50", light, "vgg16"],
+        gpu=["V100-16GB", "A100-40GB"],
+        gpus=[1, 4, 16],
+        batch_size=[32, 64],
+        bandwidth=[1.0, 25.0],
+    )
     eager = dlx.predict(**sweep)
     lazy = predict_lazy(**sweep, chunks={"workload": 1, "gpu": 1, "gpus": 2, "batch_size": 1})
     assert lazy.throughput.dims[:2] == ("workload", "gpu")

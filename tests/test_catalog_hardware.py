@@ -352,8 +352,11 @@ def test_table_aliases_are_joined():
 
 @pytest.mark.parametrize(
     "filename, kind, registry",
-    [("gpus.csv", "gpus", GPUS), ("networks.csv", "networks", NETWORKS),
-     ("storage.csv", "storage", STORAGE)],  # fmt: skip
+    [
+        ("gpus.csv", "gpus", GPUS),
+        ("networks.csv", "networks", NETWORKS),
+        ("storage.csv", "storage", STORAGE),
+    ],  # fmt: skip
 )
 def test_bundled_files_are_what_the_registries_hold(filename, kind, registry):
     path = data_dir() / "catalog" / filename
@@ -384,8 +387,7 @@ def test_infer_kind():
 
 
 GPU_HEADER = (
-    "name,vendor,fp32_tflops,tf32_tflops,fp16_tflops,bf16_tflops,{memory},"
-    "memory_bandwidth_gbs,tdp_w,idle_w"
+    "name,vendor,fp32_tflops,tf32_tflops,fp16_tflops,bf16_tflops,{memory},memory_bandwidth_gbs,tdp_w,idle_w"
 )
 
 

@@ -29,8 +29,7 @@ from dlexplore.errors import DlexploreError, InputFileError
 ROOT = Path(dlexplore.__file__).resolve().parents[1]
 
 GPU_HEADER = (
-    "name,vendor,fp32_tflops,tf32_tflops,fp16_tflops,bf16_tflops,memory_gib,"
-    "memory_bandwidth_gbs,tdp_w,idle_w"
+    "name,vendor,fp32_tflops,tf32_tflops,fp16_tflops,bf16_tflops,memory_gib,memory_bandwidth_gbs,tdp_w,idle_w"
 )
 # NVIDIA L40S data sheet (2023): 91.6 fp32, 183 TF32, 362 fp16/bf16 dense, 48 GB, 864 GB/s, 350 W.
 L40S_ROW = "L40S,NVIDIA,91.6,183,362,362,48,864,350,35"

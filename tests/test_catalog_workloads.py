@@ -162,8 +162,12 @@ def test_transformer_activations_match_korthikanti(c):
 
 @pytest.mark.parametrize(
     "name,L,s,h,a,V,pooler",
-    [("bert-base", 12, 512, 768, 12, 30522, True), ("bert-large", 24, 512, 1024, 16, 30522, True),
-     ("gpt2", 12, 1024, 768, 12, 50257, False), ("gpt2-xl", 48, 1024, 1600, 25, 50257, False)],
+    [
+        ("bert-base", 12, 512, 768, 12, 30522, True),
+        ("bert-large", 24, 512, 1024, 16, 30522, True),
+        ("gpt2", 12, 1024, 768, 12, 50257, False),
+        ("gpt2-xl", 48, 1024, 1600, 25, 50257, False),
+    ],
 )
 def test_catalog_transformer_activations(name, L, s, h, a, V, pooler):
     w = workload(name)
@@ -181,9 +185,18 @@ def test_tiny_transformer_by_hand():
     # 16-bit: 3*4*(34 + 5*2*3/4) + 5*3*4 + 4*3*10 = 498 + 60 + 120
     assert w.activation_bytes_per_sample == 2 * 678
     assert w.config == {
-        "layers": 1, "hidden": 4, "heads": 2, "seq": 3, "vocab": 10, "ffn_hidden": 16,
-        "causal": False, "tied_embeddings": True, "max_positions": 3, "type_vocab": 0,
-        "pooler": False, "prenorm": False,
+        "layers": 1,
+        "hidden": 4,
+        "heads": 2,
+        "seq": 3,
+        "vocab": 10,
+        "ffn_hidden": 16,
+        "causal": False,
+        "tied_embeddings": True,
+        "max_positions": 3,
+        "type_vocab": 0,
+        "pooler": False,
+        "prenorm": False,
     }
     assert w.name == "transformer:layers=1,hidden=4,heads=2,seq=3,vocab=10"
     assert w.input_bytes_per_sample == 3 * 2 and w.sample_unit == "sequences"
@@ -251,9 +264,17 @@ def test_required_entries_and_sources():
 
 @pytest.mark.parametrize(
     "alias,name",
-    [("ResNet-50", "resnet50"), ("RESNET_50", "resnet50"), ("inception-v3", "inception_v3"),
-     ("InceptionV3", "inception_v3"), ("vgg-16", "vgg16"), ("BERT-Base-Uncased", "bert-base"),
-     ("gpt2-small", "gpt2"), ("GPT-2", "gpt2"), ("bert_large", "bert-large")],
+    [
+        ("ResNet-50", "resnet50"),
+        ("RESNET_50", "resnet50"),
+        ("inception-v3", "inception_v3"),
+        ("InceptionV3", "inception_v3"),
+        ("vgg-16", "vgg16"),
+        ("BERT-Base-Uncased", "bert-base"),
+        ("gpt2-small", "gpt2"),
+        ("GPT-2", "gpt2"),
+        ("bert_large", "bert-large"),
+    ],
 )
 def test_lookup_case_insensitive_with_aliases(alias, name):
     assert workload(alias) is WORKLOADS.get(name)
@@ -310,9 +331,19 @@ def test_malformed_specs(spec, message):
 
 def test_workloads_table():
     df = workloads()
-    for column in ["name", "aliases", "kind", "params", "flops_per_sample",
-                   "activation_bytes_per_sample", "input_bytes_per_sample", "sample_unit",
-                   "layers", "gradient_tensors", "source"]:
+    for column in [
+        "name",
+        "aliases",
+        "kind",
+        "params",
+        "flops_per_sample",
+        "activation_bytes_per_sample",
+        "input_bytes_per_sample",
+        "sample_unit",
+        "layers",
+        "gradient_tensors",
+        "source",
+    ]:
         assert column in df.columns
     assert len(df) == len(WORKLOADS) and df["name"].is_unique
     row = df.set_index("name").loc["resnet50"]
@@ -328,8 +359,11 @@ ORIGIN = "my.json entry 3"
 
 def test_from_dict_transformer():
     w = workload_from_dict(
-        {"name": "mine", "aliases": "m1;m2", "transformer": {
-            "layers": 2, "hidden": 8, "heads": 2, "seq": 4, "vocab": 100, "causal": True}},
+        {
+            "name": "mine",
+            "aliases": "m1;m2",
+            "transformer": {"layers": 2, "hidden": 8, "heads": 2, "seq": 4, "vocab": 100, "causal": True},
+        },
         origin=ORIGIN,
     )
     assert w.params == transformer(2, 8, 2, 4, 100, causal=True).params
@@ -339,11 +373,17 @@ def test_from_dict_transformer():
 
 def test_from_dict_layers_and_totals():
     w = workload_from_dict(
-        {"name": "net", "input_bytes_per_sample": 1000, "source": "me", "sample_unit": "frames",
-         "layers": [{"name": "a", "params": 10, "flops": 100, "activation_bytes": 40},
-                    {"name": "b", "params": 0, "flops": 50.5, "activation_bytes": 8,
-                     "kind": "relu"},
-                    {"name": "c", "params": 5, "flops": 30, "activation_bytes": 4}]},
+        {
+            "name": "net",
+            "input_bytes_per_sample": 1000,
+            "source": "me",
+            "sample_unit": "frames",
+            "layers": [
+                {"name": "a", "params": 10, "flops": 100, "activation_bytes": 40},
+                {"name": "b", "params": 0, "flops": 50.5, "activation_bytes": 8, "kind": "relu"},
+                {"name": "c", "params": 5, "flops": 30, "activation_bytes": 4},
+            ],
+        },
         origin=ORIGIN,
     )
     assert (w.params, w.flops_per_sample, w.activation_bytes_per_sample) == (15, 180.5, 52)
@@ -352,16 +392,27 @@ def test_from_dict_layers_and_totals():
     assert w.sample_unit == "frames" and w.source == "me" and w.kind == "custom"
 
     t = workload_from_dict(
-        {"name": "tot", "params": 1e6, "flops_per_sample": 2e9,
-         "activation_bytes_per_sample": 5e7, "input_bytes_per_sample": 3e4}, origin=ORIGIN)
+        {
+            "name": "tot",
+            "params": 1e6,
+            "flops_per_sample": 2e9,
+            "activation_bytes_per_sample": 5e7,
+            "input_bytes_per_sample": 3e4,
+        },
+        origin=ORIGIN,
+    )
     assert (t.params, len(t.layers), list(t.gradient_ready_fraction)) == (1_000_000, 1, [1.0])
-    b = workload_from_dict({"name": "r200", "builder": "resnet", "config": "depth=200"},
-                           origin=ORIGIN)
+    b = workload_from_dict({"name": "r200", "builder": "resnet", "config": "depth=200"}, origin=ORIGIN)
     assert b.params == workload("resnet:200").params
 
 
-TOTALS = {"name": "x", "params": 1, "flops_per_sample": 1, "activation_bytes_per_sample": 1,
-          "input_bytes_per_sample": 1}
+TOTALS = {
+    "name": "x",
+    "params": 1,
+    "flops_per_sample": 1,
+    "activation_bytes_per_sample": 1,
+    "input_bytes_per_sample": 1,
+}
 
 
 @pytest.mark.parametrize(
@@ -372,29 +423,45 @@ TOTALS = {"name": "x", "params": 1, "flops_per_sample": 1, "activation_bytes_per
         ({**TOTALS, "flops_per_sample": float("nan")}, "flops_per_sample: expected a non-neg"),
         ({**TOTALS, "name": ""}, "name: expected a non-empty string"),
         ({k: v for k, v in TOTALS.items() if k != "name"}, "name: missing"),
-        ({k: v for k, v in TOTALS.items() if k != "input_bytes_per_sample"},
-         "input_bytes_per_sample: missing"),
+        (
+            {k: v for k, v in TOTALS.items() if k != "input_bytes_per_sample"},
+            "input_bytes_per_sample: missing",
+        ),
         ({k: v for k, v in TOTALS.items() if k != "params"}, "missing params"),
         ({**TOTALS, "flops": 3}, "flops: unknown key .*did you mean 'flops_per_sample'"),
         ({**TOTALS, "aliases": [1]}, "aliases: expected a list of strings"),
         ({**TOTALS, "layers": []}, "exactly one of"),
         ({"name": "x"}, "exactly one of .*found none"),
         (["name"], "expected an object"),
-        ({"name": "t", "transformer": {"layers": 2, "hidden": 8, "heads": 0, "seq": 4,
-                                       "vocab": 9}}, "transformer.heads: expected a positive"),
-        ({"name": "t", "transformer": {"layers": 2, "hidden": 8, "heads": 2, "seq": 4}},
-         "missing transformer.vocab"),
-        ({"name": "t", "transformer": {"layers": True, "hidden": 8, "heads": 2, "seq": 4,
-                                       "vocab": 9}}, "transformer.layers: expected a positive"),
+        (
+            {"name": "t", "transformer": {"layers": 2, "hidden": 8, "heads": 0, "seq": 4, "vocab": 9}},
+            "transformer.heads: expected a positive",
+        ),
+        (
+            {"name": "t", "transformer": {"layers": 2, "hidden": 8, "heads": 2, "seq": 4}},
+            "missing transformer.vocab",
+        ),
+        (
+            {"name": "t", "transformer": {"layers": True, "hidden": 8, "heads": 2, "seq": 4, "vocab": 9}},
+            "transformer.layers: expected a positive",
+        ),
         ({"name": "t", "transformer": [2, 8]}, "transformer: expected an object"),
-        ({"name": "l", "input_bytes_per_sample": 1, "layers": [
-            {"name": "a", "params": 1, "flops": 1, "activation_bytes": 1},
-            {"name": "b", "params": 1, "flops": -1, "activation_bytes": 1}]},
-         r"layers\[1\].flops: expected a non-negative number, got -1"),
-        ({"name": "l", "input_bytes_per_sample": 1, "layers": [{"name": "a", "params": 1}]},
-         r"layers\[0\]: missing flops, activation_bytes"),
-        ({"name": "l", "input_bytes_per_sample": 1, "layers": "abc"},
-         "layers: expected a non-empty list"),
+        (
+            {
+                "name": "l",
+                "input_bytes_per_sample": 1,
+                "layers": [
+                    {"name": "a", "params": 1, "flops": 1, "activation_bytes": 1},
+                    {"name": "b", "params": 1, "flops": -1, "activation_bytes": 1},
+                ],
+            },
+            r"layers\[1\].flops: expected a non-negative number, got -1",
+        ),
+        (
+            {"name": "l", "input_bytes_per_sample": 1, "layers": [{"name": "a", "params": 1}]},
+            r"layers\[0\]: missing flops, activation_bytes",
+        ),
+        ({"name": "l", "input_bytes_per_sample": 1, "layers": "abc"}, "layers: expected a non-empty list"),
         ({"name": "b", "builder": "lenet"}, "builder: unknown builder 'lenet'"),
     ],
 )
@@ -409,10 +476,11 @@ def test_csv_errors_name_file_and_line(tmp_path, monkeypatch):
     module = importlib.import_module("dlexplore.catalog.workloads")
 
     (tmp_path / "catalog").mkdir()
-    header = ("name,aliases,builder,config,input_bytes_per_sample,sample_unit,source,"
-              "description\n")
+    header = "name,aliases,builder,config,input_bytes_per_sample,sample_unit,source,description\n"
     (tmp_path / "catalog" / "workloads.csv").write_text(
-        "# comment\n" + header + "ok,,resnet,depth=18,1,images,src,\n"
+        "# comment\n"
+        + header
+        + "ok,,resnet,depth=18,1,images,src,\n"
         + 'bad,,resnet,"depth=18,width=3",1,images,src,\n'
     )
     monkeypatch.setattr(module, "data_dir", lambda: tmp_path)

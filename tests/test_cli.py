@@ -18,21 +18,40 @@ def cli(*args, cwd=None):
     return subprocess.run([EXE, *args], capture_output=True, text=True, cwd=cwd, timeout=120)
 
 
-PREDICT = ["predict", "--workload", "resnet50", "--gpu", "P100", "--network", "25GbE",
-           "--gpus", "1,2,4,8,16", "--batch-size", "64"]
+PREDICT = [
+    "predict",
+    "--workload",
+    "resnet50",
+    "--gpu",
+    "P100",
+    "--network",
+    "25GbE",
+    "--gpus",
+    "1,2,4,8,16",
+    "--batch-size",
+    "64",
+]
 
 
 def test_predict_csv_columns_and_rows():
-    out = cli(*PREDICT, "--gpus-per-node", "4", "--algorithm", "ring", "--precision", "fp32",
-              "--format", "csv")
+    out = cli(
+        *PREDICT, "--gpus-per-node", "4", "--algorithm", "ring", "--precision", "fp32", "--format", "csv"
+    )
     assert out.returncode == 0, out.stderr
     frame = pd.read_csv(io.StringIO(out.stdout))
     assert len(frame) == 5
-    swept = ["workload", "gpu", "network", "gpus", "batch_size", "gpus_per_node", "algorithm",
-             "precision"]
+    swept = ["workload", "gpu", "network", "gpus", "batch_size", "gpus_per_node", "algorithm", "precision"]
     assert set(frame.columns[: len(swept)]) == set(swept)
-    for name in ("throughput", "step_time", "time_compute", "time_comm", "time_comm_exposed",
-                 "mem_total", "efficiency", "fits"):
+    for name in (
+        "throughput",
+        "step_time",
+        "time_compute",
+        "time_comm",
+        "time_comm_exposed",
+        "mem_total",
+        "efficiency",
+        "fits",
+    ):
         assert name in frame.columns
     assert list(frame.gpus) == [1, 2, 4, 8, 16]
     assert (frame.throughput == frame.gpus * frame.batch_size / frame.step_time).all() or (
@@ -76,8 +95,23 @@ def test_output_file_replaced_only_on_success(tmp_path):
 
 
 def test_comm_csv_issue_example():
-    out = cli("comm", "--collective", "allreduce", "--algorithm", "ring", "--bytes", "1e8",
-              "--gpus", "8", "--bandwidth", "10", "--latency", "5e-6", "--format", "csv")
+    out = cli(
+        "comm",
+        "--collective",
+        "allreduce",
+        "--algorithm",
+        "ring",
+        "--bytes",
+        "1e8",
+        "--gpus",
+        "8",
+        "--bandwidth",
+        "10",
+        "--latency",
+        "5e-6",
+        "--format",
+        "csv",
+    )
     assert out.returncode == 0, out.stderr
     row = pd.read_csv(io.StringIO(out.stdout)).iloc[0]
     # 2(p-1) alpha + 2(p-1)/p n beta = 14 * 5e-6 + 1.75 * 1e8 / 1e10
@@ -87,8 +121,21 @@ def test_comm_csv_issue_example():
 
 
 def test_comm_sweep_and_gamma():
-    out = cli("comm", "--bytes", "1MB,1GB", "--gpus", "2,4", "--bandwidth", "10", "--latency", "0",
-              "--gamma", "1e-10", "--format", "csv")
+    out = cli(
+        "comm",
+        "--bytes",
+        "1MB,1GB",
+        "--gpus",
+        "2,4",
+        "--bandwidth",
+        "10",
+        "--latency",
+        "0",
+        "--gamma",
+        "1e-10",
+        "--format",
+        "csv",
+    )
     frame = pd.read_csv(io.StringIO(out.stdout))
     assert len(frame) == 4
     row = frame[(frame.bytes == 1e9) & (frame.gpus == 4)].iloc[0]
@@ -126,14 +173,30 @@ def test_measured_list_and_show():
         (["predict", "--gpus", "0"], "gpus must be a whole number from 1 to 1,048,576; got 0"),
         (["predict", "--gpus", "1e9"], "gpus must be a whole number from 1 to 1,048,576; got 1,000,000,000"),
         (["predict", "--gpus", "1e30"], "got 1e+30"),
-        (["predict", "--gpu", "V100-16GB", "--precision", "tf32"],
-         "precision must be one of fp32, fp16; got 'tf32' (V100-16GB has no tf32 arithmetic)"),
+        (
+            ["predict", "--gpu", "V100-16GB", "--precision", "tf32"],
+            "precision must be one of fp32, fp16; got 'tf32' (V100-16GB has no tf32 arithmetic)",
+        ),
         (["predict", "--bandwidth", "-1"], "bandwidth must be a number of GB/s > 0; got -1"),
         (["predict", "--bucket-size", "lots"], "--bucket-size"),
         (["predict", "--format", "netcdf"], "give -o FILE.nc"),
         (["comm", "--bytes", "1e8", "--gpus", "8", "--bandwidth", "10"], "--latency"),
-        (["comm", "--collective", "gossip", "--bytes", "1", "--gpus", "2", "--bandwidth", "1",
-          "--latency", "0"], "unknown collective"),
+        (
+            [
+                "comm",
+                "--collective",
+                "gossip",
+                "--bytes",
+                "1",
+                "--gpus",
+                "2",
+                "--bandwidth",
+                "1",
+                "--latency",
+                "0",
+            ],
+            "unknown collective",
+        ),
         (["catalog", "tpus"], "invalid choice"),
         (["measured", "show", "nope"], "unknown measured dataset"),
         (["--catalog", "/nonexistent/gpus.csv", "catalog", "gpus"], "/nonexistent/gpus.csv"),
@@ -145,8 +208,7 @@ def test_errors_are_one_line_and_exit_nonzero(args, expected):
 
 
 def test_an_empty_trace_folder_is_named(tmp_path):
-    _one_line_error(["trace", "summary", str(tmp_path)],
-                    f"{tmp_path}: the folder holds no trace file")
+    _one_line_error(["trace", "summary", str(tmp_path)], f"{tmp_path}: the folder holds no trace file")
 
 
 def _one_line_error(args, expected):
@@ -181,8 +243,22 @@ def test_transformer_spec_keeps_its_commas():
 
 
 def test_predict_energy_columns_by_hand():
-    done = cli(*PREDICT[:-4], "--gpus", "1", "--batch-size", "64", "--energy", "--pue", "1.2",
-               "--node-power", "300", "--samples-per-epoch", "1000", "--format", "csv")
+    done = cli(
+        *PREDICT[:-4],
+        "--gpus",
+        "1",
+        "--batch-size",
+        "64",
+        "--energy",
+        "--pue",
+        "1.2",
+        "--node-power",
+        "300",
+        "--samples-per-epoch",
+        "1000",
+        "--format",
+        "csv",
+    )
     assert done.returncode == 0, done.stderr
     row = pd.read_csv(io.StringIO(done.stdout)).iloc[0]
     # one P100 computing the whole step at TDP (300 W) in a node drawing 300 W more, PUE 1.2
@@ -194,13 +270,45 @@ def test_predict_energy_columns_by_hand():
 def test_predict_hybrid_parallel_options_match_the_python_api():
     import dlexplore
 
-    done = cli("predict", "--workload", "gpt2-xl", "--gpu", "A100-80GB", "--network", "IB-HDR",
-               "--gpus", "16", "--gpus-per-node", "8", "--batch-size", "64", "--pp", "2", "--zero", "1",
-               "--precision", "bf16", "--optimizer", "adam", "--format", "csv")
+    done = cli(
+        "predict",
+        "--workload",
+        "gpt2-xl",
+        "--gpu",
+        "A100-80GB",
+        "--network",
+        "IB-HDR",
+        "--gpus",
+        "16",
+        "--gpus-per-node",
+        "8",
+        "--batch-size",
+        "64",
+        "--pp",
+        "2",
+        "--zero",
+        "1",
+        "--precision",
+        "bf16",
+        "--optimizer",
+        "adam",
+        "--format",
+        "csv",
+    )
     assert done.returncode == 0, done.stderr
     row = pd.read_csv(io.StringIO(done.stdout)).iloc[0]
-    ds = dlexplore.predict_parallel("gpt2-xl", "A100-80GB", "IB-HDR", gpus=16, gpus_per_node=8,
-                                    batch_size=64, pp=2, zero=1, precision="bf16", optimizer="adam")
+    ds = dlexplore.predict_parallel(
+        "gpt2-xl",
+        "A100-80GB",
+        "IB-HDR",
+        gpus=16,
+        gpus_per_node=8,
+        batch_size=64,
+        pp=2,
+        zero=1,
+        precision="bf16",
+        optimizer="adam",
+    )
     assert row["step_time"] == pytest.approx(float(ds.step_time))
     assert row["mem_total"] == pytest.approx(float(ds.mem_total))
     bad = cli("predict", "--workload", "gpt2-xl", "--gpu", "A100-80GB", "--gpus", "8,16", "--tp", "1")
@@ -208,15 +316,39 @@ def test_predict_hybrid_parallel_options_match_the_python_api():
 
 
 def test_predict_hybrid_csv_leads_with_its_inputs_and_prices_energy_by_hand():
-    done = cli("predict", "--workload", "gpt2-xl", "--gpu", "A100-80GB", "--network", "IB-HDR",
-               "--gpus", "16", "--gpus-per-node", "8", "--batch-size", "64", "--pp", "2", "--energy",
-               "--pue", "1.5", "--format", "csv")
+    done = cli(
+        "predict",
+        "--workload",
+        "gpt2-xl",
+        "--gpu",
+        "A100-80GB",
+        "--network",
+        "IB-HDR",
+        "--gpus",
+        "16",
+        "--gpus-per-node",
+        "8",
+        "--batch-size",
+        "64",
+        "--pp",
+        "2",
+        "--energy",
+        "--pue",
+        "1.5",
+        "--format",
+        "csv",
+    )
     assert done.returncode == 0, done.stderr
     row = pd.read_csv(io.StringIO(done.stdout)).iloc[0]
     inputs = ["workload", "gpu", "network", "gpus", "gpus_per_node", "dp", "tp", "pp"]
     assert list(row.index[: len(inputs)]) == inputs
     assert (row["workload"], row["gpus"], row["dp"], row["pp"], row["batch_size"]) == (
-        "gpt2-xl", 16, 8, 2, 64)
+        "gpt2-xl",
+        16,
+        8,
+        2,
+        64,
+    )
     # A100-80GB: TDP 400 W, idle 55 W (the catalog row). Compute (update included) at TDP,
     # tensor/pipeline/exposed data-parallel communication halfway, the bubble at idle; x gpus x PUE.
     tdp, idle = 400.0, 55.0
@@ -242,8 +374,19 @@ def test_tables_are_for_people():
 
 
 def test_advise_ranks_configurations_that_fit():
-    done = cli("advise", "--workload", "gpt2-xl", "--gpus", "16", "--gpu", "A100-80GB", "--top", "5",
-               "--format", "csv")
+    done = cli(
+        "advise",
+        "--workload",
+        "gpt2-xl",
+        "--gpus",
+        "16",
+        "--gpu",
+        "A100-80GB",
+        "--top",
+        "5",
+        "--format",
+        "csv",
+    )
     assert done.returncode == 0, done.stderr
     frame = pd.read_csv(io.StringIO(done.stdout), comment="#")
     assert len(frame) == 5
@@ -252,9 +395,31 @@ def test_advise_ranks_configurations_that_fit():
 
 
 def test_predict_gradient_accumulation_and_sequence_length():
-    out = cli("predict", "--workload", "bert-large", "--gpu", "A100-80GB", "--network", "IB-HDR",
-              "--gpus", "64", "--gpus-per-node", "8", "--batch-size", "32", "--seq", "128",
-              "--grad-accum", "1,8", "--precision", "bf16", "--optimizer", "adam", "--format", "csv")
+    out = cli(
+        "predict",
+        "--workload",
+        "bert-large",
+        "--gpu",
+        "A100-80GB",
+        "--network",
+        "IB-HDR",
+        "--gpus",
+        "64",
+        "--gpus-per-node",
+        "8",
+        "--batch-size",
+        "32",
+        "--seq",
+        "128",
+        "--grad-accum",
+        "1,8",
+        "--precision",
+        "bf16",
+        "--optimizer",
+        "adam",
+        "--format",
+        "csv",
+    )
     assert out.returncode == 0, out.stderr
     frame = pd.read_csv(io.StringIO(out.stdout), comment="#")
     assert frame["grad_accum"].tolist() == [1, 8]
@@ -262,8 +427,18 @@ def test_predict_gradient_accumulation_and_sequence_length():
     assert frame["throughput"].iloc[1] > frame["throughput"].iloc[0]
     import dlexplore as dlx
 
-    direct = dlx.predict("bert-large", "A100-80GB", "IB-HDR", gpus=64, gpus_per_node=8, batch_size=32,
-                         seq=128, grad_accum=8, precision="bf16", optimizer="adam")
+    direct = dlx.predict(
+        "bert-large",
+        "A100-80GB",
+        "IB-HDR",
+        gpus=64,
+        gpus_per_node=8,
+        batch_size=32,
+        seq=128,
+        grad_accum=8,
+        precision="bf16",
+        optimizer="adam",
+    )
     assert frame["throughput"].iloc[1] == pytest.approx(float(direct.throughput), rel=1e-3)
     bad = cli("predict", "--workload", "resnet50", "--grad-accum", "0")
     assert bad.returncode == 2 and "grad_accum" in bad.stderr

@@ -25,13 +25,23 @@ def _csv(text: str) -> tuple[list[str], pd.DataFrame]:
 
 
 def test_calibrate_on_single_gpu_points_predicts_the_rest():
-    done = cli("calibrate", "tf-benchmarks-2017-dgx1", "--fit-on", "gpus==1", "--per", "workload",
-               "--format", "csv")
+    done = cli(
+        "calibrate", "tf-benchmarks-2017-dgx1", "--fit-on", "gpus==1", "--per", "workload", "--format", "csv"
+    )
     assert done.returncode == 0, done.stderr
     params, points = _csv(done.stdout)
     assert len(params) == 4 and all("compute_efficiency" in p for p in params)
-    for column in ("workload", "gpu", "network", "precision", "algorithm", "gpus", "measured",
-                   "predicted", "error"):
+    for column in (
+        "workload",
+        "gpu",
+        "network",
+        "precision",
+        "algorithm",
+        "gpus",
+        "measured",
+        "predicted",
+        "error",
+    ):
         assert column in points, column
     assert len(points) == 16
     fitted = points[points["gpus"] == 1]
@@ -45,8 +55,16 @@ def test_calibrate_on_single_gpu_points_predicts_the_rest():
 
 
 def test_calibrate_json_and_table():
-    done = cli("calibrate", "nvidia-mxnet-resnet50-v1.5", "--fit-on", "gpus <= 8", "--per",
-               "precision", "--format", "json")
+    done = cli(
+        "calibrate",
+        "nvidia-mxnet-resnet50-v1.5",
+        "--fit-on",
+        "gpus <= 8",
+        "--per",
+        "precision",
+        "--format",
+        "json",
+    )
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)
     assert payload  # a dict with the parameters and points
@@ -64,8 +82,9 @@ def test_calibrate_a_trace_folder():
 
 def test_bad_selection_is_refused_and_evaluates_nothing(tmp_path):
     marker = tmp_path / "hacked"
-    done = cli("calibrate", "tf-benchmarks-2017-dgx1", "--fit-on",
-               f"__import__('os').system('touch {marker}')")
+    done = cli(
+        "calibrate", "tf-benchmarks-2017-dgx1", "--fit-on", f"__import__('os').system('touch {marker}')"
+    )
     # one error line, then the expression with a caret under the position
     assert done.returncode == 2 and done.stderr.startswith("dlexplore: error: fit_on")
     assert "position 11" in done.stderr and "^" in done.stderr.splitlines()[-1]

@@ -54,8 +54,9 @@ def test_collectives_csv_columns():
 
 
 def test_collectives_beside_the_alpha_beta_prediction():
-    done = cli("trace", "collectives", str(SAMPLE), "--format", "csv", "--bandwidth", "1",
-               "--latency", "1e-5")
+    done = cli(
+        "trace", "collectives", str(SAMPLE), "--format", "csv", "--bandwidth", "1", "--latency", "1e-5"
+    )
     assert done.returncode == 0, done.stderr
     frame = pd.read_csv(io.StringIO(done.stdout))
     # ring allreduce on 2 ranks: 2(p-1) alpha + 2(p-1)/p n / B = 2e-5 s + n / 1e9 s
@@ -85,11 +86,14 @@ def test_convert_round_trip(tmp_path):
     assert direct == again
 
 
-@pytest.mark.parametrize("args, message", [
-    (["trace", "summary", "missing-folder/"], "no such file"),
-    (["trace", "convert", str(SAMPLE)], "required"),
-    (["trace", "summary", str(SAMPLE), "--trace-format", "nope"], "unknown trace format"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["trace", "summary", "missing-folder/"], "no such file"),
+        (["trace", "convert", str(SAMPLE)], "required"),
+        (["trace", "summary", str(SAMPLE), "--trace-format", "nope"], "unknown trace format"),
+    ],
+)
 def test_trace_errors_are_one_line(args, message):
     done = cli(*args)
     assert done.returncode == 2

@@ -40,8 +40,9 @@ SAMPLES = {  # folder -> (model, profiled steps)
 MAX_SAMPLE_FILE_BYTES = 300_000
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
-needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed: "
-                                 "pip install 'dlexplore[torch]' to run the collector")
+needs_torch = pytest.mark.skipif(
+    not HAVE_TORCH, reason="torch is not installed: pip install 'dlexplore[torch]' to run the collector"
+)
 
 
 def test_hand_counts_match_the_layer_shapes():
@@ -151,16 +152,20 @@ def test_sample_step_times_agree_with_the_profiler(name):
     manifest = json.loads((folder / MANIFEST_NAME).read_text(encoding="utf-8"))
     for rank in manifest["ranks"]:
         trace = load_chrome_trace(folder / f"rank{rank['rank']}.json.gz")
-        profiled = {int(e["name"].split("#")[1]): e["dur"] * 1e-6 for e in trace["traceEvents"]
-                    if e.get("name", "").startswith("ProfilerStep#")}
+        profiled = {
+            int(e["name"].split("#")[1]): e["dur"] * 1e-6
+            for e in trace["traceEvents"]
+            if e.get("name", "").startswith("ProfilerStep#")
+        }
         for step, seconds in profiled.items():
             assert rank["step_times_s"][step] == pytest.approx(seconds, abs=1e-4)
 
 
 def test_mlp_sample_has_two_buckets_per_step():
     trace = load_chrome_trace(data_dir() / "traces" / "gloo-mlp-2rank" / "rank0.json.gz")
-    sizes = sorted(e["args"]["Input Dims"][0][0] for e in trace["traceEvents"]
-                   if e.get("name") == "gloo:all_reduce")
+    sizes = sorted(
+        e["args"]["Input Dims"][0][0] for e in trace["traceEvents"] if e.get("name") == "gloo:all_reduce"
+    )
     assert sizes == [131_584] * 4 + [267_786] * 4
 
 
@@ -269,16 +274,19 @@ def test_unknown_model_is_refused_before_anything_starts(tmp_path):
     assert sorted(MODELS) == ["cnn", "mlp"]
 
 
-@pytest.mark.parametrize("options, message", [
-    (dict(nproc=0), "nproc must be an integer >= 1"),
-    (dict(steps=0), "steps must be an integer >= 1"),
-    (dict(steps=2.5), "steps must be an integer >= 1"),
-    (dict(batch_size=0), "batch_size must be an integer >= 1"),
-    (dict(warmup=-1), "warmup must be an integer >= 0"),
-    (dict(port=70000), "port must be an integer in 1..65535"),
-    (dict(timeout=0), "timeout must be > 0 seconds"),
-    (dict(_fail_rank=2), r"_fail_rank must be a rank in 0..1"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(nproc=0), "nproc must be an integer >= 1"),
+        (dict(steps=0), "steps must be an integer >= 1"),
+        (dict(steps=2.5), "steps must be an integer >= 1"),
+        (dict(batch_size=0), "batch_size must be an integer >= 1"),
+        (dict(warmup=-1), "warmup must be an integer >= 0"),
+        (dict(port=70000), "port must be an integer in 1..65535"),
+        (dict(timeout=0), "timeout must be > 0 seconds"),
+        (dict(_fail_rank=2), r"_fail_rank must be a rank in 0..1"),
+    ],
+)
 def test_bad_arguments(tmp_path, options, message):
     with pytest.raises(DlexploreError, match=message):
         collect(tmp_path / "run", progress=None, **options)

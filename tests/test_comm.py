@@ -39,8 +39,12 @@ def t(collective, algorithm, p, n=N, gamma=G, **kw):
         ("allreduce", "recursive_doubling", 6, 2 * (A + N * B + N * G) + 2 * A + 2 * N * B + N * G),
         # Rabenseifner: 2 lg p a + 2 (p-1)/p n b + (p-1)/p n g
         ("allreduce", "halving_doubling", 8, 6 * A + 1.75 * N * B + 0.875 * N * G),
-        ("allreduce", "halving_doubling", 12,
-         6 * A + 1.75 * N * B + 0.875 * N * G + 2 * A + 2 * N * B + N * G),
+        (
+            "allreduce",
+            "halving_doubling",
+            12,
+            6 * A + 1.75 * N * B + 0.875 * N * G + 2 * A + 2 * N * B + N * G,
+        ),
         ("allreduce", "halving_doubling", 2, 2 * A + N * B + 0.5 * N * G),
         # broadcast
         ("broadcast", "tree", 8, 3 * (A + N * B)),
@@ -79,13 +83,9 @@ def test_parameter_server_load_on_the_servers_links():
         2 * A + 2 * 4 * N * B + 4 * N * G
     )
     # more servers than workers: the worker's own link (n each way) is the limit
-    assert t("allreduce", "parameter_server", 8, servers=16) == pytest.approx(
-        2 * A + 2 * N * B + 0.5 * N * G
-    )
+    assert t("allreduce", "parameter_server", 8, servers=16) == pytest.approx(2 * A + 2 * N * B + 0.5 * N * G)
     # one worker still pushes and pulls
-    assert t("allreduce", "parameter_server", 1, servers=1) == pytest.approx(
-        2 * A + 2 * N * B + N * G
-    )
+    assert t("allreduce", "parameter_server", 1, servers=1) == pytest.approx(2 * A + 2 * N * B + N * G)
 
 
 def test_hierarchical_by_hand():
@@ -93,12 +93,32 @@ def test_hierarchical_by_hand():
     ai, bi = 1e-6, 1e-11
     in_node = 2 * (3 * ai + 0.75 * N * bi)  # ring reduce-scatter + ring allgather over 4 GPUs
     between = 6 * A + 2 * 0.75 * (N / 4) * B  # ring allreduce of n/4 over 4 nodes
-    got = collective_time("allreduce", "hierarchical", N, 16, BW, A, 0.0, gpus_per_node=4,
-                          intra_bandwidth=100.0, intra_latency=ai)
+    got = collective_time(
+        "allreduce",
+        "hierarchical",
+        N,
+        16,
+        BW,
+        A,
+        0.0,
+        gpus_per_node=4,
+        intra_bandwidth=100.0,
+        intra_latency=ai,
+    )
     assert float(got) == pytest.approx(in_node + between, rel=1e-12)
     # within one node it is a ring allreduce over the intra-node link
-    one_node = collective_time("allreduce", "hierarchical", N, 4, BW, A, 0.0, gpus_per_node=8,
-                               intra_bandwidth=100.0, intra_latency=ai)
+    one_node = collective_time(
+        "allreduce",
+        "hierarchical",
+        N,
+        4,
+        BW,
+        A,
+        0.0,
+        gpus_per_node=8,
+        intra_bandwidth=100.0,
+        intra_latency=ai,
+    )
     ring = collective_time("allreduce", "ring", N, 4, 100.0, ai, 0.0)
     assert float(one_node) == pytest.approx(float(ring), rel=1e-12)
 
@@ -157,15 +177,12 @@ def test_bad_arguments(kwargs, message):
 
 
 def test_predict_comm_sweeps_become_dimensions():
-    ds = comm.predict_comm("allreduce", "ring", nbytes=[1e6, 1e8], gpus=[2, 8], bandwidth=10,
-                           latency=5e-6)
+    ds = comm.predict_comm("allreduce", "ring", nbytes=[1e6, 1e8], gpus=[2, 8], bandwidth=10, latency=5e-6)
     assert ds["time"].dims == ("bytes", "gpus")
     assert ds["time"].sel(bytes=1e8, gpus=8).item() == pytest.approx(0.01757)
     assert ds["busbw"].attrs["units"] == "GB/s"
     assert ds.attrs["source"].startswith("predicted")
-    assert ds["busbw"].sel(bytes=1e6, gpus=2).item() == pytest.approx(
-        1e6 / (2 * A + 1e6 * B) / 1e9
-    )
+    assert ds["busbw"].sel(bytes=1e6, gpus=2).item() == pytest.approx(1e6 / (2 * A + 1e6 * B) / 1e9)
 
 
 _ALL = [(c, a) for c, algs in ALGORITHMS.items() for a in algs]

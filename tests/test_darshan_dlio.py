@@ -80,13 +80,13 @@ def test_read_darshan_parser_text_counter_beyond_64_bits(tmp_path):
     cells = real[number].split("\t")
     for value in (str(2**64 + 5), "1e19", "nan", "2.5"):
         cells[4] = value
-        lines = real[:number] + ["\t".join(cells)] + real[number + 1:]
+        lines = real[:number] + ["\t".join(cells)] + real[number + 1 :]
         path = tmp_path / "big.txt"
         path.write_text("\n".join(lines) + "\n")
         with pytest.raises(InputFileError, match=rf"big.txt, line {number + 1}: counter POSIX_BYTES_READ"):
             read_darshan_parser_text(path)
     cells[4] = str(2**63 - 1)  # the largest that fits is kept exactly
-    path.write_text("\n".join(real[:number] + ["\t".join(cells)] + real[number + 1:]) + "\n")
+    path.write_text("\n".join(real[:number] + ["\t".join(cells)] + real[number + 1 :]) + "\n")
     log = read_darshan_parser_text(path)
     assert int(log.records.bytes_read.max()) == 2**63 - 1
 

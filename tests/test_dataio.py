@@ -15,14 +15,22 @@ from dlexplore.model.dataio import DLIOWorkload, io_bound_gpus, io_model
 
 
 def test_small_files_pay_metadata_lmdb_does_not():
-    small = io_model("pfs", layout="small_files", sample_bytes=110e3, readers_per_node=1, nodes=1,
-                     batch_size=64)
+    small = io_model(
+        "pfs", layout="small_files", sample_bytes=110e3, readers_per_node=1, nodes=1, batch_size=64
+    )
     # 1 ms open + 110e3 B / 2e9 B/s = 1e-3 + 55e-6 s per sample
     assert float(small.time_sample) == pytest.approx(1.055e-3)
     assert float(small.time_io) == pytest.approx(64 * 1.055e-3)
     assert float(small.time_metadata) / float(small.time_sample) > 0.9
-    lmdb = io_model("pfs", layout="lmdb", sample_bytes=110e3, dataset_bytes=110e9, readers_per_node=1,
-                    nodes=1, batch_size=64)
+    lmdb = io_model(
+        "pfs",
+        layout="lmdb",
+        sample_bytes=110e3,
+        dataset_bytes=110e9,
+        readers_per_node=1,
+        nodes=1,
+        batch_size=64,
+    )
     # one open per epoch over 1e6 samples: 1e-3 / 1e6 s per sample
     assert float(lmdb.time_sample) == pytest.approx(55e-6 + 1e-9)
     assert float(lmdb.effective_bandwidth_reader) == pytest.approx(110e3 / (55e-6 + 1e-9) / 1e9)
@@ -54,8 +62,16 @@ def test_metadata_rate_queues_opens():
 
 def test_page_cache_hit_ratio():
     # 100 GB over 4 nodes = 25 GB per node, 10 GB cache: 0.4 from epoch 2; over 5 epochs 0.4 x 4/5
-    ds = io_model("pfs", layout="lmdb", sample_bytes=1e6, dataset_bytes=100e9, nodes=4, readers_per_node=1,
-                  page_cache_bytes=10e9, epochs=5)
+    ds = io_model(
+        "pfs",
+        layout="lmdb",
+        sample_bytes=1e6,
+        dataset_bytes=100e9,
+        nodes=4,
+        readers_per_node=1,
+        page_cache_bytes=10e9,
+        epochs=5,
+    )
     assert float(ds.hit_ratio) == pytest.approx(0.32)
     t_hit = 1e6 / 10e9 + 1e-5
     t_miss = 1e-3 / 25e3 + 1e6 / 2e9
@@ -86,9 +102,12 @@ def test_io_bound_gpus_from_predict():
 
 
 def test_dlio_workload_from_dict():
-    cfg = {"model": "unet3d", "dataset": {"num_files_train": 168, "num_samples_per_file": 1,
-                                          "record_length": 146600628},
-           "reader": {"batch_size": 4, "read_threads": 4}, "train": {"epochs": 5, "computation_time": 1.3604}}
+    cfg = {
+        "model": "unet3d",
+        "dataset": {"num_files_train": 168, "num_samples_per_file": 1, "record_length": 146600628},
+        "reader": {"batch_size": 4, "read_threads": 4},
+        "train": {"epochs": 5, "computation_time": 1.3604},
+    }
     w = DLIOWorkload.from_yaml_dict(cfg)
     assert w.dataset_bytes == 168 * 146600628 and w.layout == "small_files"
     ds = w.io_model("pfs", readers_per_node=8, nodes=1)

@@ -18,17 +18,32 @@ from dlexplore.errors import DlexploreError
 from dlexplore.model.energy import ENERGY_VARIABLES, energy, pareto_front, time_energy_tradeoff
 from dlexplore.plots.energy import tradeoff_columns, tradeoff_figure
 
-TOY = GPU(name="toy", vendor="none", fp32_tflops=10.0, tf32_tflops=float("nan"), fp16_tflops=20.0,
-          bf16_tflops=float("nan"), memory_bytes=16e9, memory_bandwidth_gbs=900.0, tdp_w=300.0,
-          idle_w=50.0, source="test")
+TOY = GPU(
+    name="toy",
+    vendor="none",
+    fp32_tflops=10.0,
+    tf32_tflops=float("nan"),
+    fp16_tflops=20.0,
+    bf16_tflops=float("nan"),
+    memory_bytes=16e9,
+    memory_bandwidth_gbs=900.0,
+    tdp_w=300.0,
+    idle_w=50.0,
+    source="test",
+)
 
 
-def _step(compute: float, comm: float, io: float = 0.0, gpus: int = 8, batch: int = 32,
-          gpus_per_node: int = 8) -> xr.Dataset:
+def _step(
+    compute: float, comm: float, io: float = 0.0, gpus: int = 8, batch: int = 32, gpus_per_node: int = 8
+) -> xr.Dataset:
     """A prediction with given phases (s), laid out as dlexplore.predict lays it out."""
     return xr.Dataset(
-        {"time_compute": compute, "time_comm_exposed": comm, "time_io_exposed": io,
-         "step_time": compute + comm + io},
+        {
+            "time_compute": compute,
+            "time_comm_exposed": comm,
+            "time_io_exposed": io,
+            "step_time": compute + comm + io,
+        },
         coords={"gpus": gpus, "batch_size": batch, "gpus_per_node": gpus_per_node},
     )
 
@@ -57,8 +72,15 @@ def test_nodes_io_utilisation_and_epoch():
     # Per GPU: 20 + 2 + 1.5 = 23.5 J; 16 GPUs 376 J; nodes 2 x 200 x 0.15 = 60 J; total 436 J, PUE 1.5
     # -> 654 J. 16 x 32 = 512 samples per step: 1.27734375 J per sample.
     # Epoch of 1,024,000 samples: 2000 steps -> 1,308,000 J = 0.36333 kWh, 300 s.
-    ds = energy(_step(0.1, 0.02, 0.03, gpus=16), gpu=TOY, pue=1.5, node_power_w=200.0,
-                utilization=0.6, comm_power_fraction=0.2, samples_per_epoch=1_024_000)
+    ds = energy(
+        _step(0.1, 0.02, 0.03, gpus=16),
+        gpu=TOY,
+        pue=1.5,
+        node_power_w=200.0,
+        utilization=0.6,
+        comm_power_fraction=0.2,
+        samples_per_epoch=1_024_000,
+    )
     assert float(ds["nodes"]) == 2
     assert float(ds["energy_idle"]) == pytest.approx(1.5 * 16 * 0.03 * 50)
     assert float(ds["energy_node"]) == pytest.approx(90.0)
@@ -72,16 +94,20 @@ def test_nodes_io_utilisation_and_epoch():
 
 
 def test_real_prediction_gpu_from_catalog_and_efficiency_utilisation():
-    pred = dlx.predict("resnet50", ["V100-16GB", "H100-SXM"], "100GbE", gpus=[1, 8], batch_size=64,
-                       gpus_per_node=8)
+    pred = dlx.predict(
+        "resnet50", ["V100-16GB", "H100-SXM"], "100GbE", gpus=[1, 8], batch_size=64, gpus_per_node=8
+    )
     ds = energy(pred)
     # V100: 300 W TDP; H100-SXM: 700 W TDP (catalog)
     assert ds["power_compute"].sel(gpu="V100-16GB").values == pytest.approx([300.0, 300.0])
     assert ds["power_compute"].sel(gpu="H100-SXM").values == pytest.approx([700.0, 700.0])
     # energy per step equals the sum of the phases, which equals power x time phase by phase
     one = pred.sel(gpu="V100-16GB", gpus=8)
-    expected = 8 * (300.0 * float(one["time_compute"]) + 170.0 * float(one["time_comm_exposed"])
-                    + 40.0 * float(one["time_io_exposed"]))
+    expected = 8 * (
+        300.0 * float(one["time_compute"])
+        + 170.0 * float(one["time_comm_exposed"])
+        + 40.0 * float(one["time_io_exposed"])
+    )
     assert float(ds["energy_step"].sel(gpu="V100-16GB", gpus=8)) == pytest.approx(expected)
     # "efficiency": u = compute_efficiency, the V100's fp32 GEMM plateau: cuBLAS SGEMM at 83/7 =
     # 11.86 of 15.7 TFLOP/s (Markidis et al. 2018, data/catalog/gemm.csv) -> 40 + 260 u W
@@ -124,8 +150,16 @@ def test_pareto_front_hand_made():
 
 
 def test_tradeoff_sweep_and_plot():
-    ds = time_energy_tradeoff("resnet50", ["V100-16GB", "H100-SXM"], "100GbE", gpus=[1, 8, 64],
-                              batch_size=64, gpus_per_node=8, samples_per_epoch=1_281_167, pue=1.2)
+    ds = time_energy_tradeoff(
+        "resnet50",
+        ["V100-16GB", "H100-SXM"],
+        "100GbE",
+        gpus=[1, 8, 64],
+        batch_size=64,
+        gpus_per_node=8,
+        samples_per_epoch=1_281_167,
+        pue=1.2,
+    )
     assert set(ds["pareto"].dims) == {"gpu", "gpus"}
     mask = pareto_front(ds["time_sample"].values, ds["energy_sample"].values)
     assert (ds["pareto"].transpose(*ds["time_sample"].dims).values == mask).all()
@@ -144,8 +178,9 @@ def test_tradeoff_sweep_and_plot():
 
 
 def test_tradeoff_excludes_what_does_not_fit():
-    ds = time_energy_tradeoff("bert-large", "V100-16GB", "100GbE", gpus=[1, 2], batch_size=64,
-                              optimizer="adam")
+    ds = time_energy_tradeoff(
+        "bert-large", "V100-16GB", "100GbE", gpus=[1, 2], batch_size=64, optimizer="adam"
+    )
     assert not ds["fits"].any() and not ds["pareto"].any()
 
 

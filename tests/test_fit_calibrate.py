@@ -45,8 +45,19 @@ def synthetic(tmp_path_factory) -> Path:
     GPUs: the large counts show the bandwidth). The fits
     run with the same ``overlap`` (:data:`SERIAL`).
     """
-    ds = dlx.predict("resnet50", "V100-16GB", None, gpus=GPUS, batch_size=BATCHES, gpus_per_node=1,
-                     bucket_size=BUCKET, algorithm="ring", transport="rdma", **SERIAL, **TRUTH)
+    ds = dlx.predict(
+        "resnet50",
+        "V100-16GB",
+        None,
+        gpus=GPUS,
+        batch_size=BATCHES,
+        gpus_per_node=1,
+        bucket_size=BUCKET,
+        algorithm="ring",
+        transport="rdma",
+        **SERIAL,
+        **TRUTH,
+    )
     rng = np.random.default_rng(5)
     rows = []
     for g in GPUS:
@@ -54,51 +65,62 @@ def synthetic(tmp_path_factory) -> Path:
             value = float(ds.throughput.sel(gpus=g, batch_size=b)) * (1 + 0.02 * rng.standard_normal())
             rows.append(f"resnet50,V100-16GB,100GbE,{g},1,{b},fp32,ring,rdma,{value:.6f}")
     path = tmp_path_factory.mktemp("synthetic") / "runs.csv"
-    path.write_text("# source: made by dlexplore.predict with known parameters, 2% noise\n"
-                    "workload,gpu,network,gpus,gpus_per_node,batch_size,precision,algorithm,transport,"
-                    "throughput\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    path.write_text(
+        "# source: made by dlexplore.predict with known parameters, 2% noise\n"
+        "workload,gpu,network,gpus,gpus_per_node,batch_size,precision,algorithm,transport,"
+        "throughput\n" + "\n".join(rows) + "\n",
+        encoding="utf-8",
+    )
     return path
 
 
 # --- fit_on ------------------------------------------------------------------------------------------
 
-FRAME = pd.DataFrame({
-    "gpus": [1, 2, 8, 16],
-    "precision": ["fp32", "fp16", "fp32", "fp32"],
-    "workload": ["resnet50", "vgg16", "resnet50", "bert-large"],
-    "throughput": [100.0, 150.0, 700.0, 1000.0],
-})
+FRAME = pd.DataFrame(
+    {
+        "gpus": [1, 2, 8, 16],
+        "precision": ["fp32", "fp16", "fp32", "fp32"],
+        "workload": ["resnet50", "vgg16", "resnet50", "bert-large"],
+        "throughput": [100.0, 150.0, 700.0, 1000.0],
+    }
+)
 
 
-@pytest.mark.parametrize(("expression", "expected"), [
-    ("gpus<=8", [True, True, True, False]),
-    ("gpus == 1", [True, False, False, False]),
-    ("gpus=1", [True, False, False, False]),
-    ("gpus<=8 and precision == fp32", [True, False, True, False]),
-    ("workload in resnet50,vgg16", [True, True, True, False]),
-    ("workload not in (resnet50, 'vgg16')", [False, False, False, True]),
-    ("2 <= gpus < 16", [False, True, True, False]),
-    ("not gpus == 1 or precision == FP16", [False, True, True, True]),
-    ("(gpus > 1 && throughput < 800) || workload == BERT-Large", [False, True, True, True]),
-    ("gpus != 2 & !(precision == fp16)", [True, False, True, True]),
-    ("throughput >= 1e3", [False, False, False, True]),
-])
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ("gpus<=8", [True, True, True, False]),
+        ("gpus == 1", [True, False, False, False]),
+        ("gpus=1", [True, False, False, False]),
+        ("gpus<=8 and precision == fp32", [True, False, True, False]),
+        ("workload in resnet50,vgg16", [True, True, True, False]),
+        ("workload not in (resnet50, 'vgg16')", [False, False, False, True]),
+        ("2 <= gpus < 16", [False, True, True, False]),
+        ("not gpus == 1 or precision == FP16", [False, True, True, True]),
+        ("(gpus > 1 && throughput < 800) || workload == BERT-Large", [False, True, True, True]),
+        ("gpus != 2 & !(precision == fp16)", [True, False, True, True]),
+        ("throughput >= 1e3", [False, False, False, True]),
+    ],
+)
 def test_fit_on_expressions(expression, expected):
     assert select(FRAME, expression).tolist() == expected
 
 
-@pytest.mark.parametrize(("expression", "message", "position"), [
-    ("gpus <= ", "expected a value", 9),
-    ("gpus < fp32", "gpus is numeric; expected a number, found 'fp32'", 8),
-    ("precision > fp32", "precision is text; only '==', '!=' and 'in'", 13),
-    ("gpu == 1", "unknown column 'gpu' (did you mean 'gpus'?)", 1),
-    ("workload == resnet5", "no point has workload 'resnet5' (did you mean 'resnet50'?)", 13),
-    ("gpus == 1 and", "expected a column name", 14),
-    ("(gpus==1", "expected ')'", 9),
-    ("gpus == 'x", "unterminated string", 9),
-    ("", "the expression is empty", 1),
-    ("gpus 8", "expected a comparison", 6),
-])
+@pytest.mark.parametrize(
+    ("expression", "message", "position"),
+    [
+        ("gpus <= ", "expected a value", 9),
+        ("gpus < fp32", "gpus is numeric; expected a number, found 'fp32'", 8),
+        ("precision > fp32", "precision is text; only '==', '!=' and 'in'", 13),
+        ("gpu == 1", "unknown column 'gpu' (did you mean 'gpus'?)", 1),
+        ("workload == resnet5", "no point has workload 'resnet5' (did you mean 'resnet50'?)", 13),
+        ("gpus == 1 and", "expected a column name", 14),
+        ("(gpus==1", "expected ')'", 9),
+        ("gpus == 'x", "unterminated string", 9),
+        ("", "the expression is empty", 1),
+        ("gpus 8", "expected a comparison", 6),
+    ],
+)
 def test_fit_on_errors_name_the_expression_and_position(expression, message, position):
     with pytest.raises(DlexploreError) as info:
         select(FRAME, expression)
@@ -110,10 +132,12 @@ def test_fit_on_errors_name_the_expression_and_position(expression, message, pos
 
 def test_fit_on_never_evaluates_python(tmp_path):
     marker = tmp_path / "touched"
-    for expression in (f"__import__('os').system('touch {marker}')",
-                       "gpus.__class__ == 1",
-                       "open('/etc/passwd') == 1",
-                       "gpus == (lambda: 1)()"):
+    for expression in (
+        f"__import__('os').system('touch {marker}')",
+        "gpus.__class__ == 1",
+        "open('/etc/passwd') == 1",
+        "gpus == (lambda: 1)()",
+    ):
         with pytest.raises(DlexploreError, match="fit_on"):
             select(FRAME, expression)
     assert not marker.exists()
@@ -140,8 +164,9 @@ def test_fit_on_masks_and_callables():
 
 
 def test_fit_recovers_the_parameters_the_points_were_made_with(synthetic):
-    cal = calibrate(synthetic, params=("compute_efficiency", "bandwidth", "latency"), bucket_size=BUCKET,
-                    **SERIAL)
+    cal = calibrate(
+        synthetic, params=("compute_efficiency", "bandwidth", "latency"), bucket_size=BUCKET, **SERIAL
+    )
     params = cal.params.set_index("name")
     for name, truth in TRUTH.items():
         value, stderr = params.loc[name, "value"], params.loc[name, "stderr"]
@@ -157,8 +182,13 @@ def test_fit_recovers_the_parameters_the_points_were_made_with(synthetic):
 
 
 def test_fit_on_small_counts_predicts_the_large_ones(synthetic):
-    cal = calibrate(synthetic, fit_on="gpus <= 16", params=("compute_efficiency", "bandwidth", "latency"),
-                    bucket_size=BUCKET, **SERIAL)
+    cal = calibrate(
+        synthetic,
+        fit_on="gpus <= 16",
+        params=("compute_efficiency", "bandwidth", "latency"),
+        bucket_size=BUCKET,
+        **SERIAL,
+    )
     assert int(cal.points["fitted"].sum()) == 15  # 5 GPU counts x 3 batch sizes
     assert cal.mape_holdout < 0.05
     assert cal.max_error_holdout < 0.08
@@ -166,8 +196,13 @@ def test_fit_on_small_counts_predicts_the_large_ones(synthetic):
 
 def test_a_parameter_the_points_cannot_determine_keeps_its_default(synthetic):
     with pytest.warns(CalibrationWarning, match=r"bandwidth cannot be determined.*changes none of the 3"):
-        cal = calibrate(synthetic, fit_on="gpus == 1", params=("compute_efficiency", "bandwidth"),
-                        bucket_size=BUCKET, **SERIAL)
+        cal = calibrate(
+            synthetic,
+            fit_on="gpus == 1",
+            params=("compute_efficiency", "bandwidth"),
+            bucket_size=BUCKET,
+            **SERIAL,
+        )
     params = cal.params.set_index("name")
     assert not params.loc["bandwidth", "identifiable"]
     assert params.loc["bandwidth", "value"] == 12.5  # the default, not a garbage fit
@@ -180,11 +215,17 @@ def test_a_parameter_the_points_cannot_determine_keeps_its_default(synthetic):
 
 def test_latency_and_bandwidth_from_one_message_size(tmp_path):
     path = tmp_path / "one-size.csv"
-    path.write_text("collective,algorithm,network,gpus,gpus_per_node,bytes,setup,time\n"
-                    "allreduce,ring,IB-EDR,8,1,1000000,run 1,0.00031\n"
-                    "allreduce,ring,IB-EDR,8,1,1000000,run 2,0.00033\n", encoding="utf-8")
-    with pytest.warns(CalibrationWarning, match=r"latency cannot be determined.*combination of the "
-                      r"effects of bandwidth"):
+    path.write_text(
+        "collective,algorithm,network,gpus,gpus_per_node,bytes,setup,time\n"
+        "allreduce,ring,IB-EDR,8,1,1000000,run 1,0.00031\n"
+        "allreduce,ring,IB-EDR,8,1,1000000,run 2,0.00033\n",
+        encoding="utf-8",
+    )
+    with pytest.warns(
+        CalibrationWarning,
+        match=r"latency cannot be determined.*combination of the "
+        r"effects of bandwidth",
+    ):
         cal = calibrate(path)
     params = cal.params.set_index("name")
     assert list(params.index) == ["bandwidth", "latency"]
@@ -195,13 +236,20 @@ def test_latency_and_bandwidth_from_one_message_size(tmp_path):
 
 
 def test_parameter_servers_are_searched_on_whole_numbers(tmp_path):
-    pred = dlx.predict("resnet50", "P100", "25GbE", gpus=[8, 16, 32], batch_size=64,
-                       algorithm="parameter_server", servers=4)
-    lines = [f"resnet50,P100,25GbE,{g},1,64,fp32,parameter_server,{float(t):.6f}"
-             for g, t in zip(pred.gpus.values, pred.throughput.values, strict=True)]
+    pred = dlx.predict(
+        "resnet50", "P100", "25GbE", gpus=[8, 16, 32], batch_size=64, algorithm="parameter_server", servers=4
+    )
+    lines = [
+        f"resnet50,P100,25GbE,{g},1,64,fp32,parameter_server,{float(t):.6f}"
+        for g, t in zip(pred.gpus.values, pred.throughput.values, strict=True)
+    ]
     path = tmp_path / "ps.csv"
-    path.write_text("workload,gpu,network,gpus,gpus_per_node,batch_size,precision,algorithm,throughput\n"
-                    + "\n".join(lines) + "\n", encoding="utf-8")
+    path.write_text(
+        "workload,gpu,network,gpus,gpus_per_node,batch_size,precision,algorithm,throughput\n"
+        + "\n".join(lines)
+        + "\n",
+        encoding="utf-8",
+    )
     cal = calibrate(path, params=("servers",))
     row = cal.params.set_index("name").loc["servers"]
     assert row["value"] == 4 and row["units"] == "count"
@@ -219,8 +267,20 @@ def test_calibrate_tf_benchmarks_on_one_gpu():
     assert isinstance(cal, Calibration)
     points = cal.points
     assert len(points) == 16 and int(points["fitted"].sum()) == 4
-    for column in ("workload", "gpu", "network", "precision", "algorithm", "gpus", "batch_size",
-                   "setup", "measured", "predicted", "error", "fitted"):
+    for column in (
+        "workload",
+        "gpu",
+        "network",
+        "precision",
+        "algorithm",
+        "gpus",
+        "batch_size",
+        "setup",
+        "measured",
+        "predicted",
+        "error",
+        "fitted",
+    ):
         assert column in points.columns, column
     assert (points["error"] == (points["predicted"] - points["measured"]) / points["measured"]).all()
     # one efficiency per workload from its one single-GPU point: those points are met exactly,
@@ -283,8 +343,13 @@ def test_calibrate_global_efficiency_has_a_standard_error():
 
 def test_calibrate_real_nccl_tests_output():
     # the file is all_reduce_ring.out: NCCL_ALGO=RING, the ring of the alpha-beta model
-    cal = calibrate(NCCL_TESTS, fit_on="bytes >= 1e6 and setup == out-of-place", gpus_per_node=8,
-                    network="NVLink4", algorithm="ring")
+    cal = calibrate(
+        NCCL_TESTS,
+        fit_on="bytes >= 1e6 and setup == out-of-place",
+        gpus_per_node=8,
+        network="NVLink4",
+        algorithm="ring",
+    )
     params = cal.params.set_index("name")
     assert list(params.index) == ["intra_bandwidth", "intra_latency"]  # one node: the NVLink
     assert 300 < params.loc["intra_bandwidth", "value"] < 450
@@ -305,8 +370,9 @@ def test_calibrate_refuses_bad_requests(synthetic):
         calibrate("deepbench-allreduce-p100", params=("compute_efficiency",))
     with pytest.raises(DlexploreError, match="selects none"):
         calibrate(synthetic, fit_on="gpus > 1000")
-    cal = calibrate(synthetic, fit_on="throughput < 2000", params=("compute_efficiency",),
-                    bucket_size=BUCKET, **SERIAL)
+    cal = calibrate(
+        synthetic, fit_on="throughput < 2000", params=("compute_efficiency",), bucket_size=BUCKET, **SERIAL
+    )
     assert 0 < int(cal.points["fitted"].sum()) < len(cal.points)
 
 
@@ -331,8 +397,10 @@ def test_calibrate_from_the_collectors_trace():
     # each predicted time lies within the spread of its measured operations
     points = cal.points
     assert len(points) == 2 and points["count"].tolist() == [4, 4]
-    assert ((points["predicted"] >= points["measured_min"] * (1 - 1e-9))
-            & (points["predicted"] <= points["measured_max"])).all()
+    assert (
+        (points["predicted"] >= points["measured_min"] * (1 - 1e-9))
+        & (points["predicted"] <= points["measured_max"])
+    ).all()
     # compute time per sample: batch 32 per rank from the collector's manifest
     per_sample = params.loc["time_compute_per_sample"]
     compute = trace.breakdown()["time_compute"].values.ravel()
@@ -354,8 +422,9 @@ def test_calibrate_dispatches_a_trace_folder_and_warns_on_one_size():
     assert cal.points["predicted"].iloc[0] == pytest.approx(cal.points["measured"].iloc[0])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        every = calibrate_from_trace(TRACES / "gloo-cnn-2rank", batch_size=8, statistic="median",
-                                     network="IB-EDR", params=("latency",))
+        every = calibrate_from_trace(
+            TRACES / "gloo-cnn-2rank", batch_size=8, statistic="median", network="IB-EDR", params=("latency",)
+        )
     assert every.params.set_index("name").loc["time_compute_per_sample", "value"] > 0
     with pytest.raises(DlexploreError, match="statistic"):
         calibrate_from_trace(TRACES / "gloo-cnn-2rank", statistic="max")

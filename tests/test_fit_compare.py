@@ -43,13 +43,27 @@ vgg16,P100,25GbE,2,64,fp32,ring,a,100
 
 def _prediction(throughput, gpus=(1, 2, 4), **dims) -> xr.Dataset:
     """A prediction as dlexplore.predict lays one out: sweeps as dims, settings as 0-d coords."""
-    coords = {"gpus": ("gpus", np.array(gpus), {"units": "count"}), **dims,
-              "workload": "ResNet50", "gpu": "P100", "network": "25GbE", "algorithm": "ring",
-              "batch_size": 64, "precision": "fp32"}
+    coords = {
+        "gpus": ("gpus", np.array(gpus), {"units": "count"}),
+        **dims,
+        "workload": "ResNet50",
+        "gpu": "P100",
+        "network": "25GbE",
+        "algorithm": "ring",
+        "batch_size": 64,
+        "precision": "fp32",
+    }
     shape_dims = ["gpus", *dims]
-    ds = xr.Dataset({"throughput": (shape_dims, np.asarray(throughput, dtype=float),
-                                    {"units": "samples/s", "long_name": "global training throughput"})},
-                    coords=coords)
+    ds = xr.Dataset(
+        {
+            "throughput": (
+                shape_dims,
+                np.asarray(throughput, dtype=float),
+                {"units": "samples/s", "long_name": "global training throughput"},
+            )
+        },
+        coords=coords,
+    )
     ds.attrs["source"] = "predicted: by hand"
     return ds
 
@@ -98,8 +112,7 @@ def test_compare_nearest_says_which_value(tmp_path):
 
 def test_compare_keeps_prediction_dims_the_points_lack(tmp_path):
     measured = _csv(tmp_path, TRAINING)
-    pred = _prediction([[100, 100], [190, 200], [360, 400]],
-                       bandwidth=("bandwidth", np.array([10.0, 20.0])))
+    pred = _prediction([[100, 100], [190, 200], [360, 400]], bandwidth=("bandwidth", np.array([10.0, 20.0])))
     out = compare(pred, measured)
     assert out["error"].dims == ("point", "bandwidth")
     # bandwidth 20: errors 0.25, 0, 0
@@ -109,15 +122,21 @@ def test_compare_keeps_prediction_dims_the_points_lack(tmp_path):
 
 
 def test_compare_rebases_efficiency_and_prefixes_other_variables(tmp_path):
-    measured = _csv(tmp_path, """\
+    measured = _csv(
+        tmp_path,
+        """\
 workload,gpu,network,gpus,gpus_per_node,batch_size,precision,baseline_gpus,efficiency,throughput
 resnet50,P100,50GbE,8,8,32,fp32,8,1.0,1000
 resnet50,P100,50GbE,32,8,32,fp32,8,0.9,3600
-""")
+""",
+    )
     pred = xr.Dataset(
-        {"efficiency": ("gpus", [1.0, 0.95, 0.76], {"units": "1"}),
-         "throughput": ("gpus", [130.0, 988.0, 3161.6], {"units": "samples/s"})},
-        coords={"gpus": [1, 8, 32], "workload": "resnet50", "gpus_per_node": 8, "batch_size": 32})
+        {
+            "efficiency": ("gpus", [1.0, 0.95, 0.76], {"units": "1"}),
+            "throughput": ("gpus", [130.0, 988.0, 3161.6], {"units": "samples/s"}),
+        },
+        coords={"gpus": [1, 8, 32], "workload": "resnet50", "gpus_per_node": 8, "batch_size": 32},
+    )
     out = compare(pred, measured)
     assert out.attrs["variable"] == "throughput"
     # throughput: (988 - 1000) / 1000 and (3161.6 - 3600) / 3600
@@ -132,11 +151,14 @@ resnet50,P100,50GbE,32,8,32,fp32,8,0.9,3600
 
 
 def test_compare_communication_by_hand(tmp_path):
-    measured = _csv(tmp_path, """\
+    measured = _csv(
+        tmp_path,
+        """\
 collective,gpus,bytes,time
 allreduce,8,1000000,0.0002
 allreduce,8,100000000,0.02
-""")
+""",
+    )
     pred = dlx.predict_comm("allreduce", "ring", nbytes=[1e6, 1e8], gpus=8, bandwidth=10, latency=5e-6)
     out = compare(pred, measured)
     # ring: 2 (p-1) a + 2 (p-1)/p n / B = 14 x 5e-6 + 1.75 n / 1e10
@@ -170,8 +192,11 @@ def test_predict_points_on_every_shipped_dataset(name):
     pred = predict_points(measured)
     n = measured.sizes["point"]
     assert dict(pred.sizes) == {"point": n}
-    variables = ("time", "algbw", "busbw") if "collective" in measured.coords else \
-        ("throughput", "step_time", "efficiency", "time_compute", "time_comm_exposed")
+    variables = (
+        ("time", "algbw", "busbw")
+        if "collective" in measured.coords
+        else ("throughput", "step_time", "efficiency", "time_compute", "time_comm_exposed")
+    )
     for var in variables:
         assert var in pred, var
         assert pred[var].attrs["units"], var
@@ -195,16 +220,32 @@ def test_predict_points_matches_the_model_called_by_hand():
     i = int(np.flatnonzero((ds.workload.values == "resnet50") & (ds.gpus.values == 8))[0])
     # a DGX-1 row: 8 GPUs in one server over NVLink1, the table's "unknown" algorithm as NCCL's
     # own choice
-    direct = dlx.predict("resnet50", "P100", "NVLink1", gpus=8, batch_size=64, gpus_per_node=8,
-                         intra_link="NVLink1", algorithm="nccl")
+    direct = dlx.predict(
+        "resnet50",
+        "P100",
+        "NVLink1",
+        gpus=8,
+        batch_size=64,
+        gpus_per_node=8,
+        intra_link="NVLink1",
+        algorithm="nccl",
+    )
     assert pred.throughput.values[i] == pytest.approx(float(direct.throughput), rel=1e-12)
     assert pred.intra_link.values[i] == "NVLink1"
 
     # Goyal et al.: efficiency relative to 8 GPUs; the 256-GPU row gets the NVLink1 of the 8-GPU row
     goyal = predict_points("goyal-2017-resnet50")
     assert list(goyal.intra_link.values) == ["NVLink1", "NVLink1"]
-    both = dlx.predict("resnet50", "P100", "50GbE", gpus=[8, 256], batch_size=32, gpus_per_node=8,
-                       intra_link="NVLink1", algorithm="hierarchical")
+    both = dlx.predict(
+        "resnet50",
+        "P100",
+        "50GbE",
+        gpus=[8, 256],
+        batch_size=32,
+        gpus_per_node=8,
+        intra_link="NVLink1",
+        algorithm="hierarchical",
+    )
     step = both.step_time.values
     assert goyal.efficiency.values[1] == pytest.approx(step[0] / step[1], rel=1e-12)
     assert goyal.efficiency.values[0] == pytest.approx(1.0)
@@ -255,8 +296,11 @@ def test_predict_points_reads_real_nccl_tests_output():
     # unknown, so no LL128): ring/LL 6.6 + 14 x 0.6 us at 370.8/4 x 8/14, ring/Simple 8.4 + 14 x
     # 3.4 us at 370.8 x 8/14, NVLS 23 us at 370.8 x 5/6
     bus = 450 * 0.824
-    options = [15.0e-6 + n / (bus / 4 * 8 / 14 * 1e9), 56.0e-6 + n / (bus * 8 / 14 * 1e9),
-               23e-6 + n / (bus * 5 / 6 * 1e9)]
+    options = [
+        15.0e-6 + n / (bus / 4 * 8 / 14 * 1e9),
+        56.0e-6 + n / (bus * 8 / 14 * 1e9),
+        23e-6 + n / (bus * 5 / 6 * 1e9),
+    ]
     np.testing.assert_allclose(pred.time.values, np.min(options, axis=0), rtol=1e-9)
     assert pred.time.values[0] == pytest.approx(options[0][0])  # the smallest size: LL
     assert pred.time.values[-1] == pytest.approx(options[2][-1])  # the largest: NVLS
@@ -278,12 +322,15 @@ def test_predict_points_keywords():
 
 
 def test_predict_points_says_why_a_point_is_not_predicted(tmp_path):
-    measured = _csv(tmp_path, """\
+    measured = _csv(
+        tmp_path,
+        """\
 workload,gpu,network,gpus,gpus_per_node,batch_size,precision,algorithm,throughput
 resnet50,P100,our-fabric,16,4,64,fp32,ring,1000
 resnet50,P100,our-fabric,16,4,64,fp32,butterfly,1000
 resnet50,P100,our-fabric,1,1,64,fp32,none,100
-""")
+""",
+    )
     pred = predict_points(measured)
     assert np.isnan(pred.throughput.values[0]) and np.isnan(pred.throughput.values[1])
     assert np.isfinite(pred.throughput.values[2])  # one GPU never uses the network
@@ -296,20 +343,34 @@ resnet50,P100,our-fabric,1,1,64,fp32,none,100
 
 
 def test_compare_a_model_sweep_with_a_published_table():
-    pred = dlx.predict("resnet101", "P100", "25GbE", gpus=[1, 2, 4, 8, 16], batch_size=64, gpus_per_node=4,
-                       algorithm="ring")
+    pred = dlx.predict(
+        "resnet101", "P100", "25GbE", gpus=[1, 2, 4, 8, 16], batch_size=64, gpus_per_node=4, algorithm="ring"
+    )
     out = compare(pred, "horovod-2017-16gpu-25gbe")
     # ResNet-101 on one GPU (gpus_per_node 1 there: on one GPU it changes nothing) and the three
     # ring-allreduce rows at 16 GPUs; the parameter-server rows and other workloads are left out
     compared = np.flatnonzero(np.isfinite(out["error"].values))
     assert out.attrs["compared"] == 4 == len(compared)
-    assert set(out["setup"].values[compared]) == {"1 GPU", "Horovod TCP, CPU allreduce",
-                                                  "Horovod TCP, NCCL", "Horovod RDMA, NCCL"}
+    assert set(out["setup"].values[compared]) == {
+        "1 GPU",
+        "Horovod TCP, CPU allreduce",
+        "Horovod TCP, NCCL",
+        "Horovod RDMA, NCCL",
+    }
     one = compared[out["gpus"].values[compared] == 1][0]
     at_one = float(pred.throughput.sel(gpus=1))
     assert out["error"].values[one] == pytest.approx((at_one - 119.4) / 119.4)
     assert "algorithm: 6 point(s) differ" in out.attrs["unmatched"]
     # a prediction made with bandwidth and latency by hand ("custom" network) compares with any
-    custom = dlx.predict("resnet101", "P100", None, bandwidth=3.125, latency=2e-5, gpus=[1, 16],
-                         batch_size=64, gpus_per_node=4, algorithm="ring")
+    custom = dlx.predict(
+        "resnet101",
+        "P100",
+        None,
+        bandwidth=3.125,
+        latency=2e-5,
+        gpus=[1, 16],
+        batch_size=64,
+        gpus_per_node=4,
+        algorithm="ring",
+    )
     assert compare(custom, "horovod-2017-16gpu-25gbe").attrs["compared"] == 4

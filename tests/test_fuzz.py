@@ -49,8 +49,9 @@ harness = _load_harness()
 
 @pytest.fixture(scope="module")
 def fuzz_result():
-    return harness.fuzz(list(harness.READERS), CASES, workers=2, seed=7, timeout_s=5.0, progress=False,
-                        kill_after_s=8.0)
+    return harness.fuzz(
+        list(harness.READERS), CASES, workers=2, seed=7, timeout_s=5.0, progress=False, kill_after_s=8.0
+    )
 
 
 @pytest.mark.parametrize("reader", sorted(harness.READERS))
@@ -74,8 +75,13 @@ def test_reader_survives_hypothesis(reader, seeds, tmp_path_factory):
     count = iter(range(1 << 30))
 
     # Derandomized, so CI runs the same examples every time; no example database is kept.
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     @given(rng=st.randoms(use_true_random=False), stack=st.integers(1, 3))
     def survives(rng, stack):
         kinds, suffix, data = harness.mutate_seed(reader, seeds[reader], rng, stack=stack, bombs=False)
@@ -98,6 +104,7 @@ def _expect_error(reader: str, path: Path, *words: str) -> str:
 
 
 # -- deep nesting (was RecursionError) ----------------------------------------------------------------
+
 
 def test_deep_nesting_pytorch_metadata(tmp_path):
     path = tmp_path / "rank0.pt.trace.json"
@@ -122,6 +129,7 @@ def test_deep_nesting_whole_json_documents(tmp_path, reader, name):
 
 # -- huge numbers (were OverflowError) -------------------------------------------------------------------
 
+
 def test_darshan_record_id_beyond_64_bits(tmp_path):
     text = (TRACES / "darshan" / "pq_app_readAB.darshan-parser.txt").read_text()
     path = tmp_path / "log.darshan-parser.txt"
@@ -132,8 +140,9 @@ def test_darshan_record_id_beyond_64_bits(tmp_path):
 def test_measured_integer_beyond_64_bits(tmp_path):
     text = (ROOT / "data" / "measured" / "goyal-2017-resnet50.csv").read_text()
     path = tmp_path / "goyal.csv"
-    path.write_text(text.replace("resnet50,P100,NVLink1,8,8,32", "resnet50,P100,NVLink1,8,8,"
-                                 "18446744073709551616", 1))
+    path.write_text(
+        text.replace("resnet50,P100,NVLink1,8,8,32", "resnet50,P100,NVLink1,8,8,18446744073709551616", 1)
+    )
     _expect_error("measured", path)
 
 
@@ -168,6 +177,7 @@ def test_horovod_timestamp_beyond_64_bits(tmp_path):
 
 # -- damaged containers -------------------------------------------------------------------------------------
 
+
 def test_netcdf_with_a_flipped_byte(tmp_path):
     from dlexplore.traces import horovod, netcdf
 
@@ -190,8 +200,9 @@ def _nsys_export(tmp_path: Path) -> Path:
 def test_nsys_string_that_is_not_utf8(tmp_path):
     path = _nsys_export(tmp_path)
     db = sqlite3.connect(path)
-    db.execute("UPDATE StringIds SET value = CAST(X'ff81' AS TEXT) "
-               "WHERE id = (SELECT MIN(id) FROM StringIds)")
+    db.execute(
+        "UPDATE StringIds SET value = CAST(X'ff81' AS TEXT) WHERE id = (SELECT MIN(id) FROM StringIds)"
+    )
     db.commit()
     db.close()
     _expect_error("nsys", path, "StringIds")
@@ -213,6 +224,7 @@ def test_horovod_corrupt_gzip(tmp_path):
 
 # -- gzip bombs: refused or streamed, never held ----------------------------------------------------------
 
+
 def test_gzip_bomb_horovod_is_refused_within_the_memory_bound(tmp_path):
     path = tmp_path / "timeline.json.gz"
     path.write_bytes(harness.gzip_bomb(b'[\n{"name": "x", "ph": "B", "ts": 1, "pid": 0},\n'))
@@ -222,13 +234,17 @@ def test_gzip_bomb_horovod_is_refused_within_the_memory_bound(tmp_path):
     assert str(path) in detail and "gzip" in detail
 
 
-@pytest.mark.parametrize("prefix, inflated", [
-    # whitespace inside the events array: the stream reads it block by block, so the worker's
-    # peak stays far below what holding it (and its decoded copy) would take
-    (b'{"traceEvents": [', 128 << 20),
-    # the same inside a string that never closes
-    (b'{"traceEvents": [{"name": "', 192 << 20),
-], ids=["in-array", "unclosed-string"])
+@pytest.mark.parametrize(
+    "prefix, inflated",
+    [
+        # whitespace inside the events array: the stream reads it block by block, so the worker's
+        # peak stays far below what holding it (and its decoded copy) would take
+        (b'{"traceEvents": [', 128 << 20),
+        # the same inside a string that never closes
+        (b'{"traceEvents": [{"name": "', 192 << 20),
+    ],
+    ids=["in-array", "unclosed-string"],
+)
 def test_gzip_bomb_pytorch_is_bounded(tmp_path, prefix, inflated):
     path = tmp_path / "rank0.pt.trace.json.gz"
     path.write_bytes(harness.gzip_bomb(prefix, inflated=inflated))
@@ -237,8 +253,8 @@ def test_gzip_bomb_pytorch_is_bounded(tmp_path, prefix, inflated):
     assert str(path) in detail
 
 
-
 # -- second round of findings: wrong types and huge numbers inside events --------------------------------
+
 
 def _pytorch_events(tmp_path: Path, events: str) -> Path:
     path = tmp_path / "rank0.pt.trace.json"
@@ -247,15 +263,21 @@ def _pytorch_events(tmp_path: Path, events: str) -> Path:
 
 
 def test_pytorch_category_that_is_an_object(tmp_path):
-    path = _pytorch_events(tmp_path, '{"ph": "X", "cat": {"a": 1}, "name": "Trace", "pid": 1, "tid": 1, '
-                           '"ts": 1, "dur": 2}, {"ph": "X", "cat": "Trace", "name": "x", "pid": 1, '
-                           '"tid": 1, "ts": 1, "dur": 2}')
+    path = _pytorch_events(
+        tmp_path,
+        '{"ph": "X", "cat": {"a": 1}, "name": "Trace", "pid": 1, "tid": 1, '
+        '"ts": 1, "dur": 2}, {"ph": "X", "cat": "Trace", "name": "x", "pid": 1, '
+        '"tid": 1, "ts": 1, "dur": 2}',
+    )
     _expect_error("pytorch", path, "expected a string")
 
 
 def test_pytorch_timestamp_too_large_for_a_float(tmp_path):
-    path = _pytorch_events(tmp_path, '{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, '
-                           '"ts": 1' + "0" * 400 + ', "dur": 2}')
+    path = _pytorch_events(
+        tmp_path,
+        '{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, '
+        '"ts": 1' + "0" * 400 + ', "dur": 2}',
+    )
     _expect_error("pytorch", path, "expected a number of µs")
 
 
@@ -278,8 +300,13 @@ def test_horovod_start_time_that_is_not_a_number(tmp_path, value):
     # 10,000 cases had missed it.
     text = (TRACES / "horovod" / "timeline.json").read_text()
     path = tmp_path / "timeline.json"
-    path.write_text(text.replace('"start_time_since_epoch_in_micros":1795297140323029',
-                                 f'"start_time_since_epoch_in_micros":{value}', 1))
+    path.write_text(
+        text.replace(
+            '"start_time_since_epoch_in_micros":1795297140323029',
+            f'"start_time_since_epoch_in_micros":{value}',
+            1,
+        )
+    )
     _expect_error("horovod", path, "start_time_since_epoch_in_micros", "expected a number of µs")
 
 
@@ -331,8 +358,12 @@ with h5py.File(sys.argv[1], "r") as f:
 def _hdf5_hangs(path: Path, seconds: float = 5.0) -> bool:
     """Whether this machine's HDF5, used directly (no dlexplore), fails to read ``path`` in time."""
     try:
-        subprocess.run([sys.executable, "-c", _READ_ATTRIBUTES, str(path)], capture_output=True,
-                       timeout=seconds, check=False)
+        subprocess.run(
+            [sys.executable, "-c", _READ_ATTRIBUTES, str(path)],
+            capture_output=True,
+            timeout=seconds,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return True
     return False

@@ -42,10 +42,10 @@ def test_parameter_server_time_by_hand():
     dedicated = parameter_server_time(n, p, g, 4, f, False, bw, a)
     assert float(dedicated) == pytest.approx(2 * a + 2 * 8 * n / 2e9)  # f p n = 8 n too
     assert float(parameter_server_time(n, p, g, 4, 0.25, False, bw, a)) == pytest.approx(
-        2 * a + 2 * 4 * n / 2e9)
+        2 * a + 2 * 4 * n / 2e9
+    )
     # one worker still pushes and pulls its own bytes
-    assert float(parameter_server_time(n, 1, 1, 1, 1.0, True, bw, a)) == pytest.approx(
-        2 * a + 2 * n / 2e9)
+    assert float(parameter_server_time(n, 1, 1, 1, 1.0, True, bw, a)) == pytest.approx(2 * a + 2 * n / 2e9)
 
 
 def test_horovod_delay_and_transport():
@@ -57,17 +57,20 @@ def test_horovod_delay_and_transport():
     assert resolve_transport("auto", None) == "rdma"
 
 
-@pytest.mark.parametrize(("gpu", "precision", "value", "rule"), [
-    # DeepBench's SGEMM on its (PCIe) P100, 8.21 of 9.3 TFLOP/s, serves the SXM2 part
-    ("P100", "fp32", 8.21 / 9.3, "measured on a Pascal GPU"),
-    ("V100-16GB", "fp16", 83 / 125, "measured on this GPU"),
-    ("A100-40GB", "bf16", 267.9 / 312, "measured on a Ampere GPU"),
-    # TF32 runs on the same tensor cores as bf16: the A100's measured fraction
-    ("A100-80GB", "tf32", 267.9 / 312, "same kind of unit, at bf16"),
-    ("H100-SXM", "fp16", 792.1 / 989.4, "as bf16"),
-    # Kepler has no row: the median of the vector-unit rows, P100 8.21/9.3 and V100 11.86/15.7
-    ("K80", "fp32", (8.21 / 9.3 + 11.86 / 15.7) / 2, "median of the published vector-unit GEMMs"),
-])
+@pytest.mark.parametrize(
+    ("gpu", "precision", "value", "rule"),
+    [
+        # DeepBench's SGEMM on its (PCIe) P100, 8.21 of 9.3 TFLOP/s, serves the SXM2 part
+        ("P100", "fp32", 8.21 / 9.3, "measured on a Pascal GPU"),
+        ("V100-16GB", "fp16", 83 / 125, "measured on this GPU"),
+        ("A100-40GB", "bf16", 267.9 / 312, "measured on a Ampere GPU"),
+        # TF32 runs on the same tensor cores as bf16: the A100's measured fraction
+        ("A100-80GB", "tf32", 267.9 / 312, "same kind of unit, at bf16"),
+        ("H100-SXM", "fp16", 792.1 / 989.4, "as bf16"),
+        # Kepler has no row: the median of the vector-unit rows, P100 8.21/9.3 and V100 11.86/15.7
+        ("K80", "fp32", (8.21 / 9.3 + 11.86 / 15.7) / 2, "median of the published vector-unit GEMMs"),
+    ],
+)
 def test_gemm_plateau_from_published_measurements(gpu, precision, value, rule):
     found = dlx.catalog.gemm_efficiency(gpu, precision)
     assert found.value == pytest.approx(value)
@@ -85,21 +88,33 @@ def test_network_catalog_efficiency_and_fabric(tmp_path):
     assert dlx.catalog.network("PCIe3").efficiency == pytest.approx(12.0 / 15.75, abs=1e-3)
     assert Link("x", "network", 1.0, 1e-6, "test").efficiency == 1.0  # the default
     bad = tmp_path / "links.csv"
-    bad.write_text("name,kind,bandwidth_gbs,latency_s,efficiency,source\n"
-                   "mylink,intra,10,1e-6,1.5,test\n", encoding="utf-8")
+    bad.write_text(
+        "name,kind,bandwidth_gbs,latency_s,efficiency,source\nmylink,intra,10,1e-6,1.5,test\n",
+        encoding="utf-8",
+    )
     with pytest.raises(InputFileError, match=r"efficiency: expected a fraction in \(0, 1\]"):
         dlx.catalog.hardware.read_csv(bad, "networks")
     ok = tmp_path / "ok.csv"
-    ok.write_text("name,kind,bandwidth_gbs,latency_s,efficiency,fabric,source\n"
-                  "mylink,intra,10,1e-6,,nvlink,test\n", encoding="utf-8")
+    ok.write_text(
+        "name,kind,bandwidth_gbs,latency_s,efficiency,fabric,source\nmylink,intra,10,1e-6,,nvlink,test\n",
+        encoding="utf-8",
+    )
     (link,) = dlx.catalog.hardware.read_csv(ok, "networks")
     assert (link.efficiency, link.fabric) == (1.0, "nvlink")  # a blank optional cell: the default
 
 
 def test_defaults_file_says_where_each_value_comes_from():
     defaults = dlx.catalog.model_defaults()
-    assert set(defaults) >= {"memory_efficiency", "kernel_time", "winograd_speedup", "tcp_efficiency",
-                             "ps_efficiency", "cycle_time", "negotiation_time", "flash_efficiency"}
+    assert set(defaults) >= {
+        "memory_efficiency",
+        "kernel_time",
+        "winograd_speedup",
+        "tcp_efficiency",
+        "ps_efficiency",
+        "cycle_time",
+        "negotiation_time",
+        "flash_efficiency",
+    }
     for d in defaults.values():
         assert d.units and d.meaning and d.source
         assert np.isfinite(d.value)
@@ -113,6 +128,11 @@ def test_defaults_file_says_where_each_value_comes_from():
 
 def test_fit_defaults_reproduces_the_committed_file():
     """The defaults are what benchmarks/fit_defaults.py fits to the bundled tables (about 90 s)."""
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fit_defaults.py"), "--check"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "fit_defaults.py"), "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr[-2000:]

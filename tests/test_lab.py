@@ -149,9 +149,23 @@ def test_answers_in_other_forms_are_accepted():
 
 
 @pytest.mark.parametrize("number", NUMBERS)
-@pytest.mark.parametrize("odd", ["", "abc", [], {}, (1, 2, 3), float("nan"), float("inf"), True,
-                                 np.array([1.0, 2.0, 3.0]), np.zeros((2, 2)), object()],
-                         ids=lambda v: type(v).__name__)
+@pytest.mark.parametrize(
+    "odd",
+    [
+        "",
+        "abc",
+        [],
+        {},
+        (1, 2, 3),
+        float("nan"),
+        float("inf"),
+        True,
+        np.array([1.0, 2.0, 3.0]),
+        np.zeros((2, 2)),
+        object(),
+    ],
+    ids=lambda v: type(v).__name__,
+)
 def test_odd_answers_never_raise(number: int, odd: object):
     result = lab.check(number, odd)
     assert isinstance(result, lab.CheckResult) and not result.correct and result.hint
@@ -202,8 +216,15 @@ def test_ring_tree_answers_match_collective_time():
 @pytest.mark.parametrize("gpus", [1, 8])
 def test_largest_bert_batch_matches_predict_fits(gpus: int):
     # With 8 GPUs the 25 MiB fusion buffer joins the workspace; the answer must not change.
-    ds = dlx.predict("bert-large", "V100-16GB", "IB-EDR", gpus=gpus, optimizer="adam", precision="fp32",
-                     batch_size=[EX4, EX4 + 1])
+    ds = dlx.predict(
+        "bert-large",
+        "V100-16GB",
+        "IB-EDR",
+        gpus=gpus,
+        optimizer="adam",
+        precision="fp32",
+        batch_size=[EX4, EX4 + 1],
+    )
     assert ds.fits.values.tolist() == [True, False]
     wl = dlx.catalog.workload("bert-large")
     assert (wl.params, wl.activation_bytes_per_sample) == (BERT_LARGE_PARAMS, BERT_LARGE_ACT)

@@ -69,8 +69,12 @@ HOROVOD_ALGORITHM = {
     "Horovod RDMA, NCCL": "ring",
 }
 TF_WORKLOADS = ("inception_v3", "resnet50", "resnet152", "vgg16")
-TF_DGX1 = {1: (142, 219, 91.8, 154), 2: (284, 422, 181, 295), 4: (569, 852, 356, 584),
-           8: (1131, 1734, 716, 1081)}
+TF_DGX1 = {
+    1: (142, 219, 91.8, 154),
+    2: (284, 422, 181, 295),
+    4: (569, 852, 356, 584),
+    8: (1131, 1734, 716, 1081),
+}
 MXNET = {  # gpus -> ((DGX-1 fp32, fp16), (DGX-2 fp32, fp16)); None = not published
     1: ((384, 1376), (417, 1492)),
     2: ((763, 2768), (821, 2935)),
@@ -128,8 +132,11 @@ def test_bundled_dataset_loads_with_units_and_source(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_bundled_files_carry_their_metadata(name):
     text = (data_dir() / "measured" / f"{name}.csv").read_text(encoding="utf-8")
-    keys = {line[1:].split(":", 1)[0].strip() for line in text.splitlines()
-            if line.startswith("# ") and not line.startswith("#  ")}
+    keys = {
+        line[1:].split(":", 1)[0].strip()
+        for line in text.splitlines()
+        if line.startswith("# ") and not line.startswith("#  ")
+    }
     assert {"name", "title", "source", "url", "setup", "units", "notes"} <= keys
     assert f"# name: {name}\n" in text
 
@@ -264,8 +271,7 @@ def test_mxnet_resnet50_table_both_systems_and_precisions():
                 assert measured.select(ds, gpus=gpus, setup=setup).sizes["point"] == 0
                 continue
             gpu, batch32, batch16 = MXNET_SYSTEMS[setup]
-            for precision, value, batch in zip(("fp32", "fp16"), pair, (batch32, batch16),
-                                           strict=True):
+            for precision, value, batch in zip(("fp32", "fp16"), pair, (batch32, batch16), strict=True):
                 point = _one(ds, gpus=gpus, setup=setup, precision=precision)
                 assert float(point.throughput) == value
                 assert point.gpu.item() == gpu and int(point.batch_size) == batch
@@ -347,8 +353,10 @@ def _error(path: Path) -> str:
 
 
 def test_minimal_user_file_gets_documented_defaults(tmp_path):
-    path = _write(tmp_path, f"{HEADER}\nresnet50,V100-16GB,25GbE,1,64,fp32,380\n"
-                            "resnet50,V100-16GB,25GbE,8,64,fp32,2900.5\n")
+    path = _write(
+        tmp_path,
+        f"{HEADER}\nresnet50,V100-16GB,25GbE,1,64,fp32,380\nresnet50,V100-16GB,25GbE,8,64,fp32,2900.5\n",
+    )
     ds = measured.read_csv(path)
     assert ds.sizes["point"] == 2
     assert ds.algorithm.values.tolist() == ["none", "unknown"]
@@ -374,7 +382,7 @@ def test_user_file_metadata_units_comments_bom_and_crlf(tmp_path):
         "\r\n"
         f"{HEADER},efficiency,algorithm,gpus_per_node,setup\r\n"
         "# a comment between rows is skipped\r\n"
-        "ResNet50,A100-40GB,IB-HDR,8,256,FP16,20000,95,ring,8,\"NCCL, 1 node\"\r\n"
+        'ResNet50,A100-40GB,IB-HDR,8,256,FP16,20000,95,ring,8,"NCCL, 1 node"\r\n'
         "\r\n"
         "resnet50,A100-40GB,IB-HDR,16,256,bf16,38000,,ring,8,,\r\n"
     )
@@ -428,8 +436,9 @@ def test_communication_user_file_derives_bandwidths(tmp_path):
     assert ds.gpu.values.tolist() == ["unknown"] * 3
     assert ds.algbw.values.tolist() == pytest.approx([10.0, 10.0, 2.0])
     assert ds.busbw.values.tolist() == pytest.approx([10.0 * 3 / 4, 10.0, 2.0 * 2 * 7 / 8])
-    for collective, gpus, algbw, busbw in zip(ds.collective.values, ds.gpus.values,
-                                              ds.algbw.values, ds.busbw.values, strict=True):
+    for collective, gpus, algbw, busbw in zip(
+        ds.collective.values, ds.gpus.values, ds.algbw.values, ds.busbw.values, strict=True
+    ):
         assert busbw == pytest.approx(algbw * busbw_factor(collective, int(gpus)))
 
 
@@ -490,8 +499,9 @@ def test_no_data_rows(tmp_path):
 
 
 def test_missing_columns_are_listed(tmp_path):
-    message = _error(_write(tmp_path, "# name: x\nworkload,gpu,network,gpus,precision\n"
-                                      "resnet50,P100,25GbE,4,fp32\n"))
+    message = _error(
+        _write(tmp_path, "# name: x\nworkload,gpu,network,gpus,precision\nresnet50,P100,25GbE,4,fp32\n")
+    )
     assert ", line 2:" in message
     assert "missing column(s): batch_size, throughput" in message
 
@@ -556,29 +566,30 @@ def test_wrong_number_of_fields(tmp_path):
 
 
 def test_gpus_per_node_larger_than_gpus(tmp_path):
-    message = _error(_write(tmp_path, f"{HEADER},gpus_per_node\n"
-                                      "resnet50,P100,25GbE,4,32,fp32,500,8\n"))
+    message = _error(_write(tmp_path, f"{HEADER},gpus_per_node\nresnet50,P100,25GbE,4,32,fp32,500,8\n"))
     assert ", line 2:" in message and "'gpus_per_node'" in message
     assert "no larger than gpus (4)" in message
 
 
 def test_duplicate_points(tmp_path):
-    text = (f"# name: x\n{HEADER}\nresnet50,P100,25GbE,4,32,fp32,500\n"
-            "resnet50,P100,25GbE,8,32,fp32,900\n\nresnet50,P100,25GbE,4,32,fp32,510\n")
+    text = (
+        f"# name: x\n{HEADER}\nresnet50,P100,25GbE,4,32,fp32,500\n"
+        "resnet50,P100,25GbE,8,32,fp32,900\n\nresnet50,P100,25GbE,4,32,fp32,510\n"
+    )
     message = _error(_write(tmp_path, text))
     assert ", line 6:" in message and "repeats the point on line 3" in message
     assert "expected each point once" in message
 
 
 def test_same_configuration_with_different_setup_labels_is_not_a_duplicate(tmp_path):
-    text = (f"{HEADER},setup\nresnet50,P100,25GbE,4,32,fp32,500,run 1\n"
-            "resnet50,P100,25GbE,4,32,fp32,510,run 2\n")
+    text = (
+        f"{HEADER},setup\nresnet50,P100,25GbE,4,32,fp32,500,run 1\nresnet50,P100,25GbE,4,32,fp32,510,run 2\n"
+    )
     assert measured.read_csv(_write(tmp_path, text)).sizes["point"] == 2
 
 
 def test_undecodable_bytes(tmp_path):
-    text = f"# name: x\n{HEADER}\n".encode() + "résnet50,P100,25GbE,4,32,fp32,500\n".encode(
-        "latin-1")
+    text = f"# name: x\n{HEADER}\n".encode() + "résnet50,P100,25GbE,4,32,fp32,500\n".encode("latin-1")
     message = _error(_write(tmp_path, text))
     assert ", line 3:" in message and "0xe9" in message and "expected UTF-8" in message
 
@@ -643,7 +654,8 @@ def test_columns_of_the_model_settings(tmp_path):
         "framework,transport,servers,servers_colocated,throughput\n"
         "bert-large,A100-80GB,IB-HDR,64,8,32,bf16,,8,128,ddp,rdma,0,,3000\n"
         "resnet50,P100,25GbE,16,4,64,fp32,parameter_server,1,1,tensorflow,tcp,4,no,900\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     ds = measured.read_csv(path)
     assert ds.grad_accum.values.tolist() == [8, 1]
     assert ds.seq.values.tolist() == [128, 1]
@@ -652,16 +664,39 @@ def test_columns_of_the_model_settings(tmp_path):
     assert ds.transport.values.tolist() == ["rdma", "tcp"]
     # the model reads them: 8 micro-batches of 32 at seq 128, and a dedicated pair of servers
     pred = dlx.predict_points(ds)
-    one = dlx.predict("bert-large", "A100-80GB", "IB-HDR", gpus=64, gpus_per_node=8, batch_size=32,
-                      precision="bf16", grad_accum=8, seq=128, intra_link="PCIe3")
+    one = dlx.predict(
+        "bert-large",
+        "A100-80GB",
+        "IB-HDR",
+        gpus=64,
+        gpus_per_node=8,
+        batch_size=32,
+        precision="bf16",
+        grad_accum=8,
+        seq=128,
+        intra_link="PCIe3",
+    )
     assert float(pred.throughput[0]) == pytest.approx(float(one.throughput), rel=1e-12)
-    four = dlx.predict("resnet50", "P100", "25GbE", gpus=16, gpus_per_node=4, batch_size=64,
-                       algorithm="parameter_server", servers=4, servers_colocated=False,
-                       transport="tcp", intra_link="PCIe3")
+    four = dlx.predict(
+        "resnet50",
+        "P100",
+        "25GbE",
+        gpus=16,
+        gpus_per_node=4,
+        batch_size=64,
+        algorithm="parameter_server",
+        servers=4,
+        servers_colocated=False,
+        transport="tcp",
+        intra_link="PCIe3",
+    )
     assert float(pred.throughput[1]) == pytest.approx(float(four.throughput), rel=1e-12)
     bad = tmp_path / "bad.csv"
-    bad.write_text("workload,gpu,network,gpus,batch_size,precision,grad_accum,throughput\n"
-                   "resnet50,P100,25GbE,1,64,fp32,0,100\n", encoding="utf-8")
+    bad.write_text(
+        "workload,gpu,network,gpus,batch_size,precision,grad_accum,throughput\n"
+        "resnet50,P100,25GbE,1,64,fp32,0,100\n",
+        encoding="utf-8",
+    )
     with pytest.raises(InputFileError, match="grad_accum"):
         measured.read_csv(bad)
 

@@ -36,9 +36,20 @@ A, B = 5e-6, 1e-10
 
 
 def run(**kw):
-    args = dict(workload=TOY, gpu=CARD, network=NET, intra_link=FAST, gpus=4, batch_size=10,
-                compute_efficiency=0.5, bucket_size=0, optimizer="momentum", algorithm="ring",
-                kernel_time=0.0, memory_efficiency=1.0)
+    args = dict(
+        workload=TOY,
+        gpu=CARD,
+        network=NET,
+        intra_link=FAST,
+        gpus=4,
+        batch_size=10,
+        compute_efficiency=0.5,
+        bucket_size=0,
+        optimizer="momentum",
+        algorithm="ring",
+        kernel_time=0.0,
+        memory_efficiency=1.0,
+    )
     args.update(kw)
     return predict(**args)
 
@@ -135,8 +146,13 @@ def test_parameter_server():
     ds = run(algorithm="parameter_server", servers=2, bucket_size=math.inf, ps_efficiency=1.0)
     assert ds.time_comm.item() == pytest.approx(2 * A + 2 * 2.5 * 1.6e7 * B)
     # on dedicated nodes it receives f p n = 3 n from the 4 workers
-    own = run(algorithm="parameter_server", servers=2, bucket_size=math.inf, ps_efficiency=1.0,
-              servers_colocated=False)
+    own = run(
+        algorithm="parameter_server",
+        servers=2,
+        bucket_size=math.inf,
+        ps_efficiency=1.0,
+        servers_colocated=False,
+    )
     assert own.time_comm.item() == pytest.approx(2 * A + 2 * 3 * 1.6e7 * B)
     # gRPC reaches ps_efficiency of the link: half of it doubles the transfer time
     slow = run(algorithm="parameter_server", servers=2, bucket_size=math.inf, ps_efficiency=0.5)
@@ -258,8 +274,9 @@ def test_sweeps_become_dimensions_with_units():
 
 
 def test_categorical_sweeps():
-    ds = predict(workload=["resnet50", "vgg16"], gpu=["P100", "V100-16GB"], network="25GbE",
-                 gpus=[1, 8], batch_size=32)
+    ds = predict(
+        workload=["resnet50", "vgg16"], gpu=["P100", "V100-16GB"], network="25GbE", gpus=[1, 8], batch_size=32
+    )
     assert set(ds.step_time.dims) == {"workload", "gpu", "gpus"}
     assert list(ds.workload.values) == ["resnet50", "vgg16"]
     one = predict("vgg16", "P100", "25GbE", gpus=8, batch_size=32)
@@ -297,13 +314,21 @@ def test_bad_arguments(kw, message):
     batch=st.integers(1, 512),
     bw=st.floats(0.1, 500.0),
     lat=st.floats(0.0, 1e-3),
-    alg=st.sampled_from(["ring", "tree", "recursive_doubling", "halving_doubling",
-                         "hierarchical", "parameter_server"]),
+    alg=st.sampled_from(
+        ["ring", "tree", "recursive_doubling", "halving_doubling", "hierarchical", "parameter_server"]
+    ),
     bucket=st.sampled_from([0.0, 1e6, 25 * 2**20, math.inf]),
 )
 def test_efficiency_never_exceeds_one(gpus, batch, bw, lat, alg, bucket):
-    ds = run(gpus=gpus, batch_size=batch, bandwidth=bw, latency=lat, algorithm=alg,
-             bucket_size=bucket, gpus_per_node=4)
+    ds = run(
+        gpus=gpus,
+        batch_size=batch,
+        bandwidth=bw,
+        latency=lat,
+        algorithm=alg,
+        bucket_size=bucket,
+        gpus_per_node=4,
+    )
     assert 0 < ds.efficiency.item() <= 1 + 1e-12
     assert ds.time_comm_exposed.item() <= ds.time_comm.item() + 1e-15
     assert ds.throughput.item() == pytest.approx(gpus * batch / ds.step_time.item())
@@ -320,6 +345,5 @@ def test_mixed_precision_on_slow_fp16_runs_at_the_fp32_rate():
     assert conv16 == pytest.approx(conv32, rel=0.03)  # a few thin convolutions are memory-bound
     assert conv16 <= conv32
     assert mixed.peak_flops.item() == pytest.approx(11.34e12)
-    v100 = predict("resnet50", "V100-16GB", "10GbE", batch_size=32, precision="fp16",
-                   compute_efficiency=0.5)
+    v100 = predict("resnet50", "V100-16GB", "10GbE", batch_size=32, precision="fp16", compute_efficiency=0.5)
     assert v100.peak_flops.item() == pytest.approx(125e12)

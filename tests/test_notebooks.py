@@ -85,9 +85,13 @@ def test_bokehjs_is_loaded_before_plotting(path: Path):
     if not plots:
         pytest.skip("this notebook shows no bokeh figure itself")
     assert not any("resources=INLINE" in s or "resources=CDN" in s for s in sources), (
-        "use dlexplore.plots.output_notebook(): bokeh's writes BokehJS into the saved notebook")
-    loads = [i for i, s in enumerate(sources) if "from dlexplore.plots import output_notebook" in s
-             and "output_notebook()" in s]
+        "use dlexplore.plots.output_notebook(): bokeh's writes BokehJS into the saved notebook"
+    )
+    loads = [
+        i
+        for i, s in enumerate(sources)
+        if "from dlexplore.plots import output_notebook" in s and "output_notebook()" in s
+    ]
     assert loads, "bokeh output needs dlexplore.plots.output_notebook() (the CDN draws nothing offline)"
     assert loads[0] < plots[0], "BokehJS must be loaded before the first plot"
 
@@ -131,8 +135,9 @@ LAB_IDS = [p.stem for p in LABS]
 
 
 def _answer_numbers(nb: nbformat.NotebookNode) -> list[int]:
-    return [int(m) for _, c in _code_cells(nb) for m in re.findall(r"^answer_(\d+) = None", c.source,
-                                                                   flags=re.M)]
+    return [
+        int(m) for _, c in _code_cells(nb) for m in re.findall(r"^answer_(\d+) = None", c.source, flags=re.M)
+    ]
 
 
 def test_the_labs_are_the_ones_with_exercises():

@@ -68,8 +68,12 @@ sys.stdout.write(json.dumps(results))
 
 def cli_batch(commands: list[tuple[str, ...]]) -> list[tuple[int, str]]:
     """(exit status, standard error) of each command line, run one after another in one process."""
-    done = subprocess.run([sys.executable, "-c", BATCH, json.dumps([list(c) for c in commands])],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", BATCH, json.dumps([list(c) for c in commands])],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return [(status, err) for status, err in json.loads(done.stdout)]
 
@@ -81,7 +85,10 @@ def snapshot(folder: Path) -> dict[str, tuple[str, int, int]]:
         if path.is_file():
             stat = path.stat()
             out[str(path.relative_to(folder))] = (
-                hashlib.sha256(path.read_bytes()).hexdigest(), stat.st_size, stat.st_mtime_ns)
+                hashlib.sha256(path.read_bytes()).hexdigest(),
+                stat.st_size,
+                stat.st_mtime_ns,
+            )
     return out
 
 
@@ -115,16 +122,37 @@ def test_reading_commands_never_modify_their_inputs(inputs, tmp_path):
     trace = str(inputs / "gloo-mlp-2rank")
     before = snapshot(inputs)
     commands = [
-        ("--catalog", str(inputs / "lab.csv"), "predict", "--workload", "resnet50", "--gpu", "V100-16GB",
-         "--network", "lab-fabric", "--gpus", "1,8", "-o", str(out / "predict.txt")),
+        (
+            "--catalog",
+            str(inputs / "lab.csv"),
+            "predict",
+            "--workload",
+            "resnet50",
+            "--gpu",
+            "V100-16GB",
+            "--network",
+            "lab-fabric",
+            "--gpus",
+            "1,8",
+            "-o",
+            str(out / "predict.txt"),
+        ),
         ("measured", "show", str(inputs / "measured.csv"), "--format", "csv", "-o", str(out / "m.csv")),
         ("trace", "summary", trace, "--format", "netcdf", "-o", str(out / "summary.nc")),
         ("trace", "summary", str(inputs / "timeline.json"), "--format", "csv"),
         ("trace", "collectives", trace, "--bandwidth", "1", "--latency", "1e-5", "--format", "json"),
         ("trace", "convert", trace, "-o", str(out / "trace.nc")),
         ("trace", "report", trace, "-o", str(out / "trace.html")),
-        ("calibrate", str(inputs / "measured.csv"), "--fit-on", "gpus == 1", "--per", "workload",
-         "--format", "csv"),
+        (
+            "calibrate",
+            str(inputs / "measured.csv"),
+            "--fit-on",
+            "gpus == 1",
+            "--per",
+            "workload",
+            "--format",
+            "csv",
+        ),
         ("calibrate", trace, "--format", "json", "-o", str(out / "cal.json")),
         ("whatif", trace, "--bandwidth", "x1,x2", "--format", "csv"),
     ]
@@ -137,7 +165,13 @@ def test_reading_commands_never_modify_their_inputs(inputs, tmp_path):
     assert done.returncode == 0, done.stderr
     assert snapshot(inputs) == before, "an input file changed, or a file appeared beside the inputs"
     assert sorted(p.name for p in out.iterdir()) == [
-        "cal.json", "m.csv", "predict.txt", "summary.nc", "trace.html", "trace.nc"]
+        "cal.json",
+        "m.csv",
+        "predict.txt",
+        "summary.nc",
+        "trace.html",
+        "trace.nc",
+    ]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -155,8 +189,20 @@ def test_failing_runs_leave_the_old_output_intact(inputs, tmp_path):
     (broken / "rank0.json.gz").write_bytes(whole[: len(whole) // 2])
     failing = {
         "predict.txt": ("predict", "--gpu", "no-such-gpu", "-o"),
-        "comm.nc": ("comm", "--bytes", "1e6", "--gpus", "0", "--bandwidth", "1", "--latency", "1e-5",
-                    "--format", "netcdf", "-o"),
+        "comm.nc": (
+            "comm",
+            "--bytes",
+            "1e6",
+            "--gpus",
+            "0",
+            "--bandwidth",
+            "1",
+            "--latency",
+            "1e-5",
+            "--format",
+            "netcdf",
+            "-o",
+        ),
         "measured.csv": ("measured", "show", str(tmp_path / "missing.csv"), "-o"),
         "report.html": ("report", "--gpus", "3", "-o"),
         "trace.html": ("trace", "report", str(broken), "-o"),
@@ -191,8 +237,9 @@ def test_output_that_is_a_folder_is_refused_without_leftovers(tmp_path):
     target = tmp_path / "result"
     target.mkdir()
     (target / "keep.txt").write_bytes(OLD)
-    done = cli("comm", "--bytes", "1e6", "--gpus", "8", "--bandwidth", "1", "--latency", "1e-5",
-               "-o", str(target))
+    done = cli(
+        "comm", "--bytes", "1e6", "--gpus", "8", "--bandwidth", "1", "--latency", "1e-5", "-o", str(target)
+    )
     # Before dlexplore/_io.py checked this, os.replace failed after the write: "internal error".
     assert done.returncode == 2 and done.stderr.startswith("dlexplore: error:")
     assert "is a folder" in done.stderr and ".tmp" not in done.stderr
@@ -229,15 +276,21 @@ print("done", flush=True)
 """
 
 
-def _kill_when(script: str, args: list[str], far_enough: Callable[[], bool],
-               on_ready: Callable[[], Any] | None = None, wait_s: float = 60) -> Any:
+def _kill_when(
+    script: str,
+    args: list[str],
+    far_enough: Callable[[], bool],
+    on_ready: Callable[[], Any] | None = None,
+    wait_s: float = 60,
+) -> Any:
     """Run ``script`` and SIGKILL it as soon as ``far_enough()`` holds; fail if it finishes first.
 
     With ``on_ready``, wait first for the script to print ``writing`` (its old output is complete)
     and return what ``on_ready()`` reads then.
     """
-    process = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        [sys.executable, "-c", script, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     old = None
     try:
         if on_ready is not None:
@@ -262,14 +315,16 @@ def _kill_when(script: str, args: list[str], far_enough: Callable[[], bool],
     return old
 
 
-def _kill_while_writing(script: str, args: list[str], folder: Path, target: Path,
-                        least_bytes: int, ready: bool = False) -> tuple[bytes | None, list[Path]]:
+def _kill_while_writing(
+    script: str, args: list[str], folder: Path, target: Path, least_bytes: int, ready: bool = False
+) -> tuple[bytes | None, list[Path]]:
     """Run ``script``; SIGKILL it once its temporary file beside ``target`` holds ``least_bytes``.
 
     With ``ready``, wait first for the script to print a line and read ``target`` then (the old
     content the script wrote). Returns that content and the temporary files left behind. Fails if the
     writer finished before it was killed.
     """
+
     def far_enough() -> bool:
         temps = list(folder.glob(f".{target.name}.*.tmp"))
         return bool(temps) and temps[0].stat().st_size >= least_bytes
@@ -291,8 +346,14 @@ def test_killed_atomic_open_writer_leaves_the_old_file(tmp_path):
 
 def test_killed_trace_convert_leaves_the_old_netcdf(inputs, tmp_path):
     target = tmp_path / "trace.nc"
-    old, temps = _kill_while_writing(BIG_CONVERT, [str(inputs / "gloo-mlp-2rank"), str(target)],
-                                     tmp_path, target, least_bytes=1, ready=True)
+    old, temps = _kill_while_writing(
+        BIG_CONVERT,
+        [str(inputs / "gloo-mlp-2rank"), str(target)],
+        tmp_path,
+        target,
+        least_bytes=1,
+        ready=True,
+    )
     assert old and target.read_bytes() == old
     assert len(temps) == 1
     # The old file is still a whole trace: it reads back.
@@ -324,9 +385,13 @@ def test_killed_zarr_writer_leaves_the_old_store(tmp_path):
 
     target = tmp_path / "pred.zarr"
     # Killed once the new store holds some 20 of its 400 chunks.
-    old = _kill_when(ZARR_WRITER, [str(target)],
-                     lambda: len(list(tmp_path.glob(".pred.zarr.*.tmp/store/throughput/*"))) >= 20,
-                     lambda: snapshot(target), wait_s=120)
+    old = _kill_when(
+        ZARR_WRITER,
+        [str(target)],
+        lambda: len(list(tmp_path.glob(".pred.zarr.*.tmp/store/throughput/*"))) >= 20,
+        lambda: snapshot(target),
+        wait_s=120,
+    )
     assert snapshot(target) == old
     ds = open_zarr(target, lazy=False)
     assert ds.attrs["source"] == "old run" and ds.throughput.values.tolist() == [0.0, 1.0, 2.0, 3.0]
@@ -345,8 +410,9 @@ def test_replace_folder_puts_the_whole_new_folder_in_place(tmp_path, monkeypatch
         pytest.skip("RENAME_EXCHANGE is Linux's")
     else:
         real = _io._exchange
-        monkeypatch.setattr(_io, "_exchange", lambda first, second: swapped.append(real(first, second))
-                            or swapped[-1])
+        monkeypatch.setattr(
+            _io, "_exchange", lambda first, second: swapped.append(real(first, second)) or swapped[-1]
+        )
     target, new = tmp_path / "out", tmp_path / ".out.partial"
     (target / "sub").mkdir(parents=True)
     (target / "sub" / "old.txt").write_bytes(OLD)
@@ -383,8 +449,10 @@ UNSAFE_MODULES = {"pickle", "cPickle", "_pickle", "marshal", "shelve", "dill", "
 
 
 def _sources() -> list[tuple[Path, ast.Module]]:
-    return [(path, ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
-            for path in sorted(PACKAGE.rglob("*.py"))]
+    return [
+        (path, ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
+        for path in sorted(PACKAGE.rglob("*.py"))
+    ]
 
 
 def _call_name(node: ast.Call) -> str:
@@ -444,8 +512,9 @@ def test_explorer_serves_on_loopback_only():
     assert HOST == "127.0.0.1"
     command = explore_command(8866, open_browser=False)
     assert "--Voila.ip=127.0.0.1" in command
-    assert not any(arg.startswith(("--ip", "--Voila.ip=")) and arg != "--Voila.ip=127.0.0.1"
-                   for arg in command)
+    assert not any(
+        arg.startswith(("--ip", "--Voila.ip=")) and arg != "--Voila.ip=127.0.0.1" for arg in command
+    )
 
 
 def test_every_socket_and_server_in_the_package_binds_loopback():

@@ -26,10 +26,25 @@ from dlexplore.model.operators import (
 # 10 TFLOP/s fp32, 40 fp16, 1000 GB/s, no SM count (no wave quantisation)
 CARD = GPU("card", "test", 10.0, math.nan, 40.0, math.nan, 16 * 2**30, 1000.0, 300.0, 50.0, "test")
 # one fully connected layer of 4096 x 4096 on a vector of 4096 values per sample
-FC = Workload("fc", "custom", (Layer("fc", "linear", 4096 * 4096, 2.0 * 4096 * 4096, 4 * 4096,
-                                     gemm=(1.0, 4096.0, 4096.0, 1.0), values_in=4096.0,
-                                     values_out=4096.0),),
-              input_bytes_per_sample=0.0, sample_unit="samples", source="test")
+FC = Workload(
+    "fc",
+    "custom",
+    (
+        Layer(
+            "fc",
+            "linear",
+            4096 * 4096,
+            2.0 * 4096 * 4096,
+            4 * 4096,
+            gemm=(1.0, 4096.0, 4096.0, 1.0),
+            values_in=4096.0,
+            values_out=4096.0,
+        ),
+    ),
+    input_bytes_per_sample=0.0,
+    sample_unit="samples",
+    source="test",
+)
 
 
 def test_a_gemm_is_three_products_of_2mnk_flops_over_three_operands():
@@ -55,20 +70,24 @@ def test_roofline_crossover_by_hand():
     crossover = fixed / (compute - per_sample)
     assert crossover == pytest.approx(10.05, abs=0.01)
     batch = np.array([1.0, 5.0, 10.0, 11.0, 64.0])
-    times = operator_times(ops, batch, 10e12, 1000.0, compute_efficiency=0.5, memory_efficiency=1.0,
-                           kernel_time=0.0)
+    times = operator_times(
+        ops, batch, 10e12, 1000.0, compute_efficiency=0.5, memory_efficiency=1.0, kernel_time=0.0
+    )
     forward = times[:, 0]
     expected = np.maximum(compute * batch, fixed + per_sample * batch)
     np.testing.assert_allclose(forward, expected, rtol=1e-12)
     assert np.all((forward == fixed + per_sample * batch) == (batch < crossover))
     # the fixed time per kernel makes the achieved rate a curve of size: F / (F / R + t)
-    with_launch = operator_times(ops, 64.0, 10e12, 1000.0, compute_efficiency=0.5,
-                                 memory_efficiency=1.0, kernel_time=5e-6)
+    with_launch = operator_times(
+        ops, 64.0, 10e12, 1000.0, compute_efficiency=0.5, memory_efficiency=1.0, kernel_time=5e-6
+    )
     assert with_launch[0] == pytest.approx(64 * compute + 5e-6)
 
 
-@pytest.mark.parametrize(("size", "share"), [(128, 1.0), (96, 0.75), (48, 0.75), (64, 1.0),
-                                             (1000, 1000 / 1024), (130, 130 / 256), (3, 0.75)])
+@pytest.mark.parametrize(
+    ("size", "share"),
+    [(128, 1.0), (96, 0.75), (48, 0.75), (64, 1.0), (1000, 1000 / 1024), (130, 130 / 256), (3, 0.75)],
+)
 def test_tile_quantisation(size, share):
     assert tile_efficiency(size) == pytest.approx(share)
 
@@ -86,8 +105,13 @@ def test_wave_quantisation_by_hand():
     assert share[0, ops.name.index("layer1.0.conv1:wgrad")] == 1.0
     # the V100 has 80 SMs: its times carry the same share
     v100 = dlx.catalog.gpu("V100-16GB")
-    params = dict(compute_efficiency=0.8, memory_efficiency=1.0, kernel_time=0.0,
-                  winograd_speedup=1.0, flash_efficiency=0.6)
+    params = dict(
+        compute_efficiency=0.8,
+        memory_efficiency=1.0,
+        kernel_time=0.0,
+        winograd_speedup=1.0,
+        flash_efficiency=0.6,
+    )
     t = kernel_times(ops, 1.0, v100, "fp32", params)
     flops = ops.flops[i]
     bytes_ = ops.bytes_sample[i] + ops.bytes_fixed[i]
@@ -96,8 +120,13 @@ def test_wave_quantisation_by_hand():
 
 def test_winograd_only_on_vector_units():
     v100 = dlx.catalog.gpu("V100-16GB")
-    params = dict(compute_efficiency=0.8, memory_efficiency=1.0, kernel_time=0.0,
-                  winograd_speedup=2.0, flash_efficiency=0.6)
+    params = dict(
+        compute_efficiency=0.8,
+        memory_efficiency=1.0,
+        kernel_time=0.0,
+        winograd_speedup=2.0,
+        flash_efficiency=0.6,
+    )
     base = dict(params, winograd_speedup=1.0)
     for precision, saving in (("fp32", True), ("fp16", False)):  # fp16 on the V100: tensor cores
         ops = operator_table("vgg16", precision)
@@ -118,7 +147,8 @@ def test_transformer_flops_match_the_catalog_and_split_over_tensor_parallel_rank
         split = operator_table(wl, "bf16", tp=tp).flops_per_sample("forward")
         assert split == pytest.approx(wl.flops_per_sample / tp, rel=1e-12)
         assert operator_table(wl, "bf16", tp=tp).flops_per_sample("backward") == pytest.approx(
-            2 * wl.flops_per_sample / tp, rel=1e-12)
+            2 * wl.flops_per_sample / tp, rel=1e-12
+        )
     with pytest.raises(dlx.DlexploreError, match="must divide the 12 attention heads"):
         operator_table(wl, "bf16", tp=5)
 
@@ -150,19 +180,21 @@ def test_batch_norm_relu_and_residual_bytes_by_hand():
 
 
 def test_breakdown_adds_up_to_the_compute_time():
-    ds = dlx.predict("resnet50", "A100-80GB", gpus=[1, 8], batch_size=[32, 256], precision="tf32",
-                     operators=True)
+    ds = dlx.predict(
+        "resnet50", "A100-80GB", gpus=[1, 8], batch_size=[32, 256], precision="tf32", operators=True
+    )
     total = ds.time_operator.sum("operator")
     np.testing.assert_allclose(total.values, ds.time_compute.values, rtol=1e-12)
     assert ds.time_operator.attrs["units"] == "s"
     assert list(ds.operator.values) == list(CATEGORIES)
-    np.testing.assert_allclose(ds.time_kernel.sum("kernel").values, ds.time_compute.values,
-                               rtol=1e-12)
+    np.testing.assert_allclose(ds.time_kernel.sum("kernel").values, ds.time_compute.values, rtol=1e-12)
     # at tf32 on an A100 the convolutions are not the whole step: memory-bound kernels weigh
     conv = float(ds.time_operator.sel(operator="conv", batch_size=256) / ds.time_compute.sel(batch_size=256))
     assert 0.4 < conv < 0.9
     ops = operator_table("resnet50", "tf32")
-    times = operator_times(ops, np.array([32.0]), 156e12, 2039.0, compute_efficiency=0.8,
-                           memory_efficiency=0.9, kernel_time=2e-6)
-    np.testing.assert_allclose(category_sums(ops, times).sum(-1),
-                               sum(phase_sums(ops, times).values()), rtol=1e-12)
+    times = operator_times(
+        ops, np.array([32.0]), 156e12, 2039.0, compute_efficiency=0.8, memory_efficiency=0.9, kernel_time=2e-6
+    )
+    np.testing.assert_allclose(
+        category_sums(ops, times).sum(-1), sum(phase_sums(ops, times).values()), rtol=1e-12
+    )

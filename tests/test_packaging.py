@@ -28,23 +28,21 @@ def test_readme_gives_exactly_two_setup_commands():
 
 def test_ci_runs_the_readme_test_command():
     ci_lines = [
-        line for line in (ROOT / ".ci" / "run").read_text().splitlines()
-        if line.strip() and not line.startswith("#")
-        and not line.startswith(("set ", "cd "))
+        line
+        for line in (ROOT / ".ci" / "run").read_text().splitlines()
+        if line.strip() and not line.startswith("#") and not line.startswith(("set ", "cd "))
     ]
     assert ci_lines == [_readme_commands()[1]]
 
 
-@pytest.mark.skipif(
-    not (ROOT / "pyproject.toml").exists(), reason="needs the source tree"
-)
+@pytest.mark.skipif(not (ROOT / "pyproject.toml").exists(), reason="needs the source tree")
 def test_wheel_carries_the_data_and_finds_it(tmp_path):
     # Build a real wheel with hatchling (no network: the test extra installs hatchling) and use it
     # from a plain folder, so that only the wheel's files can be found.
     subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path),
-         str(ROOT)],
-        check=True, capture_output=True,
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path), str(ROOT)],
+        check=True,
+        capture_output=True,
     )
     (wheel,) = tmp_path.glob("dlexplore-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
@@ -68,7 +66,8 @@ def test_wheel_carries_the_data_and_finds_it(tmp_path):
         "import dlexplore.serve as s; assert s.DASHBOARD.is_file(), s.DASHBOARD;"
         "print(dlexplore.catalog.gpu('P100').name, len(dlexplore.measured.available()))"
     )
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, check=True,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, check=True, capture_output=True, text=True
+    )
     name, count = out.stdout.split()
     assert name == "P100" and int(count) >= 5

@@ -31,9 +31,7 @@ from dlexplore.model.parallel import (
 L, H, A, S, V = 12, 768, 12, 1024, 50257
 
 
-@pytest.mark.parametrize(
-    ("zero", "expected_gb"), [(0, 120.0), (1, 31.40625), (2, 16.640625), (3, 1.875)]
-)
+@pytest.mark.parametrize(("zero", "expected_gb"), [(0, 120.0), (1, 31.40625), (2, 16.640625), (3, 1.875)])
 def test_zero_figure_1(zero, expected_gb):
     states = model_state_bytes(7.5e9, 64, zero, precision="bf16", optimizer="adam", convention="zero")
     total = states["params"] + states["grads"] + states["optimizer"]
@@ -65,8 +63,7 @@ _SBH = 2048 * 12288
     ],
 )
 def test_korthikanti_table_2(tp, recompute, sp, expected):
-    got = activation_bytes_per_layer(2048, 1, 12288, 96, tp=tp, recompute=recompute,
-                                     sequence_parallel=sp)
+    got = activation_bytes_per_layer(2048, 1, 12288, 96, tp=tp, recompute=recompute, sequence_parallel=sp)
     assert got == pytest.approx(expected, rel=1e-12)
 
 
@@ -81,8 +78,9 @@ def test_activations_without_parallelism_match_the_catalog():
 @pytest.mark.parametrize(("schedule", "first_held", "last_held"), [("1f1b", 2, 1), ("gpipe", 4, 4)])
 def test_activations_per_stage_and_in_flight(schedule, first_held, last_held):
     # 8 GPUs = dp 2 x tp 2 x pp 2, micro-batch 2, global batch 16 -> m = 4 micro-batches.
-    ds = predict_parallel("gpt2", "A100-80GB", gpus=8, tp=2, pp=2, micro_batch=2, batch_size=16,
-                          schedule=schedule)
+    ds = predict_parallel(
+        "gpt2", "A100-80GB", gpus=8, tp=2, pp=2, micro_batch=2, batch_size=16, schedule=schedule
+    )
     assert int(ds["micro_batches"]) == 4
     sbh = S * 2 * H  # 1,572,864
     per_layer = sbh * (10 + 24 / 2 + 5 * A * S / (H * 2))  # x 62 = 97,517,568
@@ -118,8 +116,9 @@ def test_bubble_fraction():
 # A made-up GPU whose memory is so fast that every GEMM of GPT-2 small is compute-bound (its ridge
 # is 100e12 x 0.5 / 1e15 = 0.05 FLOP/byte) and without an SM count (no wave quantisation): the
 # compute time is then the GEMM FLOPs at the plateau plus the memory-bound kernels' bytes.
-FAST_MEMORY = catalog.GPU("fastmem", "test", 50.0, math.nan, 100.0, 100.0, 80 * 2**30, 1e6,
-                          400.0, 50.0, "test")
+FAST_MEMORY = catalog.GPU(
+    "fastmem", "test", 50.0, math.nan, 100.0, 100.0, 80 * 2**30, 1e6, 400.0, 50.0, "test"
+)
 
 
 def test_step_time_one_gpu_by_hand():
@@ -131,18 +130,31 @@ def test_step_time_one_gpu_by_hand():
     gemm_time = (3 * (gemm - logits) + logits * (1 + 2 * 50304 / V)) / (100e12 * 0.5)
     # memory-bound kernels, forward + backward passes x values x 2 bytes (operators.py's table)
     sh, f, a = S * H, 4 * H, A
-    per_layer = 2 * (6 * sh + 6 * sh  # ln1, ln2
-                     + 5 * a * S * S + 4 * a * S * S  # softmax; attention dropout
-                     + 6 * sh + 6 * sh  # two bias-dropout-adds
-                     + 5 * S * f)  # bias-GeLU
+    per_layer = 2 * (
+        6 * sh
+        + 6 * sh  # ln1, ln2
+        + 5 * a * S * S
+        + 4 * a * S * S  # softmax; attention dropout
+        + 6 * sh
+        + 6 * sh  # two bias-dropout-adds
+        + 5 * S * f
+    )  # bias-GeLU
     per_layer += 2 * a * S * S + 2 * 2 * sh  # the dropout masks, 1 byte written, then read
     outside = 2 * (4 * sh + 4 * sh + 6 * sh + 5 * S * V) + 2 * sh  # embedding, its dropout, final
     outside += 4 * (V + S) * H  # norm, cross-entropy; the embedding tables' fp32 gradient, zeroed
     vector_time = (L * per_layer + outside) / (1e6 * 1e9 * 0.9)
     params = catalog.workload("gpt2").params
     update = 28 * params / (1e6 * 1e9 * 0.9)  # Adam streams 28 bytes per parameter
-    ds = predict_parallel("gpt2", FAST_MEMORY, gpus=1, micro_batch=1, batch_size=4,
-                          compute_efficiency=0.5, memory_efficiency=0.9, kernel_time=0.0)
+    ds = predict_parallel(
+        "gpt2",
+        FAST_MEMORY,
+        gpus=1,
+        micro_batch=1,
+        batch_size=4,
+        compute_efficiency=0.5,
+        memory_efficiency=0.9,
+        kernel_time=0.0,
+    )
     compute = 4 * (gemm_time + vector_time)
     assert float(ds["time_compute"]) == pytest.approx(compute, rel=1e-9)
     assert float(ds["step_time"]) == pytest.approx(compute + update, rel=1e-9)
@@ -150,12 +162,21 @@ def test_step_time_one_gpu_by_hand():
     assert float(ds["tokens_per_s"]) == pytest.approx(4 * S / (compute + update), rel=1e-9)
     assert float(ds["time_operator"].sum()) == pytest.approx(compute, rel=1e-9)
     # full recomputation reruns every layer kernel's forward: a third of the layers' GEMMs
-    full = predict_parallel("gpt2", FAST_MEMORY, gpus=1, micro_batch=1, batch_size=4,
-                            compute_efficiency=0.5, memory_efficiency=0.9, kernel_time=0.0,
-                            recompute="full")
+    full = predict_parallel(
+        "gpt2",
+        FAST_MEMORY,
+        gpus=1,
+        micro_batch=1,
+        batch_size=4,
+        compute_efficiency=0.5,
+        memory_efficiency=0.9,
+        kernel_time=0.0,
+        recompute="full",
+    )
     layer_gemm = 24 * S * L * H**2 * (1 + S / (6 * H)) / (100e12 * 0.5)
-    layer_vector_forward = L * 2 * (2 * sh + 2 * sh + 2 * a * S * S + 2 * a * S * S + 3 * sh
-                                    + 3 * sh + 2 * S * f)
+    layer_vector_forward = (
+        L * 2 * (2 * sh + 2 * sh + 2 * a * S * S + 2 * a * S * S + 3 * sh + 3 * sh + 2 * S * f)
+    )
     layer_vector_forward += L * (a * S * S + 2 * sh)  # masks written
     recompute = 4 * (layer_gemm + layer_vector_forward / (1e6 * 1e9 * 0.9))
     assert float(full["time_recompute"]) == pytest.approx(recompute, rel=1e-9)
@@ -175,8 +196,7 @@ def test_tensor_parallel_allreduces_by_hand():
     one = 15.2e-6 + msg / 240e9
     assert one < 17.8e-6 + msg / 220.8e9 and one < 7.8e-6 + msg / 60e9
     assert float(ds["time_tp_comm"]) == pytest.approx(4 * L * one, rel=1e-9)
-    full = predict_parallel("gpt2", "A100-80GB", gpus=8, tp=2, micro_batch=4, batch_size=16,
-                            recompute="full")
+    full = predict_parallel("gpt2", "A100-80GB", gpus=8, tp=2, micro_batch=4, batch_size=16, recompute="full")
     assert float(full["tp_comm_bytes"]) == 6 * L * msg  # the recomputed forward's 2 again
 
 
@@ -195,8 +215,7 @@ def test_zero3_data_parallel_traffic_by_hand():
     assert float(ds["mem_params"]) == pytest.approx(2 * params / 8)
     assert float(ds["mem_grads"]) == pytest.approx(2 * params / 8)
     assert float(ds["mem_optimizer"]) == pytest.approx(12 * params / 8)
-    plain = predict_parallel("gpt2", "A100-80GB", gpus=8, zero=0, batch_size=8,
-                             memory_convention="zero")
+    plain = predict_parallel("gpt2", "A100-80GB", gpus=8, zero=0, batch_size=8, memory_convention="zero")
     assert float(plain["time_dp_comm"]) == pytest.approx(56e-6 + n * 14 / 8 / 240e9)
     # Megatron's bf16 default reduces fp32 gradients: twice the bytes
     megatron = predict_parallel("gpt2", "A100-80GB", gpus=8, zero=0, batch_size=8)
@@ -233,8 +252,9 @@ def test_invalid_configurations(kwargs, message):
 def test_cnn_takes_data_parallelism_only():
     with pytest.raises(DlexploreError, match="only data parallelism"):
         predict_parallel("resnet50", "V100-16GB", gpus=8, tp=2, precision="fp16")
-    ds = predict_parallel("resnet50", "V100-16GB", gpus=8, zero=2, micro_batch=32, batch_size=256,
-                          precision="fp16")
+    ds = predict_parallel(
+        "resnet50", "V100-16GB", gpus=8, zero=2, micro_batch=32, batch_size=256, precision="fp16"
+    )
     wl = catalog.workload("resnet50")
     assert float(ds["mem_activations"]) == pytest.approx(wl.activation_bytes_per_sample * 0.5 * 32)
     assert math.isnan(float(ds["tokens_per_s"]))

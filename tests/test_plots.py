@@ -26,9 +26,14 @@ from dlexplore.plots import (
 
 # The toy of tests/test_model.py: 1e6 + 3e6 parameters, 1e9 + 3e9 FLOPs and 1 MB + 2 MB of fp32
 # activations per sample; 10 TFLOP/s at 50%, a 10 GB/s network with 5 us latency.
-TOY = Workload("toy", "custom", (Layer("first", "linear", 1_000_000, 1e9, 1e6),
-                                 Layer("second", "linear", 3_000_000, 3e9, 2e6)),
-               input_bytes_per_sample=1e5, sample_unit="samples", source="test")
+TOY = Workload(
+    "toy",
+    "custom",
+    (Layer("first", "linear", 1_000_000, 1e9, 1e6), Layer("second", "linear", 3_000_000, 3e9, 2e6)),
+    input_bytes_per_sample=1e5,
+    sample_unit="samples",
+    source="test",
+)
 CARD = GPU("card", "test", 10.0, math.nan, 40.0, math.nan, 16 * 2**30, 1000.0, 300.0, 50.0, "test")
 NET = Link("net", "network", 10.0, 5e-6, "test")
 FAST = Link("fast", "intra", 100.0, 1e-6, "test")
@@ -38,9 +43,21 @@ C1, C2 = 6 * A + 1.5 * 1.2e7 * B, 6 * A + 1.5 * 4e6 * B  # ring allreduce of the
 
 
 def toy(**kw):
-    args = dict(workload=TOY, gpu=CARD, network=NET, intra_link=FAST, gpus=[1, 4], batch_size=10,
-                compute_efficiency=0.5, bucket_size=0, optimizer="momentum", buckets=True,
-                algorithm="ring", kernel_time=0.0, memory_efficiency=1.0)  # as test_model.run
+    args = dict(
+        workload=TOY,
+        gpu=CARD,
+        network=NET,
+        intra_link=FAST,
+        gpus=[1, 4],
+        batch_size=10,
+        compute_efficiency=0.5,
+        bucket_size=0,
+        optimizer="momentum",
+        buckets=True,
+        algorithm="ring",
+        kernel_time=0.0,
+        memory_efficiency=1.0,
+    )  # as test_model.run
     args.update(kw)
     return predict(**args)
 
@@ -73,8 +90,9 @@ def test_step_breakdown_adds_up_to_the_step():
     # at 4 GPUs: bucket 1 (c1) runs under the last quarter of backward, bucket 2 (c2) is exposed
     np.testing.assert_allclose(cols["comm_overlapped"], [0.0, C1 * 1e3])
     np.testing.assert_allclose(cols["comm_exposed"], [0.0, C2 * 1e3])
-    np.testing.assert_allclose(cols["compute_only"], [(T_FWD + T_BWD + T_OPT) * 1e3,
-                                                      (T_FWD + T_BWD + T_OPT - C1) * 1e3])
+    np.testing.assert_allclose(
+        cols["compute_only"], [(T_FWD + T_BWD + T_OPT) * 1e3, (T_FWD + T_BWD + T_OPT - C1) * 1e3]
+    )
     np.testing.assert_allclose(cols["io_exposed"], [0.0, 0.0])
     parts = cols["compute_only"] + cols["comm_overlapped"] + cols["comm_exposed"] + cols["io_exposed"]
     np.testing.assert_allclose(parts, cols["step_time"])
@@ -115,8 +133,9 @@ def test_bucket_timeline_and_phases():
     phases = phase_columns(toy(), 4)
     assert phases["phase"].tolist() == ["forward", "backward", "optimizer", "input I/O (exposed)"]
     # the optimizer waits for the last allreduce, which ends c2 after backward
-    np.testing.assert_allclose(phases["start"], np.array([0, T_FWD, T_FWD + T_BWD + C2,
-                                                          T_FWD + T_BWD + C2 + T_OPT]) * 1e3)
+    np.testing.assert_allclose(
+        phases["start"], np.array([0, T_FWD, T_FWD + T_BWD + C2, T_FWD + T_BWD + C2 + T_OPT]) * 1e3
+    )
     assert phases["end"][-2] == pytest.approx((T_FWD + T_BWD + C2 + T_OPT) * 1e3)
     with pytest.raises(DlexploreError, match="buckets=True"):
         bucket_columns(toy(buckets=False), 4)
@@ -139,8 +158,11 @@ def test_measured_points_filtered_and_compared_with_the_line():
     line = throughput_columns(pred)["throughput"]
     measured = xr.Dataset(
         {"throughput": ("point", [line[0] * 1.1, line[1], 100.0, 5.0])},
-        coords={"gpus": ("point", [1, 4, 2, 2]), "workload": ("point", ["toy", "toy", "toy", "other"]),
-                "setup": ("point", ["a", "b", "a", "a"])},
+        coords={
+            "gpus": ("point", [1, 4, 2, 2]),
+            "workload": ("point", ["toy", "toy", "toy", "other"]),
+            "setup": ("point", ["a", "b", "a", "a"]),
+        },
         attrs={"source": "measured: test"},
     )
     cols = measured_columns(measured, pred, workload="toy")
@@ -181,7 +203,8 @@ def test_figures_keep_their_sources_and_take_new_data():
     # all buckets together: busbw = 2(p-1)/p x all bytes / all time
     assert figures.subtitles["comm"].text == (
         f"2 allreduces, {1.6e7 / 2**20:,.0f} MiB, "
-        f"{(C1 + C2) * 1e3:,.3g} ms, busbw {1.5 * 1.6e7 / (C1 + C2) / 1e9:,.3g} GB/s")
+        f"{(C1 + C2) * 1e3:,.3g} ms, busbw {1.5 * 1.6e7 / (C1 + C2) / 1e9:,.3g} GB/s"
+    )
     figures.show(toy(batch_size=20), 1)
     assert figures.sources == sources  # the same objects, new data
     assert list(figures.sources["throughput_predicted"].data["throughput"]) != first
@@ -217,21 +240,26 @@ def test_compute_breakdown_columns_and_figure():
 def _gpu_precisions():
     from dlexplore import catalog, validation
 
-    return [(gpu, precision) for gpu in ("V100-16GB", "P100", "A100-80GB", "K80", "GTX1080Ti", "MI250X-GCD")
-            for precision in validation.supported_precisions(catalog.gpu(gpu))]
+    return [
+        (gpu, precision)
+        for gpu in ("V100-16GB", "P100", "A100-80GB", "K80", "GTX1080Ti", "MI250X-GCD")
+        for precision in validation.supported_precisions(catalog.gpu(gpu))
+    ]
 
 
 @pytest.mark.parametrize(("gpu", "precision"), _gpu_precisions())
-@pytest.mark.parametrize(("workload", "batch", "network"), [
-    ("resnet50", 64, "IB-HDR"),      # compute-bound
-    ("vgg16", 16, "10GbE"),          # communication-bound
-    ("bert-large", 512, "IB-HDR"),   # does not fit
-])
+@pytest.mark.parametrize(
+    ("workload", "batch", "network"),
+    [
+        ("resnet50", 64, "IB-HDR"),  # compute-bound
+        ("vgg16", 16, "10GbE"),  # communication-bound
+        ("bert-large", 512, "IB-HDR"),  # does not fit
+    ],
+)
 def test_the_advice_follows_from_the_settings(gpu, precision, workload, batch, network):
     from dlexplore import catalog, validation
 
-    pred = predict(workload, gpu, network, gpus=[1, 64], batch_size=batch, precision=precision,
-                   buckets=True)
+    pred = predict(workload, gpu, network, gpus=[1, 64], batch_size=batch, precision=precision, buckets=True)
     text = headline(pred, 64)
     point = pred.sel(gpus=64)
     supported = validation.supported_precisions(catalog.gpu(gpu))
@@ -247,8 +275,11 @@ def test_the_advice_follows_from_the_settings(gpu, precision, workload, batch, n
     name, share = bottleneck(pred, 64)
     assert f"Bottleneck: {name} ({share:.0%} of the step)" in text
     # the bottleneck named is the largest part of the step
-    parts = {"compute": float(point.time_compute), "communication": float(point.time_comm_exposed),
-             "input I/O": float(point.time_io_exposed)}
+    parts = {
+        "compute": float(point.time_compute),
+        "communication": float(point.time_comm_exposed),
+        "input I/O": float(point.time_io_exposed),
+    }
     assert name == max(parts, key=parts.get)
     if "larger batch" in text:  # only where a larger batch still fits
         assert largest_batch(pred, 64) > batch
@@ -257,11 +288,11 @@ def test_the_advice_follows_from_the_settings(gpu, precision, workload, batch, n
 def test_the_advice_names_what_would_help():
     p100 = predict("resnet50", "P100", "IB-HDR", gpus=[1, 8], batch_size=64, buckets=True)
     assert "mixed precision (fp16)" in headline(p100, 8)  # P100: fp16 at twice fp32, no bf16
-    fp16 = predict("resnet50", "V100-16GB", "IB-HDR", gpus=[1, 8], precision="fp16", batch_size=64,
-                   buckets=True)
+    fp16 = predict(
+        "resnet50", "V100-16GB", "IB-HDR", gpus=[1, 8], precision="fp16", batch_size=64, buckets=True
+    )
     assert "fp16 is the fastest this GPU offers" in headline(fp16, 8)
-    slow = predict("vgg16", "A100-80GB", "10GbE", gpus=[1, 64], batch_size=16, precision="bf16",
-                   buckets=True)
+    slow = predict("vgg16", "A100-80GB", "10GbE", gpus=[1, 64], batch_size=16, precision="bf16", buckets=True)
     text = headline(slow, 64)
     assert "Bottleneck: communication" in text and "more network bandwidth (now 1.25 GB/s" in text
     assert "a larger batch per GPU (up to" in text and "mixed precision" not in text

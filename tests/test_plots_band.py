@@ -67,8 +67,7 @@ def test_calibration_plot(calibration):
 def test_explorer_draws_the_calibrated_band():
     from dlexplore.widgets import Explorer
 
-    explorer = Explorer("resnet50", "P100", "NVLink1", gpus_per_node=8,
-                        measured="tf-benchmarks-2017-dgx1")
+    explorer = Explorer("resnet50", "P100", "NVLink1", gpus_per_node=8, measured="tf-benchmarks-2017-dgx1")
     assert not explorer.figures.band.visible
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", CalibrationWarning)

@@ -25,21 +25,35 @@ def cli(*args):
 
 
 def _bokeh_docs(page: str) -> dict:
-    (payload,) = re.findall(r'<script type="application/json" id="[^"]+">\s*(.*?)\s*</script>', page,
-                            flags=re.S)
+    (payload,) = re.findall(
+        r'<script type="application/json" id="[^"]+">\s*(.*?)\s*</script>', page, flags=re.S
+    )
     return json.loads(payload)
 
 
 def test_report_is_standalone_and_carries_every_gpu_count(tmp_path):
-    target = write_report(tmp_path / "report.html", "resnet101", "P100", "25GbE", gpus=16,
-                          gpus_per_node=4, measured_data="horovod-2017-16gpu-25gbe")
+    target = write_report(
+        tmp_path / "report.html",
+        "resnet101",
+        "P100",
+        "25GbE",
+        gpus=16,
+        gpus_per_node=4,
+        measured_data="horovod-2017-16gpu-25gbe",
+    )
     page = target.read_text(encoding="utf-8")
     # BokehJS is inlined: no script or stylesheet is fetched from anywhere
     assert not re.search(r'<(script|link)[^>]+(src|href)="https?://', page)
     assert "Bokeh" in page and len(page) > 500_000
     text = json.dumps(_bokeh_docs(page))
-    for name in ("throughput_predicted", "throughput_measured", "step_breakdown", "memory",
-                 "comm_buckets", "report_gpus"):
+    for name in (
+        "throughput_predicted",
+        "throughput_measured",
+        "step_breakdown",
+        "memory",
+        "comm_buckets",
+        "report_gpus",
+    ):
         assert f'"name": "{name}"' in text or f'"name":"{name}"' in text, name
     assert "Horovod project README" in page
     assert "resnet101 on 16 x P100" in page
@@ -66,8 +80,21 @@ def test_report_html_string_names_the_configuration():
 
 def test_report_command(tmp_path):
     target = tmp_path / "r.html"
-    done = cli("report", "--workload", "alexnet", "--gpu", "K40", "--network", "IB-FDR",
-               "--gpus", "32", "--measured", "tf-benchmarks-2017-dgx1", "-o", str(target))
+    done = cli(
+        "report",
+        "--workload",
+        "alexnet",
+        "--gpu",
+        "K40",
+        "--network",
+        "IB-FDR",
+        "--gpus",
+        "32",
+        "--measured",
+        "tf-benchmarks-2017-dgx1",
+        "-o",
+        str(target),
+    )
     assert done.returncode == 0, done.stderr
     assert "alexnet on 32 x K40" in target.read_text(encoding="utf-8")
     bad = cli("report", "--gpus", "12", "-o", str(target))
@@ -135,8 +162,12 @@ def test_explore_serves_the_packaged_dashboard_on_localhost_only():
     assert "--Voila.ip=127.0.0.1" in command and "--port=9999" in command
     assert "--Voila.open_browser=False" in command
     # a pool of kernels that ran the notebook ahead, and idle kernels stopped (a classroom's server)
-    assert {"--preheat_kernel=True", "--pool_size=1", "--MappingKernelManager.cull_idle_timeout=900",
-            "--MappingKernelManager.cull_connected=True"} <= set(command)
+    assert {
+        "--preheat_kernel=True",
+        "--pool_size=1",
+        "--MappingKernelManager.cull_idle_timeout=900",
+        "--MappingKernelManager.cull_connected=True",
+    } <= set(command)
     assert "--preheat_kernel=True" not in serve.explore_command(9999, pool_size=0)
     assert serve.DASHBOARD.is_file()
     template = serve.TEMPLATES / "voila" / "templates" / "dlexplore" / "index.html.j2"

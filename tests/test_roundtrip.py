@@ -73,7 +73,8 @@ def test_trace_extra_columns_keep_dtype_and_missing_values(tmp_path, fmt):
     events = trace.events.assign(
         note=pd.Series(["a", None] * (n // 2) + ["a"] * (n % 2), dtype=object),
         id=pd.array([2**62 + 1, pd.NA] * (n // 2) + [1] * (n % 2), dtype="Int64"),
-        flag=pd.array([pd.NA, False] * (n // 2) + [True] * (n % 2), dtype="boolean"))
+        flag=pd.array([pd.NA, False] * (n // 2) + [True] * (n % 2), dtype="boolean"),
+    )
     trace = Trace(events, trace.format, trace.files, trace.world_size, trace.meta)
     write, read = (to_zarr, open_zarr) if fmt == "zarr" else (to_netcdf, open_netcdf)
     back = read(write(trace, tmp_path / f"trace.{fmt}"))

@@ -66,8 +66,21 @@ def graphs() -> dict:
 
 def table(rows: list[tuple]) -> pd.DataFrame:
     """An event table from (rank, stream, name, category, start µs, end µs[, extras]) rows."""
-    cols: dict[str, list] = {k: [] for k in ("rank", "stream", "name", "category", "start", "duration",
-                                             "bytes", "collective", "step", "correlation")}
+    cols: dict[str, list] = {
+        k: []
+        for k in (
+            "rank",
+            "stream",
+            "name",
+            "category",
+            "start",
+            "duration",
+            "bytes",
+            "collective",
+            "step",
+            "correlation",
+        )
+    }
     for row in rows:
         rank, stream, name, category, start, end = row[:6]
         extra = row[6] if len(row) > 6 else {}
@@ -98,13 +111,22 @@ def cpu_exposed() -> pd.DataFrame:
     rows: list[tuple] = []
     for rank, forward, backward, issue, start in ((0, 300, 600, 500, 520), (1, 400, 800, 700, 720)):
         main, worker = f"cpu:{rank}:1", f"cpu:{rank}:2"
-        rows += [(rank, main, "ProfilerStep#0", "step", 0, 1000),
-                 (rank, main, "forward", "compute", 0, forward),
-                 (rank, main, "backward", "compute", forward, backward),
-                 (rank, main, "c10d::allreduce_", "communication", issue, issue + 10),
-                 (rank, worker, "gloo:all_reduce", "communication", start, 900,
-                  {"bytes": 1e6, "collective": "allreduce"}),
-                 (rank, main, "optimizer", "compute", 910, 1000)]
+        rows += [
+            (rank, main, "ProfilerStep#0", "step", 0, 1000),
+            (rank, main, "forward", "compute", 0, forward),
+            (rank, main, "backward", "compute", forward, backward),
+            (rank, main, "c10d::allreduce_", "communication", issue, issue + 10),
+            (
+                rank,
+                worker,
+                "gloo:all_reduce",
+                "communication",
+                start,
+                900,
+                {"bytes": 1e6, "collective": "allreduce"},
+            ),
+            (rank, main, "optimizer", "compute", 910, 1000),
+        ]
     return table(rows)
 
 
@@ -114,12 +136,21 @@ def cpu_hidden() -> pd.DataFrame:
     rows: list[tuple] = []
     for rank in (0, 1):
         main, worker = f"cpu:{rank}:1", f"cpu:{rank}:2"
-        rows += [(rank, main, "ProfilerStep#0", "step", 0, 1100),
-                 (rank, main, "backward", "compute", 0, 1000),
-                 (rank, main, "c10d::allreduce_", "communication", 200, 210),
-                 (rank, worker, "gloo:all_reduce", "communication", 220, 400,
-                  {"bytes": 1e6, "collective": "allreduce"}),
-                 (rank, main, "optimizer", "compute", 1005, 1100)]
+        rows += [
+            (rank, main, "ProfilerStep#0", "step", 0, 1100),
+            (rank, main, "backward", "compute", 0, 1000),
+            (rank, main, "c10d::allreduce_", "communication", 200, 210),
+            (
+                rank,
+                worker,
+                "gloo:all_reduce",
+                "communication",
+                220,
+                400,
+                {"bytes": 1e6, "collective": "allreduce"},
+            ),
+            (rank, main, "optimizer", "compute", 1005, 1100),
+        ]
     return table(rows)
 
 
@@ -134,17 +165,26 @@ def gpu_device_bound() -> pd.DataFrame:
     rows: list[tuple] = []
     for rank in (0, 1):
         host, dev, nccl = f"cpu:{rank}:1", f"cuda:{rank}:7", f"cuda:{rank}:20"
-        rows += [(rank, host, "ProfilerStep#0", "step", 0, 365),
-                 (rank, host, "cudaLaunchKernel", "runtime", 0, 5, {"correlation": 1}),
-                 (rank, host, "cudaLaunchKernel", "runtime", 10, 15, {"correlation": 2}),
-                 (rank, host, "cuLaunchKernelEx", "runtime", 20, 25, {"correlation": 3}),
-                 (rank, host, "cudaLaunchKernel", "runtime", 30, 35, {"correlation": 4}),
-                 (rank, host, "cudaDeviceSynchronize", "runtime", 40, 360),
-                 (rank, dev, "forward_kernel", "compute", 5, 105, {"correlation": 1}),
-                 (rank, dev, "backward_kernel", "compute", 105, 205, {"correlation": 2}),
-                 (rank, nccl, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "communication", 205, 305,
-                  {"correlation": 3, "bytes": 4e6, "collective": "allreduce"}),
-                 (rank, dev, "optimizer_kernel", "compute", 305, 355, {"correlation": 4})]
+        rows += [
+            (rank, host, "ProfilerStep#0", "step", 0, 365),
+            (rank, host, "cudaLaunchKernel", "runtime", 0, 5, {"correlation": 1}),
+            (rank, host, "cudaLaunchKernel", "runtime", 10, 15, {"correlation": 2}),
+            (rank, host, "cuLaunchKernelEx", "runtime", 20, 25, {"correlation": 3}),
+            (rank, host, "cudaLaunchKernel", "runtime", 30, 35, {"correlation": 4}),
+            (rank, host, "cudaDeviceSynchronize", "runtime", 40, 360),
+            (rank, dev, "forward_kernel", "compute", 5, 105, {"correlation": 1}),
+            (rank, dev, "backward_kernel", "compute", 105, 205, {"correlation": 2}),
+            (
+                rank,
+                nccl,
+                "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                "communication",
+                205,
+                305,
+                {"correlation": 3, "bytes": 4e6, "collective": "allreduce"},
+            ),
+            (rank, dev, "optimizer_kernel", "compute", 305, 355, {"correlation": 4}),
+        ]
     return table(rows)
 
 
@@ -160,21 +200,24 @@ def step_us(ds, scenario: str) -> np.ndarray:
 HAND_FIT = AlphaBeta(alpha=10e-6, beta=1.6e-10, operations=1, r2=float("nan"), note="by hand")
 
 
-@pytest.mark.parametrize(("scenario", "expected"), [
-    # unchanged: the measured 1000 on both ranks
-    (Scenario(), 1000.0),
-    # transfer 20 + 160/2 = 100: ends 720 + 100 = 820, optimizer 830-920
-    (Scenario(bandwidth=2), 920.0),
-    # transfer 0 + 160 = 160: ends 880, optimizer 890-980
-    (Scenario(latency=0), 980.0),
-    # 4 ranks (ring: 6 messages, 1.5 x n bytes): 60 + 240 = 300, ends 1020, optimizer 1030-1120
-    (Scenario(gpus=4), 1120.0),
-    # compute halved: issue points 510 -> 255 (rank 0), 710 -> 355 (rank 1); starts 265 and 365,
-    # ends 365 + 180 = 545, optimizer 555-600
-    (Scenario(compute=2), 600.0),
-    # both: ends 365 + 100 = 465, optimizer 475-520
-    (Scenario(compute=2, bandwidth=2), 520.0),
-])
+@pytest.mark.parametrize(
+    ("scenario", "expected"),
+    [
+        # unchanged: the measured 1000 on both ranks
+        (Scenario(), 1000.0),
+        # transfer 20 + 160/2 = 100: ends 720 + 100 = 820, optimizer 830-920
+        (Scenario(bandwidth=2), 920.0),
+        # transfer 0 + 160 = 160: ends 880, optimizer 890-980
+        (Scenario(latency=0), 980.0),
+        # 4 ranks (ring: 6 messages, 1.5 x n bytes): 60 + 240 = 300, ends 1020, optimizer 1030-1120
+        (Scenario(gpus=4), 1120.0),
+        # compute halved: issue points 510 -> 255 (rank 0), 710 -> 355 (rank 1); starts 265 and 365,
+        # ends 365 + 180 = 545, optimizer 555-600
+        (Scenario(compute=2), 600.0),
+        # both: ends 365 + 100 = 465, optimizer 475-520
+        (Scenario(compute=2, bandwidth=2), 520.0),
+    ],
+)
 def test_exposed_allreduce_by_hand(scenario, expected):
     ds = whatif(cpu_exposed(), scenarios=[scenario], fit=HAND_FIT)
     label = scenario.label(2)
@@ -223,23 +266,32 @@ def test_hidden_allreduce_does_not_change_with_bandwidth():
     optimizer (95) runs 1660-1755."""
     fit = AlphaBeta(alpha=0.0, beta=1e-9, operations=1, r2=float("nan"), note="by hand")
     ds = whatif(cpu_hidden(), bandwidth=[2, 4, 16, 0.5, 0.25, 0.125], fit=fit)
-    for label in ("as measured", "bandwidth x2", "bandwidth x4", "bandwidth x16", "bandwidth x0.5",
-                  "bandwidth x0.25"):
+    for label in (
+        "as measured",
+        "bandwidth x2",
+        "bandwidth x4",
+        "bandwidth x16",
+        "bandwidth x0.5",
+        "bandwidth x0.25",
+    ):
         assert list(step_us(ds, label)) == [1100.0, 1100.0], label
     assert list(step_us(ds, "bandwidth x0.125")) == [1755.0, 1755.0]
 
 
-@pytest.mark.parametrize(("scenario", "expected"), [
-    (Scenario(), 365.0),
-    # kernels halved: backward ends 105, the allreduce 105-205, optimizer 205-230, synchronize
-    # returns 235, the step ends 5 later: 240
-    (Scenario(compute=2), 240.0),
-    # transfer 50: allreduce 205-255, optimizer 255-305, synchronize 310, step 315
-    (Scenario(bandwidth=2), 315.0),
-    (Scenario(compute=2, bandwidth=2), 190.0),
-    # kernels doubled: backward ends 405, allreduce 405-505, optimizer 505-605, step 615
-    (Scenario(compute=0.5), 615.0),
-])
+@pytest.mark.parametrize(
+    ("scenario", "expected"),
+    [
+        (Scenario(), 365.0),
+        # kernels halved: backward ends 105, the allreduce 105-205, optimizer 205-230, synchronize
+        # returns 235, the step ends 5 later: 240
+        (Scenario(compute=2), 240.0),
+        # transfer 50: allreduce 205-255, optimizer 255-305, synchronize 310, step 315
+        (Scenario(bandwidth=2), 315.0),
+        (Scenario(compute=2, bandwidth=2), 190.0),
+        # kernels doubled: backward ends 405, allreduce 405-505, optimizer 505-605, step 615
+        (Scenario(compute=0.5), 615.0),
+    ],
+)
 def test_gpu_launches_streams_and_syncs_by_hand(scenario, expected):
     fit = AlphaBeta(alpha=0.0, beta=1e-9, operations=1, r2=float("nan"), note="by hand")
     ds = whatif(gpu_device_bound(), scenarios=[scenario], fit=fit)
@@ -266,9 +318,15 @@ def test_causal_offsets_find_a_shifted_clock():
     300; operation 1: in at 1100 and 1050, out at 1300. Read as recorded, rank 1 enters the first
     one (1150) after rank 0 left it (300): impossible; the median end difference, 1000, makes both
     causal."""
-    ops = pd.DataFrame({"op": [0, 0, 1, 1], "rank": [0, 1, 0, 1], "collective": ["allreduce"] * 4,
-                        "start": np.array([100, 1150, 1100, 2050]) * US,
-                        "end": np.array([300, 1300, 1300, 2300]) * US})
+    ops = pd.DataFrame(
+        {
+            "op": [0, 0, 1, 1],
+            "rank": [0, 1, 0, 1],
+            "collective": ["allreduce"] * 4,
+            "start": np.array([100, 1150, 1100, 2050]) * US,
+            "end": np.array([300, 1300, 1300, 2300]) * US,
+        }
+    )
     offsets = causal_offsets(ops, np.array([0, 1]))
     assert offsets.to_dict() == pytest.approx({0: 0.0, 1: 1000 * US})
 
@@ -276,8 +334,15 @@ def test_causal_offsets_find_a_shifted_clock():
 def test_causal_offsets_keep_clocks_that_already_agree():
     """Ends differ (a ring's last step: 300 and 320) but no rank leaves before the other came in:
     the clocks are kept."""
-    ops = pd.DataFrame({"op": [0, 0], "rank": [0, 1], "collective": ["allreduce"] * 2,
-                        "start": np.array([100, 150]) * US, "end": np.array([300, 320]) * US})
+    ops = pd.DataFrame(
+        {
+            "op": [0, 0],
+            "rank": [0, 1],
+            "collective": ["allreduce"] * 2,
+            "start": np.array([100, 150]) * US,
+            "end": np.array([300, 320]) * US,
+        }
+    )
     assert causal_offsets(ops, np.array([0, 1])).to_dict() == {0: 0.0, 1: 0.0}
 
 
@@ -291,9 +356,16 @@ def test_ranks_of_one_host_keep_their_shared_clock(graphs):
 
 def _ops(sizes, times, p=2):
     n = len(sizes)
-    return pd.DataFrame({"op": np.arange(n), "rank": 0, "collective": "allreduce",
-                         "bytes": np.asarray(sizes, dtype=float), "group_size": p,
-                         "transfer": np.asarray(times, dtype=float)})
+    return pd.DataFrame(
+        {
+            "op": np.arange(n),
+            "rank": 0,
+            "collective": "allreduce",
+            "bytes": np.asarray(sizes, dtype=float),
+            "group_size": p,
+            "transfer": np.asarray(times, dtype=float),
+        }
+    )
 
 
 def test_fit_alpha_beta_by_hand():
@@ -317,9 +389,14 @@ def test_transfer_ratio_by_hand():
     """alpha 10 µs, beta 1.6e-10 s/byte, 1 MB: 20 + 160 = 180 µs on 2 ranks; twice the bandwidth
     20 + 80 = 100; no latency 160; 4 ranks 60 + 240 = 300; 1 rank 0."""
     ops = _ops([1e6], [180e-6])
-    ratio, unscaled = transfer_ratio(ops, HAND_FIT, bandwidth=np.array([1, 2, 1, 1, 1.0]),
-                                     latency=np.array([1, 1, 0, 1, 1.0]), gpus=np.array([2, 2, 2, 4, 1]),
-                                     world_size=2)
+    ratio, unscaled = transfer_ratio(
+        ops,
+        HAND_FIT,
+        bandwidth=np.array([1, 2, 1, 1, 1.0]),
+        latency=np.array([1, 1, 0, 1, 1.0]),
+        gpus=np.array([2, 2, 2, 4, 1]),
+        world_size=2,
+    )
     assert ratio[0] == pytest.approx([1.0, 100 / 180, 160 / 180, 300 / 180, 0.0])
     assert unscaled == 0
 
@@ -352,8 +429,9 @@ def test_identity_replay_reproduces_the_measured_step_time(graphs, key):
     assert np.nanmax(np.abs(replayed.to_numpy() - measured.to_numpy())) < 1e-9
     events = replay_events(replay(graph))
     assert events.attrs["source"].startswith("simulated: replay of measured:")
-    moved = (np.abs(events["start"] - graph.events["start_aligned"]) > 1e-9) \
-        | (np.abs(events["start"] + events["duration"] - graph.events["end_aligned"]) > 1e-9)
+    moved = (np.abs(events["start"] - graph.events["start_aligned"]) > 1e-9) | (
+        np.abs(events["start"] + events["duration"] - graph.events["end_aligned"]) > 1e-9
+    )
     if key == "nccl-mlp-by-hand":
         # written by hand, each rank on its own: in two operations rank 0's kernel ends before rank
         # 1's starts, which no allreduce can do; replayed, rank 0's kernel waits for rank 1's
@@ -444,8 +522,12 @@ def test_a_fresh_collector_run(tmp_path):
     collect(tmp_path / "run", nproc=2, steps=2, model="mlp", progress=None)
     # every combination of the lists is a scenario
     ds = whatif(dlexplore.load_trace(tmp_path / "run"), bandwidth=[1, 2], compute=[1, 2])
-    assert list(ds["scenario"].values) == ["as measured", "compute x2", "bandwidth x2",
-                                           "bandwidth x2, compute x2"]
+    assert list(ds["scenario"].values) == [
+        "as measured",
+        "compute x2",
+        "bandwidth x2",
+        "bandwidth x2, compute x2",
+    ]
     assert ds.attrs["identity_error"] <= 0.05
     mean = ds["step_time"].mean(["rank", "step"])
     assert float(mean.sel(scenario="bandwidth x2")) <= float(mean.sel(scenario="as measured")) * (1 + 1e-12)
@@ -485,8 +567,7 @@ def test_scenario_checks():
 
 def test_empty_table_is_an_error():
     with pytest.raises(DlexploreError, match="no event"):
-        build_graph(make_events({k: [] for k in ("rank", "stream", "name", "category", "start",
-                                                  "duration")}))
+        build_graph(make_events({k: [] for k in ("rank", "stream", "name", "category", "start", "duration")}))
 
 
 def test_whatif_report_formats(graphs):

@@ -32,6 +32,7 @@ def test_standard_normal_known_values():
     np.testing.assert_allclose(got, want, atol=2e-6)
     # grows like sqrt(2 ln n) for large n: the Blom approximation Phi^-1((n - 0.375)/(n + 0.25))
     from scipy.stats import norm
+
     n = 10**6
     assert abs(expected_max_standard_normal(n) - norm.ppf((n - 0.375) / (n + 0.25))) < 0.02
 
@@ -88,8 +89,9 @@ def test_slowdown_dataset():
 def test_compare_with_measured_trace():
     trace = dlexplore.load_trace(data_dir() / "traces" / "gloo-cnn-2rank")
     ds = compare_with_measured(trace)
-    work = (trace_breakdown := dlexplore.traces.breakdown.breakdown(trace))["step_time"] - \
-        trace_breakdown["time_comm_exposed"]
+    work = (trace_breakdown := dlexplore.traces.breakdown.breakdown(trace))["step_time"] - trace_breakdown[
+        "time_comm_exposed"
+    ]
     assert int(ds.world_size) == 2
     assert float(ds.measured_max) == pytest.approx(float(work.max("rank").mean()))
     assert float(ds.predicted_max) == pytest.approx(expected_max(work.values, 2))

@@ -30,9 +30,16 @@ EXACT = dict(rel=0, abs=1e-12)
 def events(rows: list[tuple], **extra) -> pd.DataFrame:
     """Events from (rank, stream, name, category, start, end, step) rows; step None is <NA>."""
     rank, stream, name, category, start, end, step = (list(c) for c in zip(*rows, strict=True))
-    columns = dict(rank=rank, stream=stream, name=name, category=category, start=start,
-                   duration=[e - s for s, e in zip(start, end, strict=True)],
-                   step=pd.array(step, dtype="Int64"), **extra)
+    columns = dict(
+        rank=rank,
+        stream=stream,
+        name=name,
+        category=category,
+        start=start,
+        duration=[e - s for s, e in zip(start, end, strict=True)],
+        step=pd.array(step, dtype="Int64"),
+        **extra,
+    )
     return make_events(columns)
 
 
@@ -42,7 +49,7 @@ def cpu_two_ranks() -> Trace:
         # rank 0, step 1: window [0, 10] from ProfilerStep#1
         (0, "cpu:1:1", "ProfilerStep#1", "step", 0.0, 10.0, 1),
         (0, "cpu:1:1", "aten::addmm", "compute", 0.0, 4.0, 1),
-        (0, "cpu:1:1", "aten::mm", "compute", 1.0, 3.0, 1),        # nested in addmm: counts once
+        (0, "cpu:1:1", "aten::mm", "compute", 1.0, 3.0, 1),  # nested in addmm: counts once
         (0, "cpu:1:1", "aten::relu", "compute", 5.0, 6.0, 1),
         (0, "cpu:1:2", "gloo:all_reduce", "communication", 3.0, 8.0, 1),  # worker thread
         (0, "cpu:1:1", "enumerate(DataLoader)", "data", 8.5, 9.0, 1),
@@ -57,8 +64,11 @@ def cpu_two_ranks() -> Trace:
         (1, "cpu:2:1", "aten::addmm", "compute", 100.0, 106.0, 1),
         (1, "cpu:2:2", "gloo:all_reduce", "communication", 106.0, 108.5, 1),
     ]
-    return Trace(events(rows, collective=["", "", "", "", "allreduce", "", "", "", "", "", "", "",
-                                          "allreduce"]), "pytorch", ("rank0.json", "rank1.json"))
+    return Trace(
+        events(rows, collective=["", "", "", "", "allreduce", "", "", "", "", "", "", "", "allreduce"]),
+        "pytorch",
+        ("rank0.json", "rank1.json"),
+    )
 
 
 def test_cpu_two_ranks_by_hand():
@@ -82,7 +92,7 @@ def test_cpu_two_ranks_by_hand():
     r0s2 = ds.sel(rank=0, step=2)
     assert float(r0s2.step_time) == pytest.approx(3.0, **EXACT)
     assert float(r0s2.time_comm) == 0.0 and float(r0s2.time_comm_exposed) == 0.0
-    assert np.isnan(float(r0s2.overlap_fraction))              # no communication: no overlap fraction
+    assert np.isnan(float(r0s2.overlap_fraction))  # no communication: no overlap fraction
     assert float(r0s2.time_idle) == pytest.approx(1.0, **EXACT)
 
     r1 = ds.sel(rank=1, step=1)
@@ -120,8 +130,8 @@ def test_gpu_rank_counts_device_streams_only():
         (0, "cpu:7:7", "ProfilerStep#3", "step", 0.0, 5.0, 3),
         (0, "cpu:7:7", "aten::mm", "cpu", 0.5, 1.0, 3),
         (0, "cpu:7:7", "cudaLaunchKernel", "runtime", 0.6, 0.7, 3),
-        (0, "cpu:7:7", "nccl:all_reduce", "communication", 1.5, 1.625, 3),   # host side: not counted
-        (0, "cpu:7:7", "enumerate(DataLoader)", "data", 0.0, 0.25, 3),       # data: every stream
+        (0, "cpu:7:7", "nccl:all_reduce", "communication", 1.5, 1.625, 3),  # host side: not counted
+        (0, "cpu:7:7", "enumerate(DataLoader)", "data", 0.0, 0.25, 3),  # data: every stream
         (0, "cuda:0:7", "volta_sgemm_128x64_nn", "compute", 1.0, 3.0, 3),
         (0, "cuda:0:13", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "communication", 2.0, 6.0, 3),
         (0, "cuda:0:7", "Memcpy DtoD (Device -> Device)", "memcpy", 3.0, 3.5, 3),
@@ -132,7 +142,7 @@ def test_gpu_rank_counts_device_streams_only():
     # window: ProfilerStep starts at 0, the NCCL kernel ends at 6 -> 6 s
     assert float(r.step_time) == pytest.approx(6.0, **EXACT)
     assert float(r.time_compute) == pytest.approx(2.0, **EXACT)
-    assert float(r.time_comm) == pytest.approx(4.0, **EXACT)           # [2, 6]; the annotation is out
+    assert float(r.time_comm) == pytest.approx(4.0, **EXACT)  # [2, 6]; the annotation is out
     # exposed: [2, 6] minus [1, 3] = [3, 6] = 3 s; overlap 1 - 3/4 = 0.25
     assert float(r.time_comm_exposed) == pytest.approx(3.0, **EXACT)
     assert float(r.overlap_fraction) == pytest.approx(0.25, **EXACT)
@@ -212,8 +222,10 @@ def test_steps_selection_and_no_step_trace():
     assert stragglers(trace, steps=[2])["steps"].tolist() == [1, 1, 1, 1]
 
     # no step marked anywhere: the whole trace on each rank is one step, numbered 0
-    rows = [(0, "cpu:1:1", "aten::mm", "compute", 1.0, 2.0, None),
-            (0, "cpu:1:2", "gloo:all_reduce", "communication", 1.5, 3.0, None)]
+    rows = [
+        (0, "cpu:1:1", "aten::mm", "compute", 1.0, 2.0, None),
+        (0, "cpu:1:2", "gloo:all_reduce", "communication", 1.5, 3.0, None),
+    ]
     ds = breakdown(events(rows))
     assert list(ds.step.values) == [0]
     assert float(ds.step_time.sel(rank=0, step=0)) == pytest.approx(2.0)
@@ -223,14 +235,20 @@ def test_steps_selection_and_no_step_trace():
 
 
 def test_empty_and_no_communication():
-    empty = breakdown(Trace(make_events({c: [] for c in ("rank", "stream", "name", "category", "start",
-                                                          "duration")}), "pytorch"))
+    empty = breakdown(
+        Trace(
+            make_events({c: [] for c in ("rank", "stream", "name", "category", "start", "duration")}),
+            "pytorch",
+        )
+    )
     assert empty.sizes == {"rank": 0, "step": 0} and set(empty.data_vars) == set(BREAKDOWN_VARIABLES)
     table = stragglers(empty)
     assert table.empty and "straggler" in table.columns
 
-    rows = [(0, "cpu:1:1", "ProfilerStep#0", "step", 0.0, 1.0, 0),
-            (0, "cpu:1:1", "aten::mm", "compute", 0.25, 0.75, 0)]
+    rows = [
+        (0, "cpu:1:1", "ProfilerStep#0", "step", 0.0, 1.0, 0),
+        (0, "cpu:1:1", "aten::mm", "compute", 0.25, 0.75, 0),
+    ]
     ds = breakdown(events(rows))
     assert float(ds.time_comm[0, 0]) == 0.0 and np.isnan(float(ds.overlap_fraction[0, 0]))
     assert float(ds.time_idle[0, 0]) == pytest.approx(0.5)
@@ -268,9 +286,17 @@ def test_union_matches_a_slow_reference_on_random_intervals(markers):
         rank, step = np.append(rank, mr), np.append(step, ms)
         start, end = np.append(start, m_start), np.append(end, m_end)
         category = np.append(category, ["step"] * 12)
-    frame = make_events(dict(rank=rank, stream=[f"cpu:{r}:1" for r in rank], name=["e"] * len(rank),
-                             category=category, start=start, duration=end - start,
-                             step=pd.array(step, dtype="Int64")))
+    frame = make_events(
+        dict(
+            rank=rank,
+            stream=[f"cpu:{r}:1" for r in rank],
+            name=["e"] * len(rank),
+            category=category,
+            start=start,
+            duration=end - start,
+            step=pd.array(step, dtype="Int64"),
+        )
+    )
     ds = breakdown(frame)
 
     for r in range(3):
@@ -288,8 +314,12 @@ def test_union_matches_a_slow_reference_on_random_intervals(markers):
             lo, hi = begins[s], ends[s]
 
             def pick(*cats, mine=mine):
-                return [(a, b) for a, b, c in zip(start[mine], end[mine], category[mine], strict=True)
-                        if c in cats]
+                return [
+                    (a, b)
+                    for a, b, c in zip(start[mine], end[mine], category[mine], strict=True)
+                    if c in cats
+                ]
+
             compute = _union_within(pick("compute"), lo, hi)
             comm = _union_within(pick("communication"), lo, hi)
             both = _union_within(pick("compute", "communication"), lo, hi)
@@ -306,8 +336,9 @@ def test_union_matches_a_slow_reference_on_random_intervals(markers):
 
 
 def _real_trace(folder: Path) -> Trace:
-    files = sorted(p for p in folder.iterdir()
-                   if p.name.endswith((".json", ".json.gz")) and p.name != "manifest.json")
+    files = sorted(
+        p for p in folder.iterdir() if p.name.endswith((".json", ".json.gz")) and p.name != "manifest.json"
+    )
     return dlexplore.traces.load_trace(files)
 
 
@@ -316,13 +347,15 @@ def _real_folders() -> list[Path]:
     for base in (PYTORCH_DATA, SAMPLE_DATA):
         if base.is_dir():
             # hidden folders are the collector's work in progress
-            found += sorted(p for p in base.iterdir()
-                            if p.is_dir() and not p.name.startswith(".") and any(p.iterdir()))
+            found += sorted(
+                p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".") and any(p.iterdir())
+            )
     return found
 
 
-@pytest.mark.parametrize("folder", _real_folders() or [None],
-                         ids=lambda p: f"{p.parent.name}/{p.name}" if p else "none")
+@pytest.mark.parametrize(
+    "folder", _real_folders() or [None], ids=lambda p: f"{p.parent.name}/{p.name}" if p else "none"
+)
 def test_real_gloo_traces(folder):
     if folder is None:
         pytest.skip("no real traces yet in tests/data/traces/pytorch/ or data/traces/")

@@ -55,12 +55,32 @@ def four_rank_trace(operations=OPERATIONS, offsets=OFFSETS, extra_rows=()) -> Tr
     rows = []
     for collective, nbytes, starts, ends in operations:
         for rank in range(4):
-            rows.append((rank, f"cpu:{rank}:2", f"gloo:{collective}", "communication",
-                         starts[rank] + offsets[rank], ends[rank] + offsets[rank], nbytes, collective))
+            rows.append(
+                (
+                    rank,
+                    f"cpu:{rank}:2",
+                    f"gloo:{collective}",
+                    "communication",
+                    starts[rank] + offsets[rank],
+                    ends[rank] + offsets[rank],
+                    nbytes,
+                    collective,
+                )
+            )
     rows += list(extra_rows)
     rank, stream, name, category, start, end, nbytes, collective = (list(c) for c in zip(*rows, strict=True))
-    events = make_events(dict(rank=rank, stream=stream, name=name, category=category, start=start,
-                              duration=np.subtract(end, start), bytes=nbytes, collective=collective))
+    events = make_events(
+        dict(
+            rank=rank,
+            stream=stream,
+            name=name,
+            category=category,
+            start=start,
+            duration=np.subtract(end, start),
+            bytes=nbytes,
+            collective=collective,
+        )
+    )
     return Trace(events, "pytorch", tuple(f"rank{r}.json" for r in range(4)))
 
 
@@ -125,12 +145,23 @@ def test_two_ranks_busbw_factors():
     """p = 2: allreduce 2(p-1)/p = 1, allgather (p-1)/p = 0.5."""
     rows = []
     for rank in range(2):
-        rows += [(rank, "cpu:0:2", "gloo:all_reduce", "allreduce", 1.0, 2.0, 8e6),
-                 (rank, "cpu:0:2", "gloo:all_gather", "allgather", 3.0, 3.5, 8e6)]
+        rows += [
+            (rank, "cpu:0:2", "gloo:all_reduce", "allreduce", 1.0, 2.0, 8e6),
+            (rank, "cpu:0:2", "gloo:all_gather", "allgather", 3.0, 3.5, 8e6),
+        ]
     rank, stream, name, collective, start, end, nbytes = (list(c) for c in zip(*rows, strict=True))
-    events = make_events(dict(rank=rank, stream=stream, name=name, category=["communication"] * 4,
-                              start=start, duration=np.subtract(end, start), bytes=nbytes,
-                              collective=collective))
+    events = make_events(
+        dict(
+            rank=rank,
+            stream=stream,
+            name=name,
+            category=["communication"] * 4,
+            start=start,
+            duration=np.subtract(end, start),
+            bytes=nbytes,
+            collective=collective,
+        )
+    )
     row = collective_table(Trace(events, "pytorch")).set_index("collective")
     # allreduce: 8e6 B in 1 s = 0.008 GB/s, busbw x 1; allgather: 8e6 B in 0.5 s = 0.016 GB/s, x 0.5
     assert row.loc["allreduce", "algbw"] == pytest.approx(0.008)
@@ -163,19 +194,21 @@ def test_dispatcher_ops_and_enclosing_events_are_not_counted_twice():
 
 def test_op_column_matches_events_across_ranks():
     """With a ``seq`` column, operations are matched by it, and one rank's pieces form one span."""
-    events = make_events(dict(
-        rank=[0, 0, 1, 0, 1],
-        stream=["cpu:0:2", "cpu:0:2", "cpu:1:2", "cpu:0:2", "cpu:1:2"],
-        name=["NCCL_ALLREDUCE"] * 5,
-        category=["communication"] * 5,
-        # op 7 on rank 0 in two pieces [0, 1] and [1, 1.5]; on rank 1 [0.25, 1.5];
-        # op 8: rank 0 [2, 3], rank 1 [2, 3]
-        start=[0.0, 1.0, 0.25, 2.0, 2.0],
-        duration=[1.0, 0.5, 1.25, 1.0, 1.0],
-        bytes=[1e6, 1e6, 1e6, 2e6, 2e6],
-        collective=["allreduce"] * 5,
-        seq=[7, 7, 7, 8, 8],
-    ))
+    events = make_events(
+        dict(
+            rank=[0, 0, 1, 0, 1],
+            stream=["cpu:0:2", "cpu:0:2", "cpu:1:2", "cpu:0:2", "cpu:1:2"],
+            name=["NCCL_ALLREDUCE"] * 5,
+            category=["communication"] * 5,
+            # op 7 on rank 0 in two pieces [0, 1] and [1, 1.5]; on rank 1 [0.25, 1.5];
+            # op 8: rank 0 [2, 3], rank 1 [2, 3]
+            start=[0.0, 1.0, 0.25, 2.0, 2.0],
+            duration=[1.0, 0.5, 1.25, 1.0, 1.0],
+            bytes=[1e6, 1e6, 1e6, 2e6, 2e6],
+            collective=["allreduce"] * 5,
+            seq=[7, 7, 7, 8, 8],
+        )
+    )
     ops = collective_ops(Trace(events, "horovod"))
     assert ops["ranks"].tolist() == [2, 2]
     # op 7: durations 1.5 (rank 0's span) and 1.25 -> 1.375; skew 0.25
@@ -197,12 +230,13 @@ def test_compare_with_the_alpha_beta_model():
     assert row["algorithm"].tolist() == ["ring", "ring", "ring"]
     assert out.attrs["units"]["predicted"] == "s" and out.attrs["units"]["error"] == "1"
     # the same as the model function called directly, with a per-collective algorithm
-    out = compare_collectives(table, bandwidth=10.0, latency=1e-5, gamma=1e-10,
-                              algorithm={"allreduce": "halving_doubling"})
+    out = compare_collectives(
+        table, bandwidth=10.0, latency=1e-5, gamma=1e-10, algorithm={"allreduce": "halving_doubling"}
+    )
     row = out.set_index("collective")
     expected = collective_time("allreduce", "halving_doubling", 1e6, 4, 10.0, 1e-5, 1e-10)
     assert row.loc["allreduce", "predicted"] == pytest.approx(float(expected))
-    assert row.loc["broadcast", "algorithm"] == "tree"     # broadcast's default
+    assert row.loc["broadcast", "algorithm"] == "tree"  # broadcast's default
     # a name that does not apply to a collective falls back to its default
     out = compare_collectives(table, bandwidth=10.0, latency=1e-5, algorithm="tree")
     assert out.set_index("collective").loc["allgather", "algorithm"] == "ring"
@@ -211,8 +245,18 @@ def test_compare_with_the_alpha_beta_model():
 def test_barrier_and_unknown_sizes_have_no_bandwidth_or_prediction():
     rows = [(r, "cpu:0:2", "gloo:barrier", "communication", 1.0, 1.5, np.nan, "barrier") for r in range(2)]
     rank, stream, name, category, start, end, nbytes, collective = (list(c) for c in zip(*rows, strict=True))
-    events = make_events(dict(rank=rank, stream=stream, name=name, category=category, start=start,
-                              duration=np.subtract(end, start), bytes=nbytes, collective=collective))
+    events = make_events(
+        dict(
+            rank=rank,
+            stream=stream,
+            name=name,
+            category=category,
+            start=start,
+            duration=np.subtract(end, start),
+            bytes=nbytes,
+            collective=collective,
+        )
+    )
     table = collective_table(events)
     assert table["count"].tolist() == [1] and np.isnan(table["bytes"][0])
     assert table["time"][0] == pytest.approx(0.5)
@@ -222,8 +266,16 @@ def test_barrier_and_unknown_sizes_have_no_bandwidth_or_prediction():
 
 
 def test_empty_and_no_communication():
-    events = make_events(dict(rank=[0, 1], stream=["cpu:0:1", "cpu:1:1"], name=["aten::mm"] * 2,
-                              category=["compute"] * 2, start=[0.0, 0.0], duration=[1.0, 1.0]))
+    events = make_events(
+        dict(
+            rank=[0, 1],
+            stream=["cpu:0:1", "cpu:1:1"],
+            name=["aten::mm"] * 2,
+            category=["compute"] * 2,
+            start=[0.0, 0.0],
+            duration=[1.0, 1.0],
+        )
+    )
     for trace in (Trace(events, "pytorch"), Trace(events.iloc[:0], "pytorch")):
         table = trace.collectives()
         assert table.empty and list(table.columns) == list(TABLE_COLUMNS)
@@ -235,12 +287,23 @@ def test_gpu_ranks_use_device_kernels():
     """The host's nccl:all_reduce range (cpu stream) is not the operation; the kernel is."""
     rows = []
     for rank, kernel in ((0, (1.0, 3.0)), (1, (2.0, 3.0))):
-        rows += [(rank, f"cpu:{rank}:1", "nccl:all_reduce", 0.5, 0.75),
-                 (rank, f"cuda:{rank}:13", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", *kernel)]
+        rows += [
+            (rank, f"cpu:{rank}:1", "nccl:all_reduce", 0.5, 0.75),
+            (rank, f"cuda:{rank}:13", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", *kernel),
+        ]
     rank, stream, name, start, end = (list(c) for c in zip(*rows, strict=True))
-    events = make_events(dict(rank=rank, stream=stream, name=name, category=["communication"] * 4,
-                              start=start, duration=np.subtract(end, start), bytes=[4e6] * 4,
-                              collective=["allreduce"] * 4))
+    events = make_events(
+        dict(
+            rank=rank,
+            stream=stream,
+            name=name,
+            category=["communication"] * 4,
+            start=start,
+            duration=np.subtract(end, start),
+            bytes=[4e6] * 4,
+            collective=["allreduce"] * 4,
+        )
+    )
     table = collective_table(events)
     assert table["count"].tolist() == [1]
     # kernel durations 2 and 1 -> 1.5 s; starts 1 and 2 -> skew 1
@@ -253,20 +316,26 @@ def _real_folders() -> list[Path]:
     for base in (ROOT / "tests" / "data" / "traces" / "pytorch", ROOT / "data" / "traces"):
         if base.is_dir():
             # hidden folders are the collector's work in progress
-            found += sorted(p for p in base.iterdir()
-                            if p.is_dir() and not p.name.startswith(".") and any(p.iterdir()))
+            found += sorted(
+                p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".") and any(p.iterdir())
+            )
     return found
 
 
-@pytest.mark.parametrize("folder", _real_folders() or [None],
-                         ids=lambda p: f"{p.parent.name}/{p.name}" if p else "none")
+@pytest.mark.parametrize(
+    "folder", _real_folders() or [None], ids=lambda p: f"{p.parent.name}/{p.name}" if p else "none"
+)
 def test_real_gloo_traces(folder):
     if folder is None:
         pytest.skip("no real traces yet in tests/data/traces/pytorch/ or data/traces/")
-    files = sorted(p for p in folder.iterdir()
-                   if p.name.endswith((".json", ".json.gz")) and p.name != "manifest.json")
-    trace = dlexplore.load_trace(files) if hasattr(dlexplore, "load_trace") else \
-        dlexplore.traces.load_trace(files)
+    files = sorted(
+        p for p in folder.iterdir() if p.name.endswith((".json", ".json.gz")) and p.name != "manifest.json"
+    )
+    trace = (
+        dlexplore.load_trace(files)
+        if hasattr(dlexplore, "load_trace")
+        else dlexplore.traces.load_trace(files)
+    )
     table = trace.collectives()
     assert not table.empty
     allreduce = table[table["collective"] == "allreduce"]
@@ -286,24 +355,26 @@ def test_horovod_fusion_ids_and_the_coordinator_view():
     """Horovod's timeline (rank 0's view of 4 ranks): tensors fused in one response repeat the same
     transfer on their own rows; ``fusion`` makes them one operation of ``fusion_bytes``; ``op`` is
     the kind (a string), not an id, so it is not used for matching."""
-    events = make_events(dict(
-        rank=[0, 0, 0],
-        stream=["grad_a", "grad_b", "grad_a"],
-        name=["NCCL_ALLREDUCE"] * 3,
-        category=["communication"] * 3,
-        start=[1.0, 1.0, 3.0],
-        duration=[0.5, 0.5, 0.25],
-        bytes=[1e6, 3e6, 1e6],
-        collective=["allreduce"] * 3,
-        op=["allreduce"] * 3,
-        fusion=[0, 0, 1],
-        fusion_bytes=[4e6, 4e6, 1e6],
-    ))
+    events = make_events(
+        dict(
+            rank=[0, 0, 0],
+            stream=["grad_a", "grad_b", "grad_a"],
+            name=["NCCL_ALLREDUCE"] * 3,
+            category=["communication"] * 3,
+            start=[1.0, 1.0, 3.0],
+            duration=[0.5, 0.5, 0.25],
+            bytes=[1e6, 3e6, 1e6],
+            collective=["allreduce"] * 3,
+            op=["allreduce"] * 3,
+            fusion=[0, 0, 1],
+            fusion_bytes=[4e6, 4e6, 1e6],
+        )
+    )
     table = collective_table(Trace(events, "horovod", ("timeline.json",), world_size=4))
     assert table["bytes"].tolist() == [1e6, 4e6]
     assert table["count"].tolist() == [1, 1]
     assert table["time"].tolist() == pytest.approx([0.25, 0.5])
-    assert table["ranks"].tolist() == [4, 4]          # the world, not the one rank in the file
+    assert table["ranks"].tolist() == [4, 4]  # the world, not the one rank in the file
     # 4e6 B in 0.5 s = 0.008 GB/s; x 2(4-1)/4 = 1.5
     assert table["busbw"][1] == pytest.approx(0.012)
     # one rank's view: no spread across ranks to measure
@@ -330,12 +401,19 @@ def test_process_groups_are_matched_apart():
     Rank 0: a [0, 1], b [2, 4]; rank 1: b [3, 4], a [5, 6] (one clock, align=False). Matched by
     ``process_group``: a -> durations 1, 1, time 1, skew 5; b -> durations 2, 1, time 1.5, skew 1.
     Matched by order alone, a and b would mix (skews 3 and 3)."""
-    events = make_events(dict(
-        rank=[0, 0, 1, 1], stream=["cpu:0:2", "cpu:0:3", "cpu:1:3", "cpu:1:2"],
-        name=["gloo:all_reduce"] * 4, category=["communication"] * 4,
-        start=[0.0, 2.0, 3.0, 5.0], duration=[1.0, 2.0, 1.0, 1.0], bytes=[8.0] * 4,
-        collective=["allreduce"] * 4, process_group=["a", "b", "b", "a"],
-    ))
+    events = make_events(
+        dict(
+            rank=[0, 0, 1, 1],
+            stream=["cpu:0:2", "cpu:0:3", "cpu:1:3", "cpu:1:2"],
+            name=["gloo:all_reduce"] * 4,
+            category=["communication"] * 4,
+            start=[0.0, 2.0, 3.0, 5.0],
+            duration=[1.0, 2.0, 1.0, 1.0],
+            bytes=[8.0] * 4,
+            collective=["allreduce"] * 4,
+            process_group=["a", "b", "b", "a"],
+        )
+    )
     ops = collective_ops(events, align=False)
     assert ops["time"].tolist() == pytest.approx([1.0, 1.5])
     assert ops["skew"].tolist() == pytest.approx([5.0, 1.0])

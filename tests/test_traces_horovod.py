@@ -62,6 +62,7 @@ def load_quietly(path, **options):
 
 # -- the file that follows the old writer, checked by hand ---------------------------------------------
 
+
 def test_old_writer_counts_categories_and_world_size():
     trace = load_quietly(OLD)
     events = trace.events
@@ -71,8 +72,7 @@ def test_old_writer_counts_categories_and_world_size():
     # 2 ticks, op, WAIT_FOR_DATA, 2 memcpy, NCCL; step 1 per gradient: negotiation, op, QUEUE, 2 memcpy,
     # NCCL -> 7 + 5 + 2 * 8 + 2 * 6 rows.
     assert len(events) == 40
-    assert counts(events["category"]) == {
-        "annotation": 18, "other": 9, "memcpy": 8, "communication": 5}
+    assert counts(events["category"]) == {"annotation": 18, "other": 9, "memcpy": 8, "communication": 5}
     assert trace.meta["files"][0]["terminated"] is False
     assert trace.meta["files"][0]["start_time_since_epoch"] is None  # that writer wrote none
 
@@ -135,21 +135,27 @@ def test_fused_operations_one_row_per_message():
 
 # -- real files written by Horovod 0.28.1 ------------------------------------------------------------
 
+
 def test_real_run_counts():
     trace = load_quietly(REAL)
     events = trace.events
     assert trace.world_size == 2 and len(events) == 129  # 109 B/E ranges + 20 rank-ready ticks
-    assert counts(events["category"]) == {
-        "annotation": 45, "memcpy": 30, "other": 29, "communication": 25}
+    assert counts(events["category"]) == {"annotation": 45, "memcpy": 30, "other": 29, "communication": 25}
     comm = events[events["category"] == "communication"]
-    assert counts(comm["name"]) == {"GLOO_ALLREDUCE": 20, "GLOO_BCAST": 4,
-                                                     "GLOO_ALLGATHER": 1}
-    assert counts(comm["collective"]) == {"allreduce": 20, "broadcast": 4,
-                                                           "allgather": 1}
+    assert counts(comm["name"]) == {"GLOO_ALLREDUCE": 20, "GLOO_BCAST": 4, "GLOO_ALLGATHER": 1}
+    assert counts(comm["collective"]) == {"allreduce": 20, "broadcast": 4, "allgather": 1}
     assert set(events["stream"]) == {
-        "broadcast.0.bias", "broadcast.0.weight", "broadcast.2.bias", "broadcast.2.weight",
-        "allreduce.0.bias", "allreduce.0.weight", "allreduce.2.bias", "allreduce.2.weight",
-        "allreduce.avg_loss", "allgather.ranks"}
+        "broadcast.0.bias",
+        "broadcast.0.weight",
+        "broadcast.2.bias",
+        "broadcast.2.weight",
+        "allreduce.0.bias",
+        "allreduce.0.weight",
+        "allreduce.2.bias",
+        "allreduce.2.weight",
+        "allreduce.avg_loss",
+        "allgather.ranks",
+    }
     meta = trace.meta["files"][0]
     assert meta["terminated"] and meta["tensors"] == 10
     assert meta["start_time_since_epoch"] == pytest.approx(1795297140.323029)
@@ -185,8 +191,15 @@ def test_real_run_pairs_like_chrome():
             pairs.append((names[e["pid"]], b["name"], b["ts"], e["ts"] - b["ts"]))
     events = load_quietly(REAL).events
     ranges = events[events["ready_rank"].isna()]
-    got = sorted(zip(ranges["stream"].astype(str), ranges["name"].astype(str), us(ranges["start"]),
-                     us(ranges["duration"]), strict=True))
+    got = sorted(
+        zip(
+            ranges["stream"].astype(str),
+            ranges["name"].astype(str),
+            us(ranges["start"]),
+            us(ranges["duration"]),
+            strict=True,
+        )
+    )
     assert got == sorted(pairs)
 
 
@@ -224,9 +237,17 @@ def test_copies_of_a_running_job(path, rows):
 
 # -- unterminated arrays ----------------------------------------------------------------------------
 
+
 def columns_of(events):
-    return list(zip(events["stream"].astype(str), events["name"].astype(str), us(events["start"]),
-                    us(events["duration"]), strict=True))
+    return list(
+        zip(
+            events["stream"].astype(str),
+            events["name"].astype(str),
+            us(events["start"]),
+            us(events["duration"]),
+            strict=True,
+        )
+    )
 
 
 def test_array_without_closing_bracket(tmp_path):
@@ -244,7 +265,7 @@ def test_cut_after_a_new_tensors_metadata_lines(tmp_path):
     data = REAL.read_bytes()
     line = b'{"name": "process_sort_index", "ph": "M", "pid": 9, "args": {"sort_index": 9}},\n'
     path = tmp_path / "cut.json"
-    path.write_bytes(data[:data.index(line) + len(line)])
+    path.write_bytes(data[: data.index(line) + len(line)])
     assert detect_format(path) == "horovod"
     events = load_quietly(path).events
     full = load_quietly(REAL).events
@@ -256,7 +277,7 @@ def test_cut_inside_an_event_drops_it_naming_the_offset(tmp_path):
     data = REAL.read_bytes()
     where = data.index(b'{"ph": "B", "name": "NEGOTIATE_ALLREDUCE", "ts": 989996')
     path = tmp_path / "cut.json"
-    path.write_bytes(data[:where + 30])
+    path.write_bytes(data[: where + 30])
     with pytest.warns(UserWarning, match=rf"last event \(#\d+, byte offset {where}\) is cut off"):
         trace = load_trace(path)
     assert trace.meta["files"][0]["partial_event_at"] == where
@@ -268,7 +289,7 @@ def test_old_writer_cut_inside_an_event(tmp_path):
     data = OLD.read_bytes()
     where = data.index(b'{"ph": "B", "name": "NCCL_ALLREDUCE", "ts": 678417983120')
     path = tmp_path / "old-cut.json"
-    path.write_bytes(data[:where + 25])
+    path.write_bytes(data[: where + 25])
     with pytest.warns(UserWarning) as caught:
         trace = load_trace(path)
     messages = " | ".join(str(w.message) for w in caught)
@@ -279,6 +300,7 @@ def test_old_writer_cut_inside_an_event(tmp_path):
 
 
 # -- bad input ---------------------------------------------------------------------------------------
+
 
 def event_index(raw_events, **match):
     return next(i for i, e in enumerate(raw_events) if all(e.get(k) == v for k, v in match.items()))
@@ -319,13 +341,16 @@ def test_missing_timestamp_names_the_event(tmp_path):
         load_trace(path)
 
 
-@pytest.mark.parametrize("bad, expected", [
-    (b'{"ph": "B", "name": 7, "ts": 987918, "pid": 5}', r"'name' is 7"),
-    (b'{"name": "ALLREDUCE", "ts": 987918, "pid": 5}', r"'ph' is None"),
-    (b'{"ph": "X", "name": "1", "ts": 987918, "pid": 5, "dur": -3}', r"'dur' is -3"),
-    (b'{"ph": "B", "name": "ALLREDUCE", "ts": 987918, "pid": "5"}', r"'pid' is '5'"),
-    (b'{"ph": "B", "name": "ALLREDUCE", "ts": 990000, "pid": 5}', r"before its range began"),
-])
+@pytest.mark.parametrize(
+    "bad, expected",
+    [
+        (b'{"ph": "B", "name": 7, "ts": 987918, "pid": 5}', r"'name' is 7"),
+        (b'{"name": "ALLREDUCE", "ts": 987918, "pid": 5}', r"'ph' is None"),
+        (b'{"ph": "X", "name": "1", "ts": 987918, "pid": 5, "dur": -3}', r"'dur' is -3"),
+        (b'{"ph": "B", "name": "ALLREDUCE", "ts": 987918, "pid": "5"}', r"'pid' is '5'"),
+        (b'{"ph": "B", "name": "ALLREDUCE", "ts": 990000, "pid": 5}', r"before its range began"),
+    ],
+)
 def test_bad_fields(tmp_path, bad, expected):
     data = REAL.read_bytes()
     path = tmp_path / "bad.json"
@@ -334,17 +359,23 @@ def test_bad_fields(tmp_path, bad, expected):
         load_trace(path)
 
 
-@pytest.mark.parametrize("content, expected", [
-    (b"", r"is empty"),
-    (b"[\n", r"holds no events .*only '\['"),
-    (b'[\n{"name": "process_name", "ph": "M", "pid": 0, "args": {"start_time_since_epoch_in_micros":1}},\n',
-     r"only metadata"),
-    (b'{"traceEvents": []}', r"expected '\['"),
-    (b"[\n\xff\xfe", r"byte offset 2: not UTF-8"),
-    (b'[{"ph": "i", "name": "CYCLE_START", "ts": 1, "s": "g"}] trailing', r"after the array's closing"),
-    (b'[{"ph": "i", "name": "CYCLE_START", "ts": 1, "s": "g"} {"ph": "i"}]', r"expected ',' or ']'"),
-    (b"[1, 2]", r"event #0 .*is int; expected a trace event object"),
-])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        (b"", r"is empty"),
+        (b"[\n", r"holds no events .*only '\['"),
+        (
+            b'[\n{"name": "process_name", "ph": "M", "pid": 0, '
+            b'"args": {"start_time_since_epoch_in_micros":1}},\n',
+            r"only metadata",
+        ),
+        (b'{"traceEvents": []}', r"expected '\['"),
+        (b"[\n\xff\xfe", r"byte offset 2: not UTF-8"),
+        (b'[{"ph": "i", "name": "CYCLE_START", "ts": 1, "s": "g"}] trailing', r"after the array's closing"),
+        (b'[{"ph": "i", "name": "CYCLE_START", "ts": 1, "s": "g"} {"ph": "i"}]', r"expected ',' or ']'"),
+        (b"[1, 2]", r"event #0 .*is int; expected a trace event object"),
+    ],
+)
 def test_not_a_timeline(tmp_path, content, expected):
     path = tmp_path / "bad.json"
     path.write_bytes(content)
@@ -361,6 +392,7 @@ def test_bad_options():
 
 
 # -- detection, several files --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("path", [REAL, CYCLES, MIDRUN, KILLED, OLD])
 def test_detected_as_horovod(path):
@@ -391,8 +423,17 @@ def test_several_files_without_numbers_take_their_order(tmp_path):
 def test_schema_and_source():
     trace = load_quietly(REAL)
     events = trace.events
-    assert list(events.columns[:9]) == ["rank", "stream", "name", "category", "start", "duration",
-                                        "bytes", "collective", "step"]
+    assert list(events.columns[:9]) == [
+        "rank",
+        "stream",
+        "name",
+        "category",
+        "start",
+        "duration",
+        "bytes",
+        "collective",
+        "step",
+    ]
     assert str(events["step"].dtype) == "Int64" and str(events["fusion"].dtype) == "Int64"
     assert (events["duration"] >= 0).all()
     assert events["start"].is_monotonic_increasing
@@ -400,6 +441,7 @@ def test_schema_and_source():
 
 
 # -- large files are parsed a chunk at a time -----------------------------------------------------------
+
 
 def test_chunks_give_the_same_table(monkeypatch):
     from dlexplore.traces import horovod

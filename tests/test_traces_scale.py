@@ -51,8 +51,9 @@ def test_sixteen_ranks_sync_and_processes(sixteen: Path) -> None:
     for scheduler in ("sync", "processes"):
         got = summarize(sixteen, scheduler=scheduler, n_workers=2, progress=False)
         xr.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-15)
-    assert got.attrs["source"] == ("measured: pytorch trace rank0.json.gz, rank1.json.gz, rank2.json.gz "
-                                   "and 13 more")
+    assert got.attrs["source"] == (
+        "measured: pytorch trace rank0.json.gz, rank1.json.gz, rank2.json.gz and 13 more"
+    )
 
 
 def test_replicas_without_jitter_repeat_their_source(tmp_path: Path) -> None:
@@ -62,16 +63,24 @@ def test_replicas_without_jitter_repeat_their_source(tmp_path: Path) -> None:
     source = load_trace(DATA / "gloo-cnn-2rank").breakdown()
     got = summarize(tmp_path, scheduler="sync", progress=False)
     for rank in range(4):
-        np.testing.assert_allclose(got["step_time"].sel(rank=rank), source["step_time"].sel(rank=rank % 2),
-                                   atol=5e-9)
+        np.testing.assert_allclose(
+            got["step_time"].sel(rank=rank), source["step_time"].sel(rank=rank % 2), atol=5e-9
+        )
         np.testing.assert_array_equal(got["events"].sel(rank=rank), source["events"].sel(rank=rank % 2))
 
 
 def test_steps_and_distributed_client(sixteen: Path) -> None:
     distributed = pytest.importorskip("distributed")
     expected = load_trace(sixteen).breakdown(steps=[3, 4])
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,  # no sockets
-                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+    with (
+        distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=False,  # no sockets
+            dashboard_address=None,
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
         got = summarize(sixteen, client=client, steps=[3, 4], progress=False)
     xr.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-15)
     assert list(got["step"].values) == [3, 4]
@@ -130,8 +139,18 @@ def test_cli_summary_on_dask_prints_what_the_in_memory_summary_prints(sixteen: P
     assert direct.returncode == 0, direct.stderr
     assert direct.stdout.count("\n") == 16 * 3 + 1  # 16 ranks x 3 profiled steps and the header
     for scheduler in ("threads", "processes"):
-        done = _cli("trace", "summary", str(sixteen), "--format", "csv", "--dask", scheduler,
-                    "--workers", "2", "--quiet")
+        done = _cli(
+            "trace",
+            "summary",
+            str(sixteen),
+            "--format",
+            "csv",
+            "--dask",
+            scheduler,
+            "--workers",
+            "2",
+            "--quiet",
+        )
         assert done.returncode == 0, done.stderr
         assert done.stdout == direct.stdout
         assert done.stderr == ""
@@ -140,20 +159,37 @@ def test_cli_summary_on_dask_prints_what_the_in_memory_summary_prints(sixteen: P
 def test_cli_summary_on_a_running_cluster(sixteen: Path) -> None:
     distributed = pytest.importorskip("distributed")
     direct = _cli("trace", "summary", str(sixteen), "--format", "csv")
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, protocol="tcp",
-                                  host="127.0.0.1", dashboard_address=None) as cluster:
-        done = _cli("trace", "summary", str(sixteen), "--format", "csv", "--quiet",
-                    "--scheduler-address", cluster.scheduler_address)
+    with distributed.LocalCluster(
+        n_workers=1,
+        threads_per_worker=2,
+        processes=False,
+        protocol="tcp",
+        host="127.0.0.1",
+        dashboard_address=None,
+    ) as cluster:
+        done = _cli(
+            "trace",
+            "summary",
+            str(sixteen),
+            "--format",
+            "csv",
+            "--quiet",
+            "--scheduler-address",
+            cluster.scheduler_address,
+        )
     assert done.returncode == 0, done.stderr
     assert done.stdout == direct.stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--workers", "2"], "--workers goes with --dask"),
-    (["--dask", "threads", "--workers", "0"], "--workers must be >= 1"),
-    (["--dask", "threads", "--scheduler-address", "tcp://127.0.0.1:1"], "not both"),
-    (["--dask", "fibres"], "invalid choice"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--workers", "2"], "--workers goes with --dask"),
+        (["--dask", "threads", "--workers", "0"], "--workers must be >= 1"),
+        (["--dask", "threads", "--scheduler-address", "tcp://127.0.0.1:1"], "not both"),
+        (["--dask", "fibres"], "invalid choice"),
+    ],
+)
 def test_cli_summary_dask_options_are_checked(args: list[str], message: str) -> None:
     done = _cli("trace", "summary", str(DATA / "gloo-mlp-2rank"), *args)
     assert done.returncode == 2

@@ -13,42 +13,63 @@ from dlexplore.traces import Trace, detect_format, horovod, load_trace, make_eve
 from dlexplore.traces.schema import CATEGORIES, COLLECTIVES, as_paths, normalize_collective_name
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "allreduce"),
-    ("ncclKernel_ReduceScatter_RING_LL_Sum_float", "reduce_scatter"),
-    ("ncclDevKernel_AllGather_RING_LL", "allgather"),
-    ("gloo:all_reduce", "allreduce"),
-    ("c10d::allreduce_", "allreduce"),
-    ("c10d::broadcast_", "broadcast"),
-    ("MPI_Allreduce", "allreduce"),
-    ("MPI_Bcast", "broadcast"),
-    ("MPI_Reduce", "reduce"),
-    ("MPI_Alltoall", "alltoall"),
-    ("MPI_Isend", "send"),
-    ("MPI_Irecv", "recv"),
-    ("NCCL_ALLREDUCE", "allreduce"),
-    ("nccl:all_gather", "allgather"),
-    ("aten::addmm", ""),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", "allreduce"),
+        ("ncclKernel_ReduceScatter_RING_LL_Sum_float", "reduce_scatter"),
+        ("ncclDevKernel_AllGather_RING_LL", "allgather"),
+        ("gloo:all_reduce", "allreduce"),
+        ("c10d::allreduce_", "allreduce"),
+        ("c10d::broadcast_", "broadcast"),
+        ("MPI_Allreduce", "allreduce"),
+        ("MPI_Bcast", "broadcast"),
+        ("MPI_Reduce", "reduce"),
+        ("MPI_Alltoall", "alltoall"),
+        ("MPI_Isend", "send"),
+        ("MPI_Irecv", "recv"),
+        ("NCCL_ALLREDUCE", "allreduce"),
+        ("nccl:all_gather", "allgather"),
+        ("aten::addmm", ""),
+    ],
+)
 def test_collective_names(name, expected):
     assert normalize_collective_name(name) == expected
     assert expected == "" or expected in COLLECTIVES
 
 
 def _table(**extra):
-    columns = dict(rank=[0, 1], stream=["cpu:1:1", "cpu:2:1"], name=["aten::mm", "gloo:all_reduce"],
-                   category=["compute", "communication"], start=[0.0, 1e-3], duration=[2e-3, 5e-4],
-                   collective=["", "allreduce"], bytes=[np.nan, 4096.0],
-                   step=pd.array([3, pd.NA], dtype="Int64"))
+    columns = dict(
+        rank=[0, 1],
+        stream=["cpu:1:1", "cpu:2:1"],
+        name=["aten::mm", "gloo:all_reduce"],
+        category=["compute", "communication"],
+        start=[0.0, 1e-3],
+        duration=[2e-3, 5e-4],
+        collective=["", "allreduce"],
+        bytes=[np.nan, 4096.0],
+        step=pd.array([3, pd.NA], dtype="Int64"),
+    )
     columns.update(extra)
     return make_events(columns)
 
 
 def test_make_events_dtypes_order_and_defaults():
-    events = make_events(dict(rank=[0], stream=["s"], name=["n"], category=["compute"], start=[1.0],
-                              duration=[2.0], op=[7]))
-    assert list(events.columns) == ["rank", "stream", "name", "category", "start", "duration", "bytes",
-                                    "collective", "step", "op"]
+    events = make_events(
+        dict(rank=[0], stream=["s"], name=["n"], category=["compute"], start=[1.0], duration=[2.0], op=[7])
+    )
+    assert list(events.columns) == [
+        "rank",
+        "stream",
+        "name",
+        "category",
+        "start",
+        "duration",
+        "bytes",
+        "collective",
+        "step",
+        "op",
+    ]
     assert events["rank"].dtype == np.int32 and str(events["step"].dtype) == "Int64"
     assert np.isnan(events["bytes"][0]) and events["collective"][0] == "" and events["step"].isna()[0]
     assert isinstance(events["category"].dtype, pd.CategoricalDtype)
@@ -103,10 +124,13 @@ def test_netcdf_keeps_missing_values_and_extra_dtypes(tmp_path):
     # Missing labels come back missing (the string layout made them "nan" and "None"), and extra
     # columns keep their pandas dtype: categorical, string, nullable integer and boolean. An id
     # beyond 2**53 stays exact (float with NaN would round 2**62 + 1 to 2**62).
-    events = _table(op=pd.Categorical(["allreduce", np.nan]), note=np.array(["first", None], dtype=object),
-                    fusion=pd.array([pd.NA, 7], dtype="Int64"),
-                    id=pd.array([2**62 + 1, pd.NA], dtype="Int64"),
-                    flag=pd.array([True, pd.NA], dtype="boolean"))
+    events = _table(
+        op=pd.Categorical(["allreduce", np.nan]),
+        note=np.array(["first", None], dtype=object),
+        fusion=pd.array([pd.NA, 7], dtype="Int64"),
+        id=pd.array([2**62 + 1, pd.NA], dtype="Int64"),
+        flag=pd.array([True, pd.NA], dtype="boolean"),
+    )
     trace = Trace(events, "horovod", ("timeline.json",))
     back = load_trace(write_netcdf(trace, tmp_path / "trace.nc"))
     pd.testing.assert_frame_equal(back.events, trace.events)
@@ -134,10 +158,13 @@ def test_netcdf_written_with_string_columns_still_reads():
     assert old.format == "horovod" and old.world_size == 2
 
 
-@pytest.mark.parametrize("damage, expected", [
-    (lambda raw: raw["name"].__setitem__(0, 999), "codes need to be between -1"),
-    (lambda raw: raw["name"].attrs.__setitem__("categories", "nowhere"), "names its labels 'nowhere'"),
-])
+@pytest.mark.parametrize(
+    "damage, expected",
+    [
+        (lambda raw: raw["name"].__setitem__(0, 999), "codes need to be between -1"),
+        (lambda raw: raw["name"].attrs.__setitem__("categories", "nowhere"), "names its labels 'nowhere'"),
+    ],
+)
 def test_netcdf_damaged_codes_are_refused(tmp_path, damage, expected):
     trace = horovod.read([TRACES / "horovod" / "timeline.json"])
     path = write_netcdf(trace, tmp_path / "trace.nc")
@@ -183,8 +210,9 @@ def test_detection_refuses_what_is_not_a_trace(tmp_path):
 
 def test_nccl_tests_under_mpirun_is_not_taken_for_json(tmp_path):
     out = tmp_path / "allreduce.out"
-    out.write_text("[1,0]<stdout>:# nThread 1 nGpus 1 minBytes 8 maxBytes 128 step: 2(factor)\n"
-                   "[1,0]<stdout>:#\n")
+    out.write_text(
+        "[1,0]<stdout>:# nThread 1 nGpus 1 minBytes 8 maxBytes 128 step: 2(factor)\n[1,0]<stdout>:#\n"
+    )
     assert detect_format(out) == "nccl-tests"
     only_bracket = tmp_path / "timeline.json"
     only_bracket.write_text("[\n")  # what Horovod leaves when no operation ran

@@ -61,11 +61,33 @@ def hand_trace(steps=(1, 2), t0: float = T0) -> Trace:
     rows = []
     for k, step in enumerate(steps):
         for rank, stream, name, cat, start, dur, nbytes, coll in STEP:
-            rows.append((rank, stream, f"{name}{step}" if name.endswith("#") else name, cat,
-                         t0 + (start + 10 * k) * MS, dur * MS, nbytes, coll, step))
+            rows.append(
+                (
+                    rank,
+                    stream,
+                    f"{name}{step}" if name.endswith("#") else name,
+                    cat,
+                    t0 + (start + 10 * k) * MS,
+                    dur * MS,
+                    nbytes,
+                    coll,
+                    step,
+                )
+            )
     c = list(zip(*rows, strict=True))
-    events = make_events({"rank": c[0], "stream": c[1], "name": c[2], "category": c[3], "start": c[4],
-                          "duration": c[5], "bytes": c[6], "collective": c[7], "step": c[8]})
+    events = make_events(
+        {
+            "rank": c[0],
+            "stream": c[1],
+            "name": c[2],
+            "category": c[3],
+            "start": c[4],
+            "duration": c[5],
+            "bytes": c[6],
+            "collective": c[7],
+            "step": c[8],
+        }
+    )
     return Trace(events, "pytorch", files=("hand/rank0.json", "hand/rank1.json"), world_size=2)
 
 
@@ -100,17 +122,24 @@ def test_rows_groups_and_busy_time_by_hand(index):
     assert index.row_rank.tolist() == [0, 0, 1, 1]
     assert index.span == pytest.approx((0.0, 20.0))
     assert index.steps.tolist() == [1, 2]
-    busy = {(index.rows[r], c): b for r, c, b in zip(index.group_row, index.group_cat, index.group_busy,
-                                                     strict=True)}
+    busy = {
+        (index.rows[r], c): b
+        for r, c, b in zip(index.group_row, index.group_cat, index.group_busy, strict=True)
+    }
     from dlexplore.traces import CATEGORIES
 
     named = {(row, CATEGORIES[c]): b for (row, c), b in busy.items()}
     # two steps each: nested operators count once ([1, 5] ms), touching and overlapping kernels too
-    assert named == pytest.approx({
-        ("0 cpu:10:10", "step"): 20, ("0 cpu:10:10", "compute"): 8,
-        ("0 cpu:10:20", "communication"): 10, ("1 cpu:20:20", "step"): 20,
-        ("1 cuda:0:7", "compute"): 12, ("1 cuda:0:7", "communication"): 6,
-    })
+    assert named == pytest.approx(
+        {
+            ("0 cpu:10:10", "step"): 20,
+            ("0 cpu:10:10", "compute"): 8,
+            ("0 cpu:10:20", "communication"): 10,
+            ("1 cpu:20:20", "step"): 20,
+            ("1 cuda:0:7", "compute"): 12,
+            ("1 cuda:0:7", "communication"): 6,
+        }
+    )
     assert index.step_window(2) == pytest.approx((10.0, 20.0))
     with pytest.raises(DlexploreError, match="no events in step 7"):
         index.step_window(7)
@@ -164,8 +193,9 @@ def test_binned_view_by_hand(one_step):
     assert (view.mode, view.bins, view.events) == ("binned", 10, 9)
     step = bars_of(data, 0, "step")
     # the step span fills the lane except where the operators share the bins [1, 5] ms with it
-    np.testing.assert_allclose(np.c_[step["left"], step["right"], step["duration_ms"]],
-                               [[0, 1, 1], [1, 5, 4], [5, 10, 5]])
+    np.testing.assert_allclose(
+        np.c_[step["left"], step["right"], step["duration_ms"]], [[0, 1, 1], [1, 5, 4], [5, 10, 5]]
+    )
     np.testing.assert_allclose(step["bottom"] - step["top"], [0.8, 0.4, 0.8])
     compute = bars_of(data, 0, "compute")
     np.testing.assert_allclose(np.c_[compute["left"], compute["right"], compute["duration_ms"]], [[1, 5, 4]])
@@ -173,8 +203,9 @@ def test_binned_view_by_hand(one_step):
     assert compute["bottom"][0] == pytest.approx(0.4) and compute["top"][0] == pytest.approx(0.0)
     assert step["bottom"][1] == pytest.approx(0.0) and step["top"][1] == pytest.approx(-0.4)
     kernels = bars_of(data, 1, "compute")
-    np.testing.assert_allclose(np.c_[kernels["left"], kernels["right"], kernels["duration_ms"],
-                                     kernels["count"]], [[0, 6, 6, 3]])
+    np.testing.assert_allclose(
+        np.c_[kernels["left"], kernels["right"], kernels["duration_ms"], kernels["count"]], [[0, 6, 6, 3]]
+    )
     assert kernels["name"].tolist() == ["(merged)"] and kernels["busy"].tolist() == [1.0]
 
 
@@ -184,7 +215,8 @@ def test_binned_view_clips_to_the_window(index):
     # 0.5 ms bins: [2.25, 5.75] fully busy, [5.75, 6.25] half busy (the kernels end at 6 ms)
     np.testing.assert_allclose(
         np.c_[kernels["left"], kernels["right"], kernels["duration_ms"], kernels["busy"]],
-        [[2.25, 5.75, 3.5, 1], [5.75, 6.25, 0.25, 0.5]])
+        [[2.25, 5.75, 3.5, 1], [5.75, 6.25, 0.25, 0.5]],
+    )
     assert kernels["duration_ms"].sum() == pytest.approx(6 - 2.25)
 
 
@@ -211,8 +243,16 @@ def test_decimation_keeps_every_rows_busy_time():
         category = rng.choice(["compute", "communication", "memcpy"], n)
         start = rng.uniform(0, 50, n)
         duration = rng.exponential(1.5, n) * (rng.random(n) > 0.05)  # some zero-length events
-        events = make_events({"rank": rank, "stream": stream, "name": [f"e{i}" for i in range(n)],
-                              "category": category, "start": start * MS, "duration": duration * MS})
+        events = make_events(
+            {
+                "rank": rank,
+                "stream": stream,
+                "name": [f"e{i}" for i in range(n)],
+                "category": category,
+                "start": start * MS,
+                "duration": duration * MS,
+            }
+        )
         index = TimelineIndex(events)
         x0, x1 = np.sort(rng.uniform(-5, 60, 2))
         bins = int(rng.integers(8, 400))
@@ -224,9 +264,11 @@ def test_decimation_keeps_every_rows_busy_time():
                 for c in ("compute", "communication", "memcpy"):
                     mask = (rank == r) & (stream == s) & (category == c)
                     expected = _union_in_window(list(zip(t[mask], (t + duration)[mask], strict=True)), x0, x1)
-                    got = np.asarray(data["duration_ms"])[(np.asarray(data["rank"]) == r)
-                                                          & (np.asarray(data["stream"]) == s)
-                                                          & (np.asarray(data["category"]) == c)].sum()
+                    got = np.asarray(data["duration_ms"])[
+                        (np.asarray(data["rank"]) == r)
+                        & (np.asarray(data["stream"]) == s)
+                        & (np.asarray(data["category"]) == c)
+                    ].sum()
                     assert got == pytest.approx(expected, rel=1e-9, abs=1e-9), (case, r, s, c)
         # every bar stays inside its row's lane and never claims more than its width
         assert np.all(np.asarray(data["top"]) >= np.asarray(data["row"]) - 0.4 - 1e-12)
@@ -266,8 +308,10 @@ def test_breakdown_bars_per_rank_by_hand(trace):
     np.testing.assert_allclose(data["idle"], [2, 1])
     np.testing.assert_allclose(data["memcpy"] + data["data"], [0, 0])
     np.testing.assert_allclose(data["step_time"], [10, 10])
-    np.testing.assert_allclose(data["compute_only"] + data["comm_overlapped"] + data["comm_exposed"]
-                               + data["idle"], data["step_time"])
+    np.testing.assert_allclose(
+        data["compute_only"] + data["comm_overlapped"] + data["comm_exposed"] + data["idle"],
+        data["step_time"],
+    )
     np.testing.assert_allclose(data["steps"], [2, 2])
     np.testing.assert_allclose(data["events"], [4, 5])
     one = rank_breakdown_columns(trace.breakdown(), ranks=[1], step=2)
@@ -278,14 +322,17 @@ def test_breakdown_bars_per_rank_by_hand(trace):
 
 def test_breakdown_means_skip_missing_steps():
     ds = xr.Dataset(
-        {name: (("rank", "step"), np.array(values, float)) for name, values in {
-            "step_time": [[0.010, 0.030], [0.020, np.nan]],
-            "time_compute": [[0.006, 0.006], [0.008, np.nan]],
-            "time_comm": [[0.004, 0.004], [0.004, np.nan]],
-            "time_comm_exposed": [[0.001, 0.003], [0.004, np.nan]],
-            "time_idle": [[0.003, 0.021], [0.008, np.nan]],
-            "events": [[5, 7], [4, 0]],
-        }.items()},
+        {
+            name: (("rank", "step"), np.array(values, float))
+            for name, values in {
+                "step_time": [[0.010, 0.030], [0.020, np.nan]],
+                "time_compute": [[0.006, 0.006], [0.008, np.nan]],
+                "time_comm": [[0.004, 0.004], [0.004, np.nan]],
+                "time_comm_exposed": [[0.001, 0.003], [0.004, np.nan]],
+                "time_idle": [[0.003, 0.021], [0.008, np.nan]],
+                "events": [[5, 7], [4, 0]],
+            }.items()
+        },
         coords={"rank": [0, 1], "step": [3, 4]},
     )
     data = rank_breakdown_columns(ds)
@@ -302,9 +349,18 @@ def test_collective_columns_units(trace):
     # one allreduce per step of 4e6 bytes: 5 ms on rank 0, 3 ms on rank 1 -> 4 ms, 1 GB/s;
     # busbw = algbw x 2 (p - 1) / p = 1 GB/s at p = 2; starts 4 and 6 ms apart by 2 ms
     assert data["collective"].tolist() == ["allreduce"]
-    np.testing.assert_allclose([data["bytes"][0], data["ranks"][0], data["count"][0], data["time_ms"][0],
-                                data["algbw"][0], data["busbw"][0], data["skew_ms"][0]],
-                               [4e6, 2, 2, 4, 1, 1, 2])
+    np.testing.assert_allclose(
+        [
+            data["bytes"][0],
+            data["ranks"][0],
+            data["count"][0],
+            data["time_ms"][0],
+            data["algbw"][0],
+            data["busbw"][0],
+            data["skew_ms"][0],
+        ],
+        [4e6, 2, 2, 4, 1, 1, 2],
+    )
     assert data["size"].tolist() == ["3.8 MiB (4,000,000 bytes)"]
     assert all(len(v) == 0 for v in collective_columns(None).values())
 
@@ -416,13 +472,19 @@ def test_a_million_events_first_view(record_property):
     streams = np.array(["cuda:0:7", "cuda:0:13", "cuda:0:21", "cpu:1:1"])
     code = rng.integers(0, 4, n)
     start = np.sort(rng.uniform(0, 10.0, n))
-    events = make_events({
-        "rank": rng.integers(0, 16, n).astype(np.int32),
-        "stream": pd.Categorical.from_codes(code, streams),
-        "name": pd.Categorical.from_codes(code, ["sgemm", "ncclDevKernel_AllReduce", "memcpyHtoD", "next"]),
-        "category": pd.Categorical.from_codes(code, ["compute", "communication", "memcpy", "data"]),
-        "start": start, "duration": rng.exponential(2e-5, n), "step": (start * 2).astype(np.int64),
-    })
+    events = make_events(
+        {
+            "rank": rng.integers(0, 16, n).astype(np.int32),
+            "stream": pd.Categorical.from_codes(code, streams),
+            "name": pd.Categorical.from_codes(
+                code, ["sgemm", "ncclDevKernel_AllReduce", "memcpyHtoD", "next"]
+            ),
+            "category": pd.Categorical.from_codes(code, ["compute", "communication", "memcpy", "data"]),
+            "start": start,
+            "duration": rng.exponential(2e-5, n),
+            "step": (start * 2).astype(np.int64),
+        }
+    )
     t = time.perf_counter()
     index = TimelineIndex(events)
     built = time.perf_counter() - t
@@ -436,9 +498,11 @@ def test_a_million_events_first_view(record_property):
     zoom = time.perf_counter() - t
     record_property("index_s", built)
     record_property("first_view_s", first)
-    print(f"\n1e6 events: index {built:.2f} s, first view {first:.2f} s, figures {drawn:.2f} s, "
-          f"zoom to 1 ms {zoom * 1e3:.0f} ms ({zoomed.events} events, {zoomed.mode}); "
-          f"{len(data['left']):,} bars")
+    print(
+        f"\n1e6 events: index {built:.2f} s, first view {first:.2f} s, figures {drawn:.2f} s, "
+        f"zoom to 1 ms {zoom * 1e3:.0f} ms ({zoomed.events} events, {zoomed.mode}); "
+        f"{len(data['left']):,} bars"
+    )
     assert view.mode == "binned" and view.events == n and len(data["left"]) <= 60_000
     assert zoomed.mode == "events"
     assert drawn < 30  # a bound that only catches a per-event Python loop
@@ -477,8 +541,10 @@ def test_report_payload_samples_coverage_when_large(index):
     assert not small["exact"] and "start" not in small and small["sampled"] == 64
     # sampled on a grid, the cumulative busy time is still exact at the grid's points
     g = len(index.group_ids) - 1
-    np.testing.assert_allclose(small["bp_c"][small["bp_lo"][g]:small["bp_hi"][g]],
-                               index.cumulative_busy([g], np.linspace(0, 20, 64))[0])
+    np.testing.assert_allclose(
+        small["bp_c"][small["bp_lo"][g] : small["bp_hi"][g]],
+        index.cumulative_busy([g], np.linspace(0, 20, 64))[0],
+    )
 
 
 def test_explorer_lays_a_measured_breakdown_beside_the_prediction(trace):
@@ -487,8 +553,16 @@ def test_explorer_lays_a_measured_breakdown_beside_the_prediction(trace):
     data = explorer.sources["step_breakdown_measured"].data
     assert label == "hand" and list(data["label"]) == ["2: hand"]
     # mean over ranks and steps of the bars above
-    np.testing.assert_allclose([data["compute_only"][0], data["comm_overlapped"][0], data["comm_exposed"][0],
-                                data["idle"][0], data["step_time"][0]], [4.5, 0.5, 3.5, 1.5, 10])
+    np.testing.assert_allclose(
+        [
+            data["compute_only"][0],
+            data["comm_overlapped"][0],
+            data["comm_exposed"][0],
+            data["idle"][0],
+            data["step_time"][0],
+        ],
+        [4.5, 0.5, 3.5, 1.5, 10],
+    )
     factors = list(explorer.figures.step_breakdown.x_range.factors)
     assert factors[:4] == ["1", "2", "2: hand", "4"]
     ds = trace.breakdown()

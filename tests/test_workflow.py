@@ -23,9 +23,11 @@ from dlexplore.plots.tasks import task_timeline_columns, task_timeline_figure
 
 def test_steady_state_formulas():
     assert steady_state(4, 20.0, 100.0) == pytest.approx(
-        {"throughput": 80.0, "consumer_wait_fraction": 0.2, "producer_wait_fraction": 0.0})
+        {"throughput": 80.0, "consumer_wait_fraction": 0.2, "producer_wait_fraction": 0.0}
+    )
     assert steady_state(1, 4.0, 1.0) == pytest.approx(
-        {"throughput": 1.0, "consumer_wait_fraction": 0.0, "producer_wait_fraction": 0.75})
+        {"throughput": 1.0, "consumer_wait_fraction": 0.0, "producer_wait_fraction": 0.75}
+    )
 
 
 def test_training_bound_case_by_hand():
@@ -70,26 +72,31 @@ def test_bad_arguments():
 
 def test_read_csv_and_json(tmp_path):
     csv_file = tmp_path / "tasks.csv"
-    csv_file.write_text("task,worker,start,end,kind,note\nsim-1,node0,0,1.5,simulate,a\n"
-                        "train-1,gpu0,1.5,2.0,train,b\n")
+    csv_file.write_text(
+        "task,worker,start,end,kind,note\nsim-1,node0,0,1.5,simulate,a\ntrain-1,gpu0,1.5,2.0,train,b\n"
+    )
     frame = read_task_events(csv_file)
     assert list(frame.columns[:6]) == ["task", "worker", "kind", "start", "end", "duration"]
     np.testing.assert_allclose(frame.duration, [1.5, 0.5])
     assert frame.note.tolist() == ["a", "b"]
     json_file = tmp_path / "tasks.json"
-    json_file.write_text(json.dumps({"events": [
-        {"task": "t", "worker": "w", "start": 1, "end": 2, "kind": "k"}]}))
+    json_file.write_text(
+        json.dumps({"events": [{"task": "t", "worker": "w", "start": 1, "end": 2, "kind": "k"}]})
+    )
     assert read_task_events(json_file).duration.tolist() == [1.0]
 
 
-@pytest.mark.parametrize("text, pattern", [
-    ("task,worker,start,kind\nt,w,0,k\n", r"tasks.csv, line 1: .*lacks column\(s\) end"),
-    ("task,worker,start,end,kind\nt,w,0,1,k\nt,w,zero,1,k\n", r"line 3: start is 'zero'"),
-    ("task,worker,start,end,kind\nt,w,2,1,k\n", r"line 2: end 1 s is before start 2 s"),
-    ("task,worker,start,end,kind\nt,w,0,1,k,extra\n", r"line 2: 6 fields"),
-    ("task,worker,start,end,kind\n", "no task events"),
-    ("", "line 1: empty file"),
-])
+@pytest.mark.parametrize(
+    "text, pattern",
+    [
+        ("task,worker,start,kind\nt,w,0,k\n", r"tasks.csv, line 1: .*lacks column\(s\) end"),
+        ("task,worker,start,end,kind\nt,w,0,1,k\nt,w,zero,1,k\n", r"line 3: start is 'zero'"),
+        ("task,worker,start,end,kind\nt,w,2,1,k\n", r"line 2: end 1 s is before start 2 s"),
+        ("task,worker,start,end,kind\nt,w,0,1,k,extra\n", r"line 2: 6 fields"),
+        ("task,worker,start,end,kind\n", "no task events"),
+        ("", "line 1: empty file"),
+    ],
+)
 def test_csv_errors(tmp_path, text, pattern):
     path = tmp_path / "tasks.csv"
     path.write_text(text)
@@ -97,13 +104,18 @@ def test_csv_errors(tmp_path, text, pattern):
         read_task_events(path)
 
 
-@pytest.mark.parametrize("text, pattern", [
-    ('[{"task": "t", "worker": "w", "start": 0, "end": 1, "kind": "k"},\n {"task": }]',
-     r"tasks.json, line 2: not valid JSON"),
-    ('[{"task": "t", "worker": "w", "start": 0, "kind": "k"}]', r"row 0: task 0 lacks key\(s\) end"),
-    ('[{"task": "t", "worker": "w", "start": 0, "end": 1, "kind": "k"}, 3]', r"row 1: task 1 is a int"),
-    ('{"other": 1}', "expected a JSON list"),
-])
+@pytest.mark.parametrize(
+    "text, pattern",
+    [
+        (
+            '[{"task": "t", "worker": "w", "start": 0, "end": 1, "kind": "k"},\n {"task": }]',
+            r"tasks.json, line 2: not valid JSON",
+        ),
+        ('[{"task": "t", "worker": "w", "start": 0, "kind": "k"}]', r"row 0: task 0 lacks key\(s\) end"),
+        ('[{"task": "t", "worker": "w", "start": 0, "end": 1, "kind": "k"}, 3]', r"row 1: task 1 is a int"),
+        ('{"other": 1}', "expected a JSON list"),
+    ],
+)
 def test_json_errors(tmp_path, text, pattern):
     path = tmp_path / "tasks.json"
     path.write_text(text)

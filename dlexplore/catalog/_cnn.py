@@ -79,8 +79,9 @@ class _Net:
         self.image = image
         self.layers: list[Layer] = [Layer("input", "input", 0, 0.0, float(_numel(image) * _F32))]
 
-    def _add(self, name: str, kind: str, params: int, flops: float, act_bytes: float,
-             **shapes: object) -> None:
+    def _add(
+        self, name: str, kind: str, params: int, flops: float, act_bytes: float, **shapes: object
+    ) -> None:
         self.layers.append(Layer(name, kind, int(params), float(flops), float(act_bytes), **shapes))
 
     def conv(
@@ -101,21 +102,32 @@ class _Net:
         y = (cout, _out_size(h, kh, sh, ph), _out_size(w, kw, sw, pw))
         weights = (cin // groups) * kh * kw * cout
         self._add(
-            name, "conv", weights + (cout if bias else 0), 2.0 * weights * y[1] * y[2],
+            name,
+            "conv",
+            weights + (cout if bias else 0),
+            2.0 * weights * y[1] * y[2],
             _numel(y) * _F32,
             # implicit GEMM: one row per output position, one column per output channel
-            gemm=(float(y[1] * y[2]), float(cout // groups), float((cin // groups) * kh * kw),
-                  float(groups)),
-            values_in=float(_numel(x)), values_out=float(_numel(y)), tail=tail,
+            gemm=(float(y[1] * y[2]), float(cout // groups), float((cin // groups) * kh * kw), float(groups)),
+            values_in=float(_numel(x)),
+            values_out=float(_numel(y)),
+            tail=tail,
             winograd=(kh, kw, sh, sw, groups) == (3, 3, 1, 1, 1),
         )
         return y
 
-    def bn(self, name: str, x: Shape, *, keep: bool = True,
-           tail: tuple[str, ...] = ("relu",)) -> Shape:
+    def bn(self, name: str, x: Shape, *, keep: bool = True, tail: tuple[str, ...] = ("relu",)) -> Shape:
         """Batch norm, followed (``tail``) by an in-place ReLU unless said otherwise."""
-        self._add(name, "bn", 2 * x[0], 0.0, _numel(x) * _F32 if keep else 0,
-                  values_in=float(_numel(x)), values_out=float(_numel(x)), tail=tail)
+        self._add(
+            name,
+            "bn",
+            2 * x[0],
+            0.0,
+            _numel(x) * _F32 if keep else 0,
+            values_in=float(_numel(x)),
+            values_out=float(_numel(x)),
+            tail=tail,
+        )
         return x
 
     def conv_bn(
@@ -132,46 +144,75 @@ class _Net:
         return self.bn(f"{name}.bn", x)
 
     def maxpool(
-        self, name: str, x: Shape, k: int, stride: int, pad: int = 0, *, ceil: bool = False,
+        self,
+        name: str,
+        x: Shape,
+        k: int,
+        stride: int,
+        pad: int = 0,
+        *,
+        ceil: bool = False,
         keep: bool = True,
     ) -> Shape:
         y = (x[0], _out_size(x[1], k, stride, pad, ceil), _out_size(x[2], k, stride, pad, ceil))
-        self._add(name, "maxpool", 0, 0.0, _numel(y) * (_INDEX + (_F32 if keep else 0)),
-                  values_in=float(_numel(x)), values_out=float(_numel(y)))
+        self._add(
+            name,
+            "maxpool",
+            0,
+            0.0,
+            _numel(y) * (_INDEX + (_F32 if keep else 0)),
+            values_in=float(_numel(x)),
+            values_out=float(_numel(y)),
+        )
         return y
 
     def avgpool(self, name: str, x: Shape, k: int, stride: int, pad: int = 0) -> Shape:
         y = (x[0], _out_size(x[1], k, stride, pad), _out_size(x[2], k, stride, pad))
-        self._add(name, "avgpool", 0, 0.0, _numel(y) * _F32,
-                  values_in=float(_numel(x)), values_out=float(_numel(y)))
+        self._add(
+            name, "avgpool", 0, 0.0, _numel(y) * _F32, values_in=float(_numel(x)), values_out=float(_numel(y))
+        )
         return y
 
-    def adaptive_avgpool(
-        self, name: str, x: Shape, out: tuple[int, int], *, keep: bool = True
-    ) -> Shape:
+    def adaptive_avgpool(self, name: str, x: Shape, out: tuple[int, int], *, keep: bool = True) -> Shape:
         y = (x[0], *out)
-        self._add(name, "avgpool", 0, 0.0, _numel(y) * _F32 if keep else 0,
-                  values_in=float(_numel(x)), values_out=float(_numel(y)))
+        self._add(
+            name,
+            "avgpool",
+            0,
+            0.0,
+            _numel(y) * _F32 if keep else 0,
+            values_in=float(_numel(x)),
+            values_out=float(_numel(y)),
+        )
         return y
 
-    def linear(self, name: str, n_in: int, n_out: int, *, bias: bool = True,
-               tail: tuple[str, ...] = ()) -> int:
-        self._add(name, "linear", n_in * n_out + (n_out if bias else 0), 2.0 * n_in * n_out,
-                  n_out * _F32, gemm=(1.0, float(n_out), float(n_in), 1.0),
-                  values_in=float(n_in), values_out=float(n_out), tail=tail)
+    def linear(
+        self, name: str, n_in: int, n_out: int, *, bias: bool = True, tail: tuple[str, ...] = ()
+    ) -> int:
+        self._add(
+            name,
+            "linear",
+            n_in * n_out + (n_out if bias else 0),
+            2.0 * n_in * n_out,
+            n_out * _F32,
+            gemm=(1.0, float(n_out), float(n_in), 1.0),
+            values_in=float(n_in),
+            values_out=float(n_out),
+            tail=tail,
+        )
         return n_out
 
     def dropout(self, name: str, n: int) -> int:
-        self._add(name, "dropout", 0, 0.0, n * (_F32 + _MASK), values_in=float(n),
-                  values_out=float(n))
+        self._add(name, "dropout", 0, 0.0, n * (_F32 + _MASK), values_in=float(n), values_out=float(n))
         return n
 
     def concat(self, name: str, parts: Sequence[Shape]) -> Shape:
         y = (sum(p[0] for p in parts), parts[0][1], parts[0][2])
         if any(p[1:] != y[1:] for p in parts):
             raise ValueError(f"{name}: cannot concatenate shapes {list(parts)}")
-        self._add(name, "concat", 0, 0.0, _numel(y) * _F32, values_in=float(_numel(y)),
-                  values_out=float(_numel(y)))
+        self._add(
+            name, "concat", 0, 0.0, _numel(y) * _F32, values_in=float(_numel(y)), values_out=float(_numel(y))
+        )
         return y
 
 
@@ -199,8 +240,29 @@ _VGG_CFGS: dict[int, tuple[int | str, ...]] = {
     11: (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"),
     13: (64, 64, "M", 128, 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"),
     16: (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"),
-    19: (64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512, "M",
-         512, 512, 512, 512, "M"),
+    19: (
+        64,
+        64,
+        "M",
+        128,
+        128,
+        "M",
+        256,
+        256,
+        256,
+        256,
+        "M",
+        512,
+        512,
+        512,
+        512,
+        "M",
+        512,
+        512,
+        512,
+        512,
+        "M",
+    ),
 }
 
 
@@ -218,8 +280,7 @@ def vgg(
             x = net.maxpool(f"features.{i}", x, 2, 2)
             i += 1
         else:
-            x = net.conv(f"features.{i}", x, int(v), 3, 1, 1, bias=True,
-                         tail=() if batch_norm else ("relu",))
+            x = net.conv(f"features.{i}", x, int(v), 3, 1, 1, bias=True, tail=() if batch_norm else ("relu",))
             if batch_norm:
                 x = net.bn(f"features.{i + 1}", x)
             i += 3 if batch_norm else 2
@@ -266,8 +327,7 @@ def resnet(*, depth: int, image_size: int = 224, num_classes: int = 1000) -> tup
             else:
                 out = planes
                 y = net.bn(f"{p}.bn1", net.conv(f"{p}.conv1", x, planes, 3, stride, 1))
-                y = net.bn(f"{p}.bn2", net.conv(f"{p}.conv2", y, planes, 3, 1, 1),
-                           tail=("add", "relu"))
+                y = net.bn(f"{p}.bn2", net.conv(f"{p}.conv2", y, planes, 3, 1, 1), tail=("add", "relu"))
             if stride != 1 or x[0] != out:
                 d = net.conv(f"{p}.downsample.0", x, out, 1, stride)
                 # Its output only feeds the residual add (done in place on bn3's output).
@@ -300,9 +360,7 @@ def _googlenet_aux(net: _Net, name: str, x: Shape, num_classes: int) -> None:
     net.linear(f"{name}.fc2", n, num_classes)
 
 
-def googlenet(
-    *, aux: bool = False, image_size: int = 224, num_classes: int = 1000
-) -> tuple[Layer, ...]:
+def googlenet(*, aux: bool = False, image_size: int = 224, num_classes: int = 1000) -> tuple[Layer, ...]:
     """GoogLeNet (Inception v1) as ``torchvision.models.googlenet``, which adds batch norm.
 
     ``aux`` adds the two auxiliary classifiers (after inception4a and 4d) that torchvision builds
@@ -399,9 +457,7 @@ def _inception_e(net: _Net, name: str, x: Shape) -> Shape:
     return net.concat(f"{name}.cat", (b1, b3a, b3b, bda, bdb, bp))
 
 
-def inception_v3(
-    *, aux: bool = True, image_size: int = 299, num_classes: int = 1000
-) -> tuple[Layer, ...]:
+def inception_v3(*, aux: bool = True, image_size: int = 299, num_classes: int = 1000) -> tuple[Layer, ...]:
     """Inception-v3 as ``torchvision.models.inception_v3``.
 
     ``aux`` keeps the auxiliary classifier (``AuxLogits``, after Mixed_6e), which torchvision builds

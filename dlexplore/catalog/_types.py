@@ -51,9 +51,7 @@ class GPU:
         device without bf16 is an error, because frameworks refuse it or emulate it far below peak.
         """
         if precision not in PRECISIONS:
-            raise DlexploreError(
-                f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}"
-            )
+            raise DlexploreError(f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
         value = getattr(self, f"{precision}_tflops")
         if precision == "tf32" and math.isnan(value):
             value = self.fp32_tflops
@@ -159,8 +157,10 @@ class Workload:
         # The layers are hundreds of records: summarise them (``.layers`` holds them all).
         gflop = self.flops_per_sample / 1e9
         shown = f"{gflop:,.0f}" if gflop >= 1000 else f"{gflop:.3g}"
-        return (f"Workload({self.name!r}, {self.kind}, {self.params:,} parameters, {shown} GFLOP per "
-                f"{self.sample_unit.rstrip('s')} forward, {len(self.layers)} layers)")
+        return (
+            f"Workload({self.name!r}, {self.kind}, {self.params:,} parameters, {shown} GFLOP per "
+            f"{self.sample_unit.rstrip('s')} forward, {len(self.layers)} layers)"
+        )
 
     @cached_property
     def params(self) -> int:

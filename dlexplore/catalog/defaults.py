@@ -39,24 +39,33 @@ def model_defaults() -> dict[str, ModelDefault]:
     path = data_dir() / "catalog" / "defaults.csv"
     out: dict[str, ModelDefault] = {}
     with open(path, newline="", encoding="utf-8") as handle:
-        lines = [(i, line) for i, line in enumerate(handle, 1) if line.strip()
-                 and not line.lstrip().startswith("#")]
+        lines = [
+            (i, line)
+            for i, line in enumerate(handle, 1)
+            if line.strip() and not line.lstrip().startswith("#")
+        ]
     reader = csv.reader(line for _, line in lines)
     header = tuple(c.strip() for c in next(reader))
     if header != DEFAULTS_COLUMNS:
-        raise InputFileError(path, f"expected the columns {', '.join(DEFAULTS_COLUMNS)}, got "
-                             f"{', '.join(header)}", line=lines[0][0])
+        raise InputFileError(
+            path,
+            f"expected the columns {', '.join(DEFAULTS_COLUMNS)}, got {', '.join(header)}",
+            line=lines[0][0],
+        )
     for (number, _), cells in zip(lines[1:], reader, strict=True):
         if len(cells) != len(DEFAULTS_COLUMNS):
-            raise InputFileError(path, f"expected {len(DEFAULTS_COLUMNS)} values, got {len(cells)}",
-                                 line=number)
+            raise InputFileError(
+                path, f"expected {len(DEFAULTS_COLUMNS)} values, got {len(cells)}", line=number
+            )
         name, value, stderr, units, meaning, source = (c.strip() for c in cells)
         try:
-            out[name] = ModelDefault(name, float(value), float(stderr) if stderr else math.nan,
-                                     units, meaning, source)
+            out[name] = ModelDefault(
+                name, float(value), float(stderr) if stderr else math.nan, units, meaning, source
+            )
         except ValueError:
-            raise InputFileError(path, f"{name}: value and stderr must be numbers, got {value!r}, "
-                                 f"{stderr!r}", line=number) from None
+            raise InputFileError(
+                path, f"{name}: value and stderr must be numbers, got {value!r}, {stderr!r}", line=number
+            ) from None
     return out
 
 

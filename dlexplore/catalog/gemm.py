@@ -71,10 +71,20 @@ def gemm_measurements() -> pd.DataFrame:
             shape = [float(row[c]) if row[c] else math.nan for c in ("m", "n", "k")]
             tflops = float(row["tflops"])
             peak = device.peak_flops(row["precision"]) / 1e12
-            rows.append({"gpu": device.name, "precision": row["precision"], "m": shape[0],
-                         "n": shape[1], "k": shape[2], "tflops": tflops, "source": row["source"],
-                         "flops": 2 * shape[0] * shape[1] * shape[2], "peak_tflops": peak,
-                         "efficiency": tflops / peak})
+            rows.append(
+                {
+                    "gpu": device.name,
+                    "precision": row["precision"],
+                    "m": shape[0],
+                    "n": shape[1],
+                    "k": shape[2],
+                    "tflops": tflops,
+                    "source": row["source"],
+                    "flops": 2 * shape[0] * shape[1] * shape[2],
+                    "peak_tflops": peak,
+                    "efficiency": tflops / peak,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -115,16 +125,22 @@ def gemm_efficiency(device: GPU | str, precision: str) -> GemmEfficiency:
     table = gemm_measurements()
     kind = unit_kind(device, precision)
     siblings = [g.name for g in GPUS if device.architecture and g.architecture == device.architecture]
-    for scope, rule in (([device.name], "measured on this GPU"),
-                        (siblings, f"measured on a {device.architecture} GPU")):
+    for scope, rule in (
+        ([device.name], "measured on this GPU"),
+        (siblings, f"measured on a {device.architecture} GPU"),
+    ):
         if not scope:
             continue
         same_unit_precisions = [p for p in PRECISIONS if p not in _same_peak(device, precision)]
-        for precisions, how in ((_same_peak(device, precision), "as"),
-                                (same_unit_precisions, "same kind of unit, at")):
+        for precisions, how in (
+            (_same_peak(device, precision), "as"),
+            (same_unit_precisions, "same kind of unit, at"),
+        ):
             rows = table[table["gpu"].isin(scope) & table["precision"].isin(precisions)]
-            same_unit = np.array([unit_kind(_gpu(g), p) == kind for g, p in
-                                  zip(rows["gpu"], rows["precision"], strict=True)], dtype=bool)
+            same_unit = np.array(
+                [unit_kind(_gpu(g), p) == kind for g, p in zip(rows["gpu"], rows["precision"], strict=True)],
+                dtype=bool,
+            )
             found = _best(rows[same_unit])
             if found is not None:
                 used = found[1].split(":")[0].split()[-1]
@@ -133,5 +149,8 @@ def gemm_efficiency(device: GPU | str, precision: str) -> GemmEfficiency:
     kinds = np.array([unit_kind(_gpu(g), p) for g, p in zip(table["gpu"], table["precision"], strict=True)])
     same = table[(kinds == kind) & ~(table["flops"] < LARGE_GEMM_FLOPS)]
     value = float(np.median(same["efficiency"])) if len(same) else 0.8
-    return GemmEfficiency(value, f"median of the published {kind}-unit GEMMs ({len(same)} rows)",
-                          "; ".join(sorted(set(same["gpu"] + " " + same["precision"]))))
+    return GemmEfficiency(
+        value,
+        f"median of the published {kind}-unit GEMMs ({len(same)} rows)",
+        "; ".join(sorted(set(same["gpu"] + " " + same["precision"]))),
+    )

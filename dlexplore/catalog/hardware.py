@@ -100,8 +100,7 @@ class _Kind:
 
     def required(self) -> list[str]:
         alt = {n for group in self.alternatives for n in group}
-        names = [c.name for c in self.columns
-                 if c.name not in ("source", "aliases", *alt) and not c.optional]
+        names = [c.name for c in self.columns if c.name not in ("source", "aliases", *alt) and not c.optional]
         names += [" or ".join(group) for group in self.alternatives]
         return names
 
@@ -251,15 +250,11 @@ def _parse_number(path: object, line: int, col: _Column, text: str) -> float:
     except ValueError:
         value = math.nan
     if math.isnan(value) or value < 0:
-        raise InputFileError(
-            path, f"{col.name}: expected a non-negative number, got {text!r}", line=line
-        )
+        raise InputFileError(path, f"{col.name}: expected a non-negative number, got {text!r}", line=line)
     if math.isinf(value) and not col.inf_ok:
         raise InputFileError(path, f"{col.name}: expected a finite number, got {text!r}", line=line)
     if col.positive and value == 0:
-        raise InputFileError(
-            path, f"{col.name}: expected a positive number, got {text!r}", line=line
-        )
+        raise InputFileError(path, f"{col.name}: expected a positive number, got {text!r}", line=line)
     return value * col.scale
 
 
@@ -272,8 +267,7 @@ def _parse_header(path: object, line: int, cells: list[str], kind: _Kind) -> lis
         if n not in known:
             raise InputFileError(
                 path,
-                f"unknown column {cells[i]!r} for {kind.name}; expected columns: "
-                f"{', '.join(known)}",
+                f"unknown column {cells[i]!r} for {kind.name}; expected columns: {', '.join(known)}",
                 line=line,
             )
         if names.index(n) != i:
@@ -291,9 +285,7 @@ def _parse_header(path: object, line: int, cells: list[str], kind: _Kind) -> lis
         if not given:
             missing.append(" or ".join(group))
         elif len(given) > 1:
-            raise InputFileError(
-                path, f"give one of the columns {' or '.join(group)}, not both", line=line
-            )
+            raise InputFileError(path, f"give one of the columns {' or '.join(group)}, not both", line=line)
     if missing:
         raise InputFileError(
             path,
@@ -318,8 +310,7 @@ def _make_record(
     if len(cells) != len(header):
         raise InputFileError(
             path,
-            f"expected {len(header)} values ({', '.join(c.name for c in header)}), "
-            f"got {len(cells)}",
+            f"expected {len(header)} values ({', '.join(c.name for c in header)}), got {len(cells)}",
             line=line,
         )
     values: dict[str, object] = {}
@@ -335,8 +326,7 @@ def _make_record(
             if text.lower() not in col.choices:
                 raise InputFileError(
                     path,
-                    f"{col.name}: expected one of {', '.join(repr(c) for c in col.choices)}, "
-                    f"got {text!r}",
+                    f"{col.name}: expected one of {', '.join(repr(c) for c in col.choices)}, got {text!r}",
                     line=line,
                 )
             values[target] = text.lower()
@@ -346,14 +336,13 @@ def _make_record(
         raise InputFileError(path, "name: a value is required, got ''", line=line)
     if not values.get("source"):
         if default_source is None:
-            raise InputFileError(
-                path, "source: every entry must say where its numbers come from", line=line
-            )
+            raise InputFileError(path, "source: every entry must say where its numbers come from", line=line)
         values["source"] = default_source
     values.setdefault("aliases", ())
     if kind.name == "networks" and not 0 < float(values.get("efficiency", 1.0)) <= 1:
-        raise InputFileError(path, f"efficiency: expected a fraction in (0, 1], got "
-                             f"{values['efficiency']:g}", line=line)
+        raise InputFileError(
+            path, f"efficiency: expected a fraction in (0, 1], got {values['efficiency']:g}", line=line
+        )
     if "sm_count" in values:
         count = float(values["sm_count"])  # type: ignore[arg-type]
         if not count.is_integer():
@@ -421,9 +410,7 @@ def read_csv(
             seen[k] = (record.name, line)
         records.append(record)
     if not records:
-        raise InputFileError(
-            path, "no entries: the header is not followed by any row", line=header_line
-        )
+        raise InputFileError(path, "no entries: the header is not followed by any row", line=header_line)
     return records
 
 
@@ -481,7 +468,10 @@ def _checked(record: GPU | Link | StorageTier) -> GPU | Link | StorageTier:
         if col.blank_ok and isinstance(value, float) and math.isnan(value):
             continue
         validation.number(
-            f"{col.name} of {record.name!r}", value, minimum=0, strict_min=col.positive,
+            f"{col.name} of {record.name!r}",
+            value,
+            minimum=0,
+            strict_min=col.positive,
             allow_inf=col.inf_ok,
         )
     return record

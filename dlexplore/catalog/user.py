@@ -37,9 +37,7 @@ def _file_format(path: Path, kind: str | None) -> str:
     suffix = path.suffix.lower()
     if suffix == ".json":
         if kind is not None:
-            raise InputFileError(
-                path, f"JSON catalog files hold workloads; give {kind} as a CSV file"
-            )
+            raise InputFileError(path, f"JSON catalog files hold workloads; give {kind} as a CSV file")
         return "json"
     if suffix == ".csv" or kind is not None:
         return "csv"
@@ -94,9 +92,7 @@ def _load_workloads(path: Path) -> list[str]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise InputFileError(
-            path, f"not valid JSON: {e.msg} (column {e.colno})", line=e.lineno
-        ) from None
+        raise InputFileError(path, f"not valid JSON: {e.msg} (column {e.colno})", line=e.lineno) from None
     if not isinstance(data, list):
         raise InputFileError(
             path, f"expected a JSON list of workload objects, got a {type(data).__name__}", line=1

@@ -61,8 +61,7 @@ __all__ = [
 IMAGENET_JPEG_BYTES = 115_440.0
 
 _TRANSFORMER_SOURCE = (
-    "ad-hoc transformer; FLOPs as Narayanan et al. 2021 (Megatron-LM), activations as "
-    "Korthikanti et al. 2022"
+    "ad-hoc transformer; FLOPs as Narayanan et al. 2021 (Megatron-LM), activations as Korthikanti et al. 2022"
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -70,6 +69,7 @@ _TRANSFORMER_SOURCE = (
 # ---------------------------------------------------------------------------------------------
 
 _REQUIRED = object()
+
 
 @dataclass(frozen=True)
 class _Builder:
@@ -108,9 +108,7 @@ def _transformer_defaults(config: dict[str, Any], where: str) -> dict[str, Any]:
     if c.get("prenorm") is None:
         c["prenorm"] = c["causal"]
     if c["hidden"] % c["heads"]:
-        raise DlexploreError(
-            f"{where}: hidden ({c['hidden']}) must be a multiple of heads ({c['heads']})"
-        )
+        raise DlexploreError(f"{where}: hidden ({c['hidden']}) must be a multiple of heads ({c['heads']})")
     if c["max_positions"] < c["seq"]:
         raise DlexploreError(
             f"{where}: max_positions ({c['max_positions']}) must be at least seq ({c['seq']}): "
@@ -141,16 +139,17 @@ _TRANSFORMER_ARGS: dict[str, tuple[str, Any]] = {
 
 _BUILDERS: dict[str, _Builder] = {
     "alexnet": _cnn_builder(_cnn.alexnet, {}),
-    "vgg": _cnn_builder(
-        _cnn.vgg, {"depth": ("int>0", _REQUIRED), "batch_norm": ("bool", False)}, ("depth",)
-    ),
+    "vgg": _cnn_builder(_cnn.vgg, {"depth": ("int>0", _REQUIRED), "batch_norm": ("bool", False)}, ("depth",)),
     "resnet": _cnn_builder(_cnn.resnet, {"depth": ("int>0", _REQUIRED)}, ("depth",)),
     "googlenet": _cnn_builder(_cnn.googlenet, {"aux": ("bool", False)}),
     # Inception-v3 looks at 299x299 images.
     "inception_v3": _cnn_builder(_cnn.inception_v3, {"aux": ("bool", True)}, image_size=299),
     "transformer": _Builder(
-        "transformer", "sequences", _TRANSFORMER_ARGS,
-        ("layers", "hidden", "heads", "seq", "vocab"), _build_transformer,
+        "transformer",
+        "sequences",
+        _TRANSFORMER_ARGS,
+        ("layers", "hidden", "heads", "seq", "vocab"),
+        _build_transformer,
     ),
 }
 
@@ -158,9 +157,7 @@ _BUILDERS: dict[str, _Builder] = {
 def _get_builder(name: object, where: str) -> tuple[str, _Builder]:
     key = str(name).strip().lower().replace("-", "_") if isinstance(name, str) else None
     if key not in _BUILDERS:
-        raise DlexploreError(
-            f"{where}: unknown builder {name!r}; expected one of {', '.join(_BUILDERS)}"
-        )
+        raise DlexploreError(f"{where}: unknown builder {name!r}; expected one of {', '.join(_BUILDERS)}")
     return key, _BUILDERS[key]
 
 
@@ -249,9 +246,7 @@ def _unknown_key(where: str, key: str, allowed: Iterable[str], prefix: str = "")
     allowed = list(allowed)
     close = suggest(key, allowed, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return DlexploreError(
-        f"{where}: {prefix}{key}: unknown key{hint}; expected one of {', '.join(allowed)}"
-    )
+    return DlexploreError(f"{where}: {prefix}{key}: unknown key{hint}; expected one of {', '.join(allowed)}")
 
 
 def _resolve_args(
@@ -361,8 +356,12 @@ def _build(
             else input_bytes_per_sample
         ),
         sample_unit=sample_unit or builder.sample_unit,
-        source=source or (_TRANSFORMER_SOURCE if builder.kind == "transformer" else
-                          f"ad-hoc {builder_name}; architecture as torchvision.models"),
+        source=source
+        or (
+            _TRANSFORMER_SOURCE
+            if builder.kind == "transformer"
+            else f"ad-hoc {builder_name}; architecture as torchvision.models"
+        ),
         aliases=aliases,
         description=description,
         config=config,
@@ -401,9 +400,17 @@ def transformer(
     defaults filled in. Counting rules: :mod:`dlexplore.catalog._transformer`.
     """
     raw = {
-        "layers": layers, "hidden": hidden, "heads": heads, "seq": seq, "vocab": vocab,
-        "ffn_hidden": ffn_hidden, "causal": causal, "tied_embeddings": tied_embeddings,
-        "max_positions": max_positions, "type_vocab": type_vocab, "pooler": pooler,
+        "layers": layers,
+        "hidden": hidden,
+        "heads": heads,
+        "seq": seq,
+        "vocab": vocab,
+        "ffn_hidden": ffn_hidden,
+        "causal": causal,
+        "tied_embeddings": tied_embeddings,
+        "max_positions": max_positions,
+        "type_vocab": type_vocab,
+        "pooler": pooler,
         "prenorm": prenorm,
     }
     if name is None:
@@ -412,12 +419,15 @@ def transformer(
         given = {k: v for k, v in raw.items() if defaults[k] is _REQUIRED or v != defaults[k]}
         name = _spec_name("transformer", _BUILDERS["transformer"], given)
     if input_bytes_per_sample is not None:
-        input_bytes_per_sample = _as_number(input_bytes_per_sample, "transformer()",
-                                            "input_bytes_per_sample")
+        input_bytes_per_sample = _as_number(input_bytes_per_sample, "transformer()", "input_bytes_per_sample")
     return _build(
-        "transformer", raw, where="transformer()", name=name, source=source,
-        aliases=_as_aliases(aliases if isinstance(aliases, str) else list(aliases),
-                            "transformer()"), description=description,
+        "transformer",
+        raw,
+        where="transformer()",
+        name=name,
+        source=source,
+        aliases=_as_aliases(aliases if isinstance(aliases, str) else list(aliases), "transformer()"),
+        description=description,
         input_bytes_per_sample=input_bytes_per_sample,
     )
 
@@ -430,9 +440,7 @@ def _from_spec(spec: str) -> Workload:
     raw = _parse_config(body, builder, where)
     if not raw and any(d is _REQUIRED for _, d in builder.args.values()):
         names = ", ".join(builder.positional)
-        raise DlexploreError(
-            f"{where}: expected {builder_name}:{names} or key=value pairs after the colon"
-        )
+        raise DlexploreError(f"{where}: expected {builder_name}:{names} or key=value pairs after the colon")
     return _build(builder_name, raw, where=where)
 
 
@@ -473,8 +481,12 @@ def workload_from_dict(entry: Mapping[str, Any], *, origin: str) -> Workload:
             f"{', '.join(repr(k) for k in _TOTAL_KEYS)}; {found}"
         )
     form = forms[0]
-    form_keys = {"transformer": ("transformer",), "builder": ("builder", "config"),
-                 "layers": ("layers",), "totals": _TOTAL_KEYS}[form]
+    form_keys = {
+        "transformer": ("transformer",),
+        "builder": ("builder", "config"),
+        "layers": ("layers",),
+        "totals": _TOTAL_KEYS,
+    }[form]
     allowed = (*_COMMON_KEYS, *form_keys)
     for key in entry:
         if key not in allowed:
@@ -486,11 +498,11 @@ def workload_from_dict(entry: Mapping[str, Any], *, origin: str) -> Workload:
     meta: dict[str, Any] = {
         "name": name,
         "aliases": _as_aliases(entry.get("aliases"), origin),
-        "source": _as_str(entry["source"], origin, "source") if "source" in entry
-        else f"user file {origin}",
+        "source": _as_str(entry["source"], origin, "source") if "source" in entry else f"user file {origin}",
         "description": _as_str(entry.get("description", ""), origin, "description", empty=True),
         "sample_unit": _as_str(entry["sample_unit"], origin, "sample_unit")
-        if "sample_unit" in entry else None,
+        if "sample_unit" in entry
+        else None,
     }
     input_bytes = None
     if "input_bytes_per_sample" in entry:
@@ -505,8 +517,14 @@ def workload_from_dict(entry: Mapping[str, Any], *, origin: str) -> Workload:
         spec = entry["transformer"]
         if not isinstance(spec, Mapping):
             raise _bad(origin, "transformer", "an object of transformer sizes", spec)
-        return _build("transformer", spec, where=origin, prefix="transformer.",
-                      input_bytes_per_sample=input_bytes, **meta)
+        return _build(
+            "transformer",
+            spec,
+            where=origin,
+            prefix="transformer.",
+            input_bytes_per_sample=input_bytes,
+            **meta,
+        )
     if form == "builder":
         builder_name = entry["builder"]
         _, builder = _get_builder(builder_name, f"{origin}: builder")
@@ -515,8 +533,9 @@ def workload_from_dict(entry: Mapping[str, Any], *, origin: str) -> Workload:
             config = _parse_config(config, builder, f"{origin}: config")
         if not isinstance(config, Mapping):
             raise _bad(origin, "config", "an object or a 'key=value,...' string", config)
-        return _build(builder_name, config, where=origin, prefix="config.",
-                      input_bytes_per_sample=input_bytes, **meta)
+        return _build(
+            builder_name, config, where=origin, prefix="config.", input_bytes_per_sample=input_bytes, **meta
+        )
 
     if form == "totals":
         missing = [k for k in _TOTAL_KEYS if k not in entry]
@@ -525,23 +544,30 @@ def workload_from_dict(entry: Mapping[str, Any], *, origin: str) -> Workload:
                 f"{origin}: missing {', '.join(missing)}; the totals form needs all of "
                 f"{', '.join(_TOTAL_KEYS)}"
             )
-        layers: tuple[Layer, ...] = (Layer(
-            "model", "model",
-            _as_int(entry["params"], 0, origin, "params"),
-            _as_number(entry["flops_per_sample"], origin, "flops_per_sample"),
-            _as_number(entry["activation_bytes_per_sample"], origin,
-                       "activation_bytes_per_sample"),
-        ),)
+        layers: tuple[Layer, ...] = (
+            Layer(
+                "model",
+                "model",
+                _as_int(entry["params"], 0, origin, "params"),
+                _as_number(entry["flops_per_sample"], origin, "flops_per_sample"),
+                _as_number(entry["activation_bytes_per_sample"], origin, "activation_bytes_per_sample"),
+            ),
+        )
     else:
         items = entry["layers"]
         if not isinstance(items, list) or not items:
             raise _bad(origin, "layers", "a non-empty list of layer objects", items)
-        layers = tuple(_layer_from_dict(item, origin, f"layers[{i}]")
-                       for i, item in enumerate(items))
+        layers = tuple(_layer_from_dict(item, origin, f"layers[{i}]") for i, item in enumerate(items))
     return Workload(
-        name=name, kind="custom", layers=layers, input_bytes_per_sample=float(input_bytes),
-        sample_unit=meta["sample_unit"] or "samples", source=meta["source"],
-        aliases=meta["aliases"], description=meta["description"], config={},
+        name=name,
+        kind="custom",
+        layers=layers,
+        input_bytes_per_sample=float(input_bytes),
+        sample_unit=meta["sample_unit"] or "samples",
+        source=meta["source"],
+        aliases=meta["aliases"],
+        description=meta["description"],
+        config={},
     )
 
 
@@ -570,8 +596,16 @@ def _layer_from_dict(item: object, origin: str, at: str) -> Layer:
 # The catalog
 # ---------------------------------------------------------------------------------------------
 
-_CSV_COLUMNS = ("name", "aliases", "builder", "config", "input_bytes_per_sample", "sample_unit",
-                "source", "description")
+_CSV_COLUMNS = (
+    "name",
+    "aliases",
+    "builder",
+    "config",
+    "input_bytes_per_sample",
+    "sample_unit",
+    "source",
+    "description",
+)
 
 
 def _load_csv(registry: Registry[Workload]) -> None:
@@ -587,17 +621,17 @@ def _load_csv(registry: Registry[Workload]) -> None:
                 header = [c.strip() for c in cells]
                 if tuple(header) != _CSV_COLUMNS:
                     raise InputFileError(
-                        path, f"expected the columns {', '.join(_CSV_COLUMNS)}, got {cells}",
+                        path,
+                        f"expected the columns {', '.join(_CSV_COLUMNS)}, got {cells}",
                         line=line_no,
                     )
                 continue
             if len(cells) != len(header):
-                raise InputFileError(
-                    path, f"expected {len(header)} columns, got {len(cells)}", line=line_no
-                )
+                raise InputFileError(path, f"expected {len(header)} columns, got {len(cells)}", line=line_no)
             try:
-                registry.add(_workload_from_row(dict(zip(header, cells, strict=True)),
-                                                f"{path}, line {line_no}"))
+                registry.add(
+                    _workload_from_row(dict(zip(header, cells, strict=True)), f"{path}, line {line_no}")
+                )
             except DlexploreError as exc:
                 message = str(exc).removeprefix(f"{path}, line {line_no}: ")
                 raise InputFileError(path, message, line=line_no) from None
@@ -663,8 +697,7 @@ def _resized(wl: Workload, seq: int) -> Workload:
     cfg = dict(wl.config)
     cfg["seq"] = seq
     cfg["max_positions"] = max(cfg["max_positions"], seq)
-    return transformer(**cfg, name=f"{wl.name}@seq{seq}", source=wl.source,
-                       description=wl.description)
+    return transformer(**cfg, name=f"{wl.name}@seq{seq}", source=wl.source, description=wl.description)
 
 
 def workloads() -> pd.DataFrame:

@@ -45,14 +45,21 @@ def _step() -> Solution:
         f"{_T_COMPUTE * tdp + _T_COMM * comm:g} J.\n"
         f"All {_P} GPUs, x PUE {_PUE}: {_P} x {_T_COMPUTE * tdp + _T_COMM * comm:g} x {_PUE} = {e:.2f} J."
     )
-    return Solution(STEP, e, working, (
-        (_step_joules(pue=1.0), "multiply by the PUE: the data centre spends 1.2 J per J the IT uses."),
-        (_step_joules(comm_power=tdp), "while only communicating the GPU is not at TDP: halfway "
-                                       "between idle and TDP."),
-        (_step_joules(comm_power=idle), "communicating is not idle: use halfway between idle and TDP."),
-        (_step_joules() / _P, f"count all {_P} GPUs."),
-        (_PUE * _P * (_T_COMPUTE + _T_COMM) * tdp, "the communication phase draws less than TDP."),
-    ))
+    return Solution(
+        STEP,
+        e,
+        working,
+        (
+            (_step_joules(pue=1.0), "multiply by the PUE: the data centre spends 1.2 J per J the IT uses."),
+            (
+                _step_joules(comm_power=tdp),
+                "while only communicating the GPU is not at TDP: halfway between idle and TDP.",
+            ),
+            (_step_joules(comm_power=idle), "communicating is not idle: use halfway between idle and TDP."),
+            (_step_joules() / _P, f"count all {_P} GPUs."),
+            (_PUE * _P * (_T_COMPUTE + _T_COMM) * tdp, "the communication phase draws less than TDP."),
+        ),
+    )
 
 
 def _epoch() -> Solution:
@@ -65,12 +72,19 @@ def _epoch() -> Solution:
         f"Energy: {_IMAGENET / samples:.1f} x {e_step:.2f} J = {_IMAGENET / samples * e_step:,.0f} J "
         f"= / 3.6e6 J/kWh = {kwh:.4f} kWh."
     )
-    return Solution(EPOCH, kwh, working, (
-        (_IMAGENET / _BATCH * e_step / _J_PER_KWH, f"a step trains {_BATCH} images on each of the "
-                                                   f"{_P} GPUs: {samples} per step."),
-        (_IMAGENET / samples * e_step / 1e3, "1 kWh is 3.6e6 J (1000 W for 3600 s), not 1000 J."),
-        (_IMAGENET / samples * _step_joules(pue=1.0) / _J_PER_KWH, "include the PUE."),
-    ))
+    return Solution(
+        EPOCH,
+        kwh,
+        working,
+        (
+            (
+                _IMAGENET / _BATCH * e_step / _J_PER_KWH,
+                f"a step trains {_BATCH} images on each of the {_P} GPUs: {samples} per step.",
+            ),
+            (_IMAGENET / samples * e_step / 1e3, "1 kWh is 3.6e6 J (1000 W for 3600 s), not 1000 J."),
+            (_IMAGENET / samples * _step_joules(pue=1.0) / _J_PER_KWH, "include the PUE."),
+        ),
+    )
 
 
 def _ratio() -> Solution:
@@ -85,28 +99,60 @@ def _ratio() -> Solution:
         f"a {_P * _T_COMPUTE / (_T_COMPUTE + _T_COMM):.2f}x faster epoch. Less than the time ratio "
         f"{(_T_COMPUTE + _T_COMM) / _T_COMPUTE:g}, because communicating GPUs draw less than TDP."
     )
-    return Solution(RATIO, ratio, working, (
-        (eight / one, "compare per image (or per epoch): the 8 GPUs train 8 times the images per step."),
-        ((_T_COMPUTE + _T_COMM) / _T_COMPUTE, "the communication phase draws less than TDP: "
-                                              f"{comm:g} W."),
-    ))
+    return Solution(
+        RATIO,
+        ratio,
+        working,
+        (
+            (eight / one, "compare per image (or per epoch): the 8 GPUs train 8 times the images per step."),
+            (
+                (_T_COMPUTE + _T_COMM) / _T_COMPUTE,
+                f"the communication phase draws less than TDP: {comm:g} W.",
+            ),
+        ),
+    )
 
 
-STEP = register(Exercise(
-    201, "step-energy", "Energy of one step",
-    f"8 {_GPU} GPUs each compute for {_T_COMPUTE * 1e3:g} ms and then wait {_T_COMM * 1e3:g} ms on the "
-    f"allreduce per step. Computing draws TDP, communicating halfway between idle and TDP; PUE {_PUE}. "
-    "Energy per step?", "J", 0.01, "a number"), _step,
-    "E = PUE x gpus x (t_compute x P_compute + t_comm x P_comm), with P_comm halfway between idle and "
-    "TDP.")
-EPOCH = register(Exercise(
-    202, "epoch-energy", "Energy of an ImageNet epoch",
-    f"With {_BATCH} images per GPU per step, how much energy does one epoch of ImageNet-1k "
-    f"({_IMAGENET:,} images) take in that setting?", "kWh", 0.01, "a number"), _epoch,
-    "steps per epoch = images / (GPUs x batch per GPU); 1 kWh = 3.6e6 J.")
-RATIO = register(Exercise(
-    203, "energy-ratio", "More GPUs, more energy?",
-    f"On 1 GPU the step is {_T_COMPUTE * 1e3:g} ms of compute and nothing else. How many times the "
-    "1-GPU energy does an epoch on 8 GPUs take (energy per epoch on 8 / on 1)?", "x", 0.01,
-    "a number"), _ratio,
-    "compare energy per image: (8 GPUs' energy per step / 512) / (1 GPU's / 64).")
+STEP = register(
+    Exercise(
+        201,
+        "step-energy",
+        "Energy of one step",
+        f"8 {_GPU} GPUs each compute for {_T_COMPUTE * 1e3:g} ms and then wait {_T_COMM * 1e3:g} ms on the "
+        f"allreduce per step. Computing draws TDP, communicating halfway between idle and TDP; PUE {_PUE}. "
+        "Energy per step?",
+        "J",
+        0.01,
+        "a number",
+    ),
+    _step,
+    "E = PUE x gpus x (t_compute x P_compute + t_comm x P_comm), with P_comm halfway between idle and TDP.",
+)
+EPOCH = register(
+    Exercise(
+        202,
+        "epoch-energy",
+        "Energy of an ImageNet epoch",
+        f"With {_BATCH} images per GPU per step, how much energy does one epoch of ImageNet-1k "
+        f"({_IMAGENET:,} images) take in that setting?",
+        "kWh",
+        0.01,
+        "a number",
+    ),
+    _epoch,
+    "steps per epoch = images / (GPUs x batch per GPU); 1 kWh = 3.6e6 J.",
+)
+RATIO = register(
+    Exercise(
+        203,
+        "energy-ratio",
+        "More GPUs, more energy?",
+        f"On 1 GPU the step is {_T_COMPUTE * 1e3:g} ms of compute and nothing else. How many times the "
+        "1-GPU energy does an epoch on 8 GPUs take (energy per epoch on 8 / on 1)?",
+        "x",
+        0.01,
+        "a number",
+    ),
+    _ratio,
+    "compare energy per image: (8 GPUs' energy per step / 512) / (1 GPU's / 64).",
+)

@@ -166,8 +166,9 @@ class _Parser:
 
     def parse(self) -> Node:
         if self.peek().kind == "end":
-            raise _error(self.expression, 0, "the expression is empty; expected a condition "
-                         "such as 'gpus<=8'")
+            raise _error(
+                self.expression, 0, "the expression is empty; expected a condition such as 'gpus<=8'"
+            )
         node = self.or_expr()
         if self.peek().kind != "end":
             raise self.fail(self.peek(), "'and', 'or' or the end of the expression")
@@ -219,8 +220,9 @@ class _Parser:
                 self.take()
             return _Compare(self.column(first), first.pos, "in", self.values(), negate)
         if token.kind != "op":
-            raise self.fail(token, "a comparison ('==', '!=', '<', '<=', '>', '>=') or 'in' after "
-                            f"{first.text!r}")
+            raise self.fail(
+                token, f"a comparison ('==', '!=', '<', '<=', '>', '>=') or 'in' after {first.text!r}"
+            )
         op = self.take().text
         second = self.take()
         if second.kind not in ("word", "string"):
@@ -231,10 +233,13 @@ class _Parser:
             column = self.column(second)
             flip = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
             low = _Value(first.text, first.kind == "string", first.pos)
-            return _Bool("and", (_Compare(column, second.pos, flip[op], (low,)),
-                                 _Compare(column, second.pos, op2, (third,))))
-        return _Compare(self.column(first), first.pos, op,
-                        (_Value(second.text, second.kind == "string", second.pos),))
+            return _Bool(
+                "and",
+                (_Compare(column, second.pos, flip[op], (low,)), _Compare(column, second.pos, op2, (third,))),
+            )
+        return _Compare(
+            self.column(first), first.pos, op, (_Value(second.text, second.kind == "string", second.pos),)
+        )
 
     def column(self, token: _Token) -> str:
         if token.kind != "word" or _NUMBER.fullmatch(token.text):
@@ -280,37 +285,55 @@ def _evaluate(node: Node, frame: pd.DataFrame, expression: str) -> np.ndarray:
     key = columns.get(node.column.lower())
     if key is None:
         hint = suggest(node.column, [str(c) for c in frame.columns])
-        raise _error(expression, node.column_pos, f"unknown column {node.column!r}"
-                     + (f" (did you mean {hint[0]!r}?)" if hint else "")
-                     + f"; the points have columns {', '.join(map(str, frame.columns))}")
+        raise _error(
+            expression,
+            node.column_pos,
+            f"unknown column {node.column!r}"
+            + (f" (did you mean {hint[0]!r}?)" if hint else "")
+            + f"; the points have columns {', '.join(map(str, frame.columns))}",
+        )
     series = frame[key]
     if _is_numeric(series):
         values = series.to_numpy(dtype=float)
         numbers = []
         for v in node.values:
             if v.number is None:
-                raise _error(expression, v.pos, f"{node.column} is numeric; expected a number, "
-                             f"found {v.text!r}")
+                raise _error(
+                    expression, v.pos, f"{node.column} is numeric; expected a number, found {v.text!r}"
+                )
             numbers.append(v.number)
         if node.op == "in":
             mask = np.isin(values, numbers)
             return ~mask if node.negate_in else mask
         x = numbers[0]
         with np.errstate(invalid="ignore"):
-            return {"==": values == x, "!=": values != x, "<": values < x, "<=": values <= x,
-                    ">": values > x, ">=": values >= x}[node.op]
+            return {
+                "==": values == x,
+                "!=": values != x,
+                "<": values < x,
+                "<=": values <= x,
+                ">": values > x,
+                ">=": values >= x,
+            }[node.op]
     if node.op not in ("==", "!=", "in"):
-        raise _error(expression, node.values[0].pos, f"{node.column} is text; only '==', '!=' and "
-                     f"'in' apply to it, not {node.op!r}")
+        raise _error(
+            expression,
+            node.values[0].pos,
+            f"{node.column} is text; only '==', '!=' and 'in' apply to it, not {node.op!r}",
+        )
     text = series.astype(str).str.lower().to_numpy()
     present = sorted(set(series.astype(str)))
     wanted = []
     for v in node.values:
         if v.text.lower() not in set(text):
             hint = suggest(v.text, present)
-            raise _error(expression, v.pos, f"no point has {node.column} {v.text!r}"
-                         + (f" (did you mean {hint[0]!r}?)" if hint else "")
-                         + f"; the points have {', '.join(present)}")
+            raise _error(
+                expression,
+                v.pos,
+                f"no point has {node.column} {v.text!r}"
+                + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                + f"; the points have {', '.join(present)}",
+            )
         wanted.append(v.text.lower())
     mask = np.isin(text, wanted)
     if node.op == "!=" or (node.op == "in" and node.negate_in):
@@ -340,11 +363,13 @@ def select(frame: pd.DataFrame, fit_on: Selection) -> np.ndarray:
         result = fit_on(frame.copy()) if callable(fit_on) else fit_on
         values = np.asarray(result)
         if values.dtype != bool:
-            raise DlexploreError(f"fit_on: {what} gave dtype {values.dtype}; expected booleans, one "
-                                 f"per point ({n})")
+            raise DlexploreError(
+                f"fit_on: {what} gave dtype {values.dtype}; expected booleans, one per point ({n})"
+            )
         if values.shape != (n,):
-            raise DlexploreError(f"fit_on: {what} has shape {values.shape}; expected one boolean per "
-                                 f"point ({n},)")
+            raise DlexploreError(
+                f"fit_on: {what} has shape {values.shape}; expected one boolean per point ({n},)"
+            )
         mask = values.copy()
     if n and not mask.any():
         raise DlexploreError(f"fit_on {what} selects none of the {n} points; expected at least one")

@@ -95,46 +95,118 @@ PARAMETERS: dict[str, _Spec] = {
     "overlap": _Spec("1", 0.0, 1.0, 1.0, "fraction of communication allowed to overlap backward"),
     "gamma": _Spec("s/byte", 0.0, math.inf, 1e-11, "reduction cost per byte"),
     "servers": _Spec("count", 1.0, math.inf, 1.0, "parameter servers", integer=True),
-    "memory_efficiency": _Spec("1", 1e-3, 1.0, 0.8,
-                               "fraction of GPU memory bandwidth reached by memory-bound kernels"),
+    "memory_efficiency": _Spec(
+        "1", 1e-3, 1.0, 0.8, "fraction of GPU memory bandwidth reached by memory-bound kernels"
+    ),
     "kernel_time": _Spec("s", 0.0, 1e-3, 5e-6, "fixed time of one GPU kernel"),
-    "winograd_speedup": _Spec("1", 1.0, 4.0, 1.5,
-                              "FLOP saving of Winograd's algorithm on 3x3 convolutions (vector units)"),
+    "winograd_speedup": _Spec(
+        "1", 1.0, 4.0, 1.5, "FLOP saving of Winograd's algorithm on 3x3 convolutions (vector units)"
+    ),
     "flash_efficiency": _Spec("1", 1e-3, 1.0, 0.6, "fraction of peak a flash-attention kernel reaches"),
-    "tcp_efficiency": _Spec("1", 1e-3, 1.0, 0.5,
-                            "fraction of a network's bandwidth collectives reach over kernel TCP"),
-    "ps_efficiency": _Spec("1", 1e-3, 1.0, 0.5,
-                           "fraction of a link's bandwidth parameter-server transfers reach"),
+    "tcp_efficiency": _Spec(
+        "1", 1e-3, 1.0, 0.5, "fraction of a network's bandwidth collectives reach over kernel TCP"
+    ),
+    "ps_efficiency": _Spec(
+        "1", 1e-3, 1.0, 0.5, "fraction of a link's bandwidth parameter-server transfers reach"
+    ),
     "cycle_time": _Spec("s", 0.0, 1.0, 5e-3, "Horovod's cycle time"),
-    "negotiation_time": _Spec("s", 0.0, 1e-2, 1e-5,
-                              "Horovod's negotiation time per tensor and tree level"),
-    "tp_overlap": _Spec("1", 0.0, 1.0, 0.5,
-                        "fraction of tensor-parallel communication allowed to hide behind GEMMs"),
+    "negotiation_time": _Spec("s", 0.0, 1e-2, 1e-5, "Horovod's negotiation time per tensor and tree level"),
+    "tp_overlap": _Spec(
+        "1", 0.0, 1.0, 0.5, "fraction of tensor-parallel communication allowed to hide behind GEMMs"
+    ),
 }
-_TRAINING_ONLY = ("compute_efficiency", "overlap", "memory_efficiency", "kernel_time",
-                  "winograd_speedup", "flash_efficiency", "ps_efficiency", "cycle_time",
-                  "negotiation_time", "tp_overlap")
+_TRAINING_ONLY = (
+    "compute_efficiency",
+    "overlap",
+    "memory_efficiency",
+    "kernel_time",
+    "winograd_speedup",
+    "flash_efficiency",
+    "ps_efficiency",
+    "cycle_time",
+    "negotiation_time",
+    "tp_overlap",
+)
 #: dlexplore.predict's arguments: the settings Calibration.predict passes on.
-_PREDICT_ARGUMENTS = ("workload", "gpu", "network", "gpus", "batch_size", "bandwidth", "latency",
-                      "gpus_per_node", "intra_link", "intra_bandwidth", "intra_latency", "algorithm",
-                      "servers", "precision", "optimizer", "compute_efficiency", "bucket_size",
-                      "overlap", "gamma", "storage", "io_threads", "prefetch", "workspace", "buckets",
-                      "grad_accum", "seq", "attention", "memory_efficiency", "kernel_time",
-                      "winograd_speedup", "flash_efficiency", "framework", "transport",
-                      "servers_colocated", "tcp_efficiency", "ps_efficiency", "cycle_time",
-                      "negotiation_time", "operators")
+_PREDICT_ARGUMENTS = (
+    "workload",
+    "gpu",
+    "network",
+    "gpus",
+    "batch_size",
+    "bandwidth",
+    "latency",
+    "gpus_per_node",
+    "intra_link",
+    "intra_bandwidth",
+    "intra_latency",
+    "algorithm",
+    "servers",
+    "precision",
+    "optimizer",
+    "compute_efficiency",
+    "bucket_size",
+    "overlap",
+    "gamma",
+    "storage",
+    "io_threads",
+    "prefetch",
+    "workspace",
+    "buckets",
+    "grad_accum",
+    "seq",
+    "attention",
+    "memory_efficiency",
+    "kernel_time",
+    "winograd_speedup",
+    "flash_efficiency",
+    "framework",
+    "transport",
+    "servers_colocated",
+    "tcp_efficiency",
+    "ps_efficiency",
+    "cycle_time",
+    "negotiation_time",
+    "operators",
+)
 #: dlexplore.predict_parallel's settings a hybrid calibration's points can share.
-_HYBRID_ARGUMENTS = ("gpu", "network", "gpus_per_node", "intra_link", "precision", "optimizer",
-                     "micro_batch", "recompute", "schedule", "virtual_stages", "attention",
-                     "memory_convention", "sequence_parallel", "zero", "tp", "pp", "seq")
+_HYBRID_ARGUMENTS = (
+    "gpu",
+    "network",
+    "gpus_per_node",
+    "intra_link",
+    "precision",
+    "optimizer",
+    "micro_batch",
+    "recompute",
+    "schedule",
+    "virtual_stages",
+    "attention",
+    "memory_convention",
+    "sequence_parallel",
+    "zero",
+    "tp",
+    "pp",
+    "seq",
+)
 _IDENTIFYING = {
-    "training": ("workload", "gpu", "network", "precision", "algorithm", "gpus", "gpus_per_node",
-                 "batch_size", "grad_accum", "seq", "baseline_gpus", "setup"),
-    "communication": ("collective", "algorithm", "gpu", "network", "gpus", "gpus_per_node", "bytes",
-                      "setup"),
+    "training": (
+        "workload",
+        "gpu",
+        "network",
+        "precision",
+        "algorithm",
+        "gpus",
+        "gpus_per_node",
+        "batch_size",
+        "grad_accum",
+        "seq",
+        "baseline_gpus",
+        "setup",
+    ),
+    "communication": ("collective", "algorithm", "gpu", "network", "gpus", "gpus_per_node", "bytes", "setup"),
 }
-_MEASURED_ORDER = {"training": ("throughput", "efficiency"),
-                   "communication": ("time", "busbw", "algbw")}
+_MEASURED_ORDER = {"training": ("throughput", "efficiency"), "communication": ("time", "busbw", "algbw")}
 _UNITS = {"throughput": "samples/s", "efficiency": "1", "time": "s", "busbw": "GB/s", "algbw": "GB/s"}
 _PROBE = 0.05  # relative move of a parameter in the identifiability check
 _ZERO = 1e-9  # smaller changes of log(prediction) count as none
@@ -212,13 +284,16 @@ class Calibration:
                     groups = "; ".join(rows["group"])
                     raise DlexploreError(
                         f"{name} was fitted per {', '.join(columns)} ({groups}); give one {column}= "
-                        f"to choose, or {name}= itself")
+                        f"to choose, or {name}= itself"
+                    )
                 key.append(_canonical(column, str(value)))
             labels = self.group_keys.get(str(name), {})
             match = rows[[labels.get(g) == tuple(key) for g in rows["group"]]]
             if match.empty:
-                raise DlexploreError(f"{name}: no group with {', '.join(map(str, key))} was fitted; "
-                                     f"groups: {'; '.join(rows['group'])}")
+                raise DlexploreError(
+                    f"{name}: no group with {', '.join(map(str, key))} was fitted; "
+                    f"groups: {'; '.join(rows['group'])}"
+                )
             if bool(match.iloc[0]["identifiable"]):
                 out[str(name)] = float(match.iloc[0]["value"])
         return out
@@ -240,18 +315,23 @@ class Calibration:
         """
         if self.kind == "hybrid":
             return self._predict_hybrid(**kwargs)
-        selectors = {k: kwargs.pop(k) for k in list(kwargs)
-                     if self.setups is not None and k in self.setups and k not in _PREDICT_ARGUMENTS}
-        base = {k: v for k, v in self._settings_for({**selectors, **kwargs}).items()
-                if k in _PREDICT_ARGUMENTS}
+        selectors = {
+            k: kwargs.pop(k)
+            for k in list(kwargs)
+            if self.setups is not None and k in self.setups and k not in _PREDICT_ARGUMENTS
+        }
+        base = {
+            k: v for k, v in self._settings_for({**selectors, **kwargs}).items() if k in _PREDICT_ARGUMENTS
+        }
         fitted = self.fitted(**{**base, **selectors, **kwargs})
         if self.kind == "communication":
             return self.predict_comm(**kwargs)
         args = {**self.model_kwargs, **base, **fitted, **kwargs}
         if "network" not in args or args["network"] is None:
             if not ("bandwidth" in args and "latency" in args):
-                raise DlexploreError("give network= (or bandwidth= and latency=) to predict with this "
-                                     "calibration")
+                raise DlexploreError(
+                    "give network= (or bandwidth= and latency=) to predict with this calibration"
+                )
             args["network"] = None
         ds = model_predict(**args)
         where = {**base, **selectors, **kwargs}
@@ -272,8 +352,9 @@ class Calibration:
         call = {k: v for k, v in kwargs.items() if k in accepted}
         return predict_parallel(**{**shared, **call}, calibration=self)
 
-    def add_band(self, ds: xr.Dataset, evaluate: Callable[..., xr.Dataset],
-                 level: float | None = None, **where: Any) -> xr.Dataset:
+    def add_band(
+        self, ds: xr.Dataset, evaluate: Callable[..., xr.Dataset], level: float | None = None, **where: Any
+    ) -> xr.Dataset:
         """``ds`` with ``<variable>_lower`` and ``<variable>_upper`` for each of
         :data:`dlexplore.fit.band.BAND_VARIABLES` it has: the prediction interval at ``level``
         (default :attr:`level`) from the residuals and the covariance of the fitted parameters that
@@ -289,28 +370,43 @@ class Calibration:
         sizes = [ds[v].size for v in variables]
 
         def flat(out: xr.Dataset) -> np.ndarray:
-            return np.concatenate([np.asarray(out[v].transpose(*ds[v].dims).values, dtype=float).ravel()
-                                   for v in variables])
+            return np.concatenate(
+                [np.asarray(out[v].transpose(*ds[v].dims).values, dtype=float).ravel() for v in variables]
+            )
 
-        grads = gradients(lambda vals: flat(evaluate(**vals)), values,
-                          {n: (PARAMETERS[n].lower, PARAMETERS[n].upper) for n in names},
-                          {n: PARAMETERS[n].typical for n in names}, base=flat(ds))
-        cov = np.array([[self.covariance.loc[a, b] if self.covariance is not None else math.nan
-                         for _, b, _ in chosen] for _, a, _ in chosen]).reshape(len(chosen), len(chosen))
+        grads = gradients(
+            lambda vals: flat(evaluate(**vals)),
+            values,
+            {n: (PARAMETERS[n].lower, PARAMETERS[n].upper) for n in names},
+            {n: PARAMETERS[n].typical for n in names},
+            base=flat(ds),
+        )
+        cov = np.array(
+            [
+                [self.covariance.loc[a, b] if self.covariance is not None else math.nan for _, b, _ in chosen]
+                for _, a, _ in chosen
+            ]
+        ).reshape(len(chosen), len(chosen))
         lower, upper = interval(flat(ds), grads, cov, names, self.residual_variance, self.dof, level)
         out = ds.copy()
         start = 0
         for v, size in zip(variables, sizes, strict=True):
             for suffix, bound in (("lower", lower), ("upper", upper)):
-                da = xr.DataArray(bound[start:start + size].reshape(ds[v].shape), dims=ds[v].dims,
-                                  coords=ds[v].coords)
-                da.attrs = {"units": ds[v].attrs.get("units", ""),
-                            "long_name": f"{suffix} bound of the {level:.0%} prediction interval "
-                                         f"of {ds[v].attrs.get('long_name', v)}"}
+                da = xr.DataArray(
+                    bound[start : start + size].reshape(ds[v].shape), dims=ds[v].dims, coords=ds[v].coords
+                )
+                da.attrs = {
+                    "units": ds[v].attrs.get("units", ""),
+                    "long_name": f"{suffix} bound of the {level:.0%} prediction interval "
+                    f"of {ds[v].attrs.get('long_name', v)}",
+                }
                 out[f"{v}_{suffix}"] = da
             start += size
-        out.attrs.update(band=BAND_TEXT, band_level=level,
-                         band_parameters=", ".join(label for _, label, _ in chosen) or "none")
+        out.attrs.update(
+            band=BAND_TEXT,
+            band_level=level,
+            band_parameters=", ".join(label for _, label, _ in chosen) or "none",
+        )
         return out
 
     def _band_parameters(self, where: Mapping[str, Any]) -> list[tuple[str, str, float]]:
@@ -322,9 +418,12 @@ class Calibration:
             rows = self.params[(self.params["name"] == name) & self.params["identifiable"]]
             for _, row in rows.iterrows():
                 label = name if row["group"] == "all" else f"{name} [{row['group']}]"
-                if math.isclose(float(row["value"]), value, rel_tol=0, abs_tol=0) and \
-                        self.covariance is not None and label in self.covariance.index and \
-                        np.isfinite(self.covariance.loc[label, label]):
+                if (
+                    math.isclose(float(row["value"]), value, rel_tol=0, abs_tol=0)
+                    and self.covariance is not None
+                    and label in self.covariance.index
+                    and np.isfinite(self.covariance.loc[label, label])
+                ):
                     out.append((name, label, value))
                     break
         return out
@@ -342,8 +441,9 @@ class Calibration:
                 rows = match
         return _shared(rows, self.kind)
 
-    def predict_comm(self, collective: str | None = None, algorithm: str | None = None,
-                     **kwargs: Any) -> xr.Dataset:
+    def predict_comm(
+        self, collective: str | None = None, algorithm: str | None = None, **kwargs: Any
+    ) -> xr.Dataset:
         """:func:`dlexplore.predict_comm` with the fitted bandwidth (GB/s) and latency (s).
 
         The network's fitted ``bandwidth``/``latency`` when they were fitted, else the intra-node
@@ -371,10 +471,26 @@ class Calibration:
             if name not in args and name in self.model_kwargs:
                 args[name] = self.model_kwargs[name]
         args.update(kwargs)
-        ds = predict_comm(collective, algorithm, **{k: v for k, v in args.items()
-                                                    if k in ("nbytes", "gpus", "bandwidth", "latency",
-                                                             "gamma", "servers", "gpus_per_node",
-                                                             "intra_bandwidth", "intra_latency")})
+        ds = predict_comm(
+            collective,
+            algorithm,
+            **{
+                k: v
+                for k, v in args.items()
+                if k
+                in (
+                    "nbytes",
+                    "gpus",
+                    "bandwidth",
+                    "latency",
+                    "gamma",
+                    "servers",
+                    "gpus_per_node",
+                    "intra_bandwidth",
+                    "intra_latency",
+                )
+            },
+        )
         ds.attrs["calibration"] = self._summary_line()
         return ds
 
@@ -384,8 +500,11 @@ class Calibration:
         """The points table (a copy), with ``attrs`` holding the parameters and the error summary."""
         frame = self.points.copy()
         frame.attrs.update(
-            source=self.source, fit_on=self.fit_on, error_definition=ERROR_DEFINITION,
-            mape_fit=self.mape_fit, mape_holdout=self.mape_holdout,
+            source=self.source,
+            fit_on=self.fit_on,
+            error_definition=ERROR_DEFINITION,
+            mape_fit=self.mape_fit,
+            mape_holdout=self.mape_holdout,
             max_error_holdout=self.max_error_holdout,
             params=self.params.to_dict(orient="records"),
         )
@@ -393,13 +512,21 @@ class Calibration:
 
     def to_dict(self) -> dict[str, Any]:
         """Everything as plain JSON-ready values (NaN and inf become None and "inf")."""
-        return _plain({
-            "source": self.source, "name": self.name, "kind": self.kind, "fit_on": self.fit_on,
-            "error_definition": ERROR_DEFINITION, "mape_fit": self.mape_fit,
-            "mape_holdout": self.mape_holdout, "max_error_holdout": self.max_error_holdout,
-            "params": self.params.to_dict(orient="records"),
-            "points": self.points.to_dict(orient="records"), "notes": list(self.notes),
-        })
+        return _plain(
+            {
+                "source": self.source,
+                "name": self.name,
+                "kind": self.kind,
+                "fit_on": self.fit_on,
+                "error_definition": ERROR_DEFINITION,
+                "mape_fit": self.mape_fit,
+                "mape_holdout": self.mape_holdout,
+                "max_error_holdout": self.max_error_holdout,
+                "params": self.params.to_dict(orient="records"),
+                "points": self.points.to_dict(orient="records"),
+                "notes": list(self.notes),
+            }
+        )
 
     def to_json(self) -> str:
         """:meth:`to_dict` as a JSON text."""
@@ -407,8 +534,10 @@ class Calibration:
 
     def _summary_line(self) -> str:
         fitted = int(self.points["fitted"].sum())
-        return (f"calibrated on {fitted} of {len(self.points)} points of {self.name or self.source} "
-                f"({self.fit_on}); MAPE {_pct(self.mape_fit)} fitted, {_pct(self.mape_holdout)} others")
+        return (
+            f"calibrated on {fitted} of {len(self.points)} points of {self.name or self.source} "
+            f"({self.fit_on}); MAPE {_pct(self.mape_fit)} fitted, {_pct(self.mape_holdout)} others"
+        )
 
     def _error_lines(self) -> list[str]:
         fitted = int(self.points["fitted"].sum())
@@ -416,8 +545,11 @@ class Calibration:
         return [
             f"error = {ERROR_DEFINITION}",
             f"MAPE {_pct(self.mape_fit)} on the {fitted} fitted point(s); "
-            + (f"{_pct(self.mape_holdout)} on the {others} other(s), largest "
-               f"{_pct(self.max_error_holdout)}" if others else "no other point"),
+            + (
+                f"{_pct(self.mape_holdout)} on the {others} other(s), largest {_pct(self.max_error_holdout)}"
+                if others
+                else "no other point"
+            ),
         ]
 
     def __repr__(self) -> str:
@@ -433,9 +565,11 @@ class Calibration:
     def _all_notes(self) -> list[str]:
         """The calibration's notes, then what the parameter table says of fitted parameters (a bound
         reached, a grid search)."""
-        extra = [f"{row['name']}" + ("" if row["group"] == "all" else f" [{row['group']}]")
-                 + f": {row['note']}" for _, row in self.params.iterrows()
-                 if row["identifiable"] and row["note"] and row["name"] in PARAMETERS]
+        extra = [
+            f"{row['name']}" + ("" if row["group"] == "all" else f" [{row['group']}]") + f": {row['note']}"
+            for _, row in self.params.iterrows()
+            if row["identifiable"] and row["note"] and row["name"] in PARAMETERS
+        ]
         return [*self.notes, *extra]
 
     def _repr_html_(self) -> str:
@@ -444,11 +578,14 @@ class Calibration:
             params[column] = [_num(v) for v in params[column]]
         keep = ["name", "group", "value", "stderr", "units", "default"]
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in self._all_notes())
-        return (f"<div><b>Calibration of {html.escape(self.name or self.source)}</b> on "
-                f"{html.escape(self.fit_on)}"
-                + params[keep].to_html(index=False, escape=True)
-                + "".join(f"<p>{html.escape(line)}</p>" for line in self._error_lines())
-                + (f"<ul>{notes}</ul>" if notes else "") + "</div>")
+        return (
+            f"<div><b>Calibration of {html.escape(self.name or self.source)}</b> on "
+            f"{html.escape(self.fit_on)}"
+            + params[keep].to_html(index=False, escape=True)
+            + "".join(f"<p>{html.escape(line)}</p>" for line in self._error_lines())
+            + (f"<ul>{notes}</ul>" if notes else "")
+            + "</div>"
+        )
 
 
 def _num(value: Any) -> str:
@@ -550,8 +687,10 @@ def _identify(free: list[_Free], residual: Callable[[np.ndarray], np.ndarray], m
             rest -= b * float(b @ rest)
         if np.linalg.norm(rest) <= _DEPENDENT * np.linalg.norm(column):
             f.identifiable = False
-            f.note = (f"on the fitted points its effect is a combination of the effects of "
-                      f"{', '.join(kept)} (e.g. latency and bandwidth from one message size)")
+            f.note = (
+                f"on the fitted points its effect is a combination of the effects of "
+                f"{', '.join(kept)} (e.g. latency and bandwidth from one message size)"
+            )
             continue
         basis.append(rest / np.linalg.norm(rest))
         kept.append(_label(f))
@@ -559,12 +698,14 @@ def _identify(free: list[_Free], residual: Callable[[np.ndarray], np.ndarray], m
 
 def _unidentified(free: list[_Free]) -> list[str]:
     """One warning per parameter the points could not determine: why, and what it was held at."""
-    return [f"{_label(f)} cannot be determined from these points: {f.note}" for f in free
-            if not f.identifiable]
+    return [
+        f"{_label(f)} cannot be determined from these points: {f.note}" for f in free if not f.identifiable
+    ]
 
 
-def _least_squares(free: list[_Free], residual: Callable[[np.ndarray], np.ndarray],
-                   fixed: np.ndarray) -> tuple[float, int]:
+def _least_squares(
+    free: list[_Free], residual: Callable[[np.ndarray], np.ndarray], fixed: np.ndarray
+) -> tuple[float, int]:
     """Fit the identifiable parameters in place; return the cost (sum of r^2 / 2) and the dof."""
     active = [j for j, f in enumerate(free) if f.identifiable and not f.spec.integer]
     x = fixed.copy()
@@ -585,8 +726,17 @@ def _least_squares(free: list[_Free], residual: Callable[[np.ndarray], np.ndarra
     # scipy.optimize takes 0.2 s to import: only when a fit runs, so `import dlexplore` stays quick
     from scipy.optimize import least_squares
 
-    result = least_squares(fun, u0, bounds=(lower, upper), method="trf", x_scale=1.0,
-                           ftol=1e-12, xtol=1e-12, gtol=1e-12, max_nfev=400)
+    result = least_squares(
+        fun,
+        u0,
+        bounds=(lower, upper),
+        method="trf",
+        x_scale=1.0,
+        ftol=1e-12,
+        xtol=1e-12,
+        gtol=1e-12,
+        max_nfev=400,
+    )
     jac = np.asarray(result.jac, dtype=float)
     m, k = jac.shape
     dof = m - k
@@ -603,8 +753,11 @@ def _least_squares(free: list[_Free], residual: Callable[[np.ndarray], np.ndarra
         f = free[j]
         f.cov = {active[k]: float(covariance[i, k]) for k in range(len(active))}
         f.value = float(result.x[i] * scale[i])
-        f.stderr = float(np.sqrt(variance[i]) * scale[i]) if np.isfinite(variance[i]) else \
-            (math.inf if variance[i] == math.inf else math.nan)
+        f.stderr = (
+            float(np.sqrt(variance[i]) * scale[i])
+            if np.isfinite(variance[i])
+            else (math.inf if variance[i] == math.inf else math.nan)
+        )
         tolerance = 1e-6 * scale[i]
         if f.value - f.spec.lower <= tolerance or f.spec.upper - f.value <= tolerance:
             f.note = (f.note + "; " if f.note else "") + "at its bound"
@@ -614,8 +767,10 @@ def _least_squares(free: list[_Free], residual: Callable[[np.ndarray], np.ndarra
 
 def _dof_note(dof: int, free: list[_Free]) -> list[str]:
     if dof <= 0 and any(f.identifiable and not f.spec.integer for f in free):
-        return ["as many fitted points as parameters: no residual is left to estimate the noise, so "
-                "the standard errors are unknown (NaN); fit more points for them"]
+        return [
+            "as many fitted points as parameters: no residual is left to estimate the noise, so "
+            "the standard errors are unknown (NaN); fit more points for them"
+        ]
     return []
 
 
@@ -626,8 +781,12 @@ def _servers_candidates(gpus: np.ndarray) -> np.ndarray:
     return np.unique(np.round(np.geomspace(1, top, 48)).astype(int))
 
 
-def _fit(free: list[_Free], residual: Callable[[np.ndarray], np.ndarray], server_gpus: np.ndarray,
-         hold: Callable[[_Free], None]) -> int:
+def _fit(
+    free: list[_Free],
+    residual: Callable[[np.ndarray], np.ndarray],
+    server_gpus: np.ndarray,
+    hold: Callable[[_Free], None],
+) -> int:
     """Fit the identifiable parameters in place (``servers`` on a grid); return the residual
     degrees of freedom.
 
@@ -642,14 +801,17 @@ def _fit(free: list[_Free], residual: Callable[[np.ndarray], np.ndarray], server
             return dof
         for f in runaway:
             f.identifiable = False
-            f.note = (f"the best fit moves it to {_num(f.value)} {f.spec.units}, where it no longer "
-                      "changes any fitted prediction")
+            f.note = (
+                f"the best fit moves it to {_num(f.value)} {f.spec.units}, where it no longer "
+                "changes any fitted prediction"
+            )
             hold(f)
     return dof
 
 
-def _fit_once(free: list[_Free], residual: Callable[[np.ndarray], np.ndarray],
-              server_gpus: np.ndarray) -> int:
+def _fit_once(
+    free: list[_Free], residual: Callable[[np.ndarray], np.ndarray], server_gpus: np.ndarray
+) -> int:
     for f in free:
         if f.identifiable:
             f.note = ""  # a bound reached in an earlier pass
@@ -722,23 +884,28 @@ def _normalize_per(per: Any, params: Sequence[str], columns: Sequence[str]) -> d
     elif isinstance(per, (list, tuple)):
         per = {name: tuple(per) for name in params}
     if not isinstance(per, Mapping):
-        raise DlexploreError(f"per: expected a column, a tuple of columns or {{parameter: columns}}, "
-                             f"got {per!r}")
+        raise DlexploreError(
+            f"per: expected a column, a tuple of columns or {{parameter: columns}}, got {per!r}"
+        )
     out = {}
     for name, cols in per.items():
         if name not in params:
-            raise DlexploreError(f"per names {name!r}, which is not among the fitted params "
-                                 f"({', '.join(params)})")
+            raise DlexploreError(
+                f"per names {name!r}, which is not among the fitted params ({', '.join(params)})"
+            )
         cols = (cols,) if isinstance(cols, str) else tuple(cols)
         for col in cols:
             if col not in columns:
                 hint = suggest(col, columns)
-                raise DlexploreError(f"per {name}: the points have no column {col!r}"
-                                     + (f" (did you mean {hint[0]!r}?)" if hint else "")
-                                     + f"; columns: {', '.join(columns)}")
+                raise DlexploreError(
+                    f"per {name}: the points have no column {col!r}"
+                    + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                    + f"; columns: {', '.join(columns)}"
+                )
         if PARAMETERS[name].integer and cols:
-            raise DlexploreError(f"{name} is a whole number searched on a grid: one value for all "
-                                 "points, not per group")
+            raise DlexploreError(
+                f"{name} is a whole number searched on a grid: one value for all points, not per group"
+            )
         if cols:
             out[name] = cols
     return out
@@ -839,8 +1006,7 @@ def calibrate(
     if ds.attrs.get("table") == "hybrid":
         from .hybrid_calibration import calibrate_hybrid
 
-        return calibrate_hybrid(ds, fit_on=fit_on, params=params, per=per, level=level,
-                                **model_kwargs)
+        return calibrate_hybrid(ds, fit_on=fit_on, params=params, per=per, level=level, **model_kwargs)
     model = PointModel(ds, model_kwargs)
     table = model.table
     frame = model.frame.copy()
@@ -849,8 +1015,11 @@ def calibrate(
             frame[name] = ds[name].values
     y, variable = _measured(ds, table)
     selected = select(frame, fit_on)
-    fit_text = f"fit_on {fit_on!r}" if isinstance(fit_on, str) else \
-        ("all points" if fit_on is None else "the points selected by fit_on")
+    fit_text = (
+        f"fit_on {fit_on!r}"
+        if isinstance(fit_on, str)
+        else ("all points" if fit_on is None else "the points selected by fit_on")
+    )
 
     if params is None:
         one_node = (model.gpus <= model.gpus_per_node) & (model.algorithm != "hierarchical")
@@ -865,8 +1034,10 @@ def calibrate(
         if name not in PARAMETERS:
             raise UnknownNameError("calibration parameter", name, PARAMETERS)
         if table == "communication" and name in _TRAINING_ONLY:
-            raise DlexploreError(f"{name} is not a parameter of collectives; a communication table "
-                                 f"can fit {', '.join(p for p in PARAMETERS if p not in _TRAINING_ONLY)}")
+            raise DlexploreError(
+                f"{name} is not a parameter of collectives; a communication table "
+                f"can fit {', '.join(p for p in PARAMETERS if p not in _TRAINING_ONLY)}"
+            )
     if len(set(params)) != len(params):
         raise DlexploreError(f"params repeats a name: {list(params)}")
     per_map = _normalize_per(per, params, list(frame.columns))
@@ -876,8 +1047,7 @@ def calibrate(
 
     present = tuple(v for v in needed if v in set(variable))
 
-    def predictions(x: np.ndarray, where: np.ndarray | None,
-                    reasons: np.ndarray | None = None) -> np.ndarray:
+    def predictions(x: np.ndarray, where: np.ndarray | None, reasons: np.ndarray | None = None) -> np.ndarray:
         overrides: dict[str, np.ndarray] = {}
         for j, f in enumerate(free):
             if not f.override:
@@ -898,12 +1068,15 @@ def calibrate(
     notes: list[str] = []
     dropped = selected & ~usable
     if dropped.any():
-        why = "; ".join(f"point {i}: {reasons[i] or 'no positive measured value'}"
-                        for i in np.flatnonzero(dropped)[:8])
+        why = "; ".join(
+            f"point {i}: {reasons[i] or 'no positive measured value'}" for i in np.flatnonzero(dropped)[:8]
+        )
         notes.append(f"{int(dropped.sum())} selected point(s) cannot be fitted ({why})")
     if not fit.any():
-        raise DlexploreError(f"none of the {int(selected.sum())} point(s) selected by {fit_text} can be "
-                             f"predicted by the model: {notes[0] if notes else ''}")
+        raise DlexploreError(
+            f"none of the {int(selected.sum())} point(s) selected by {fit_text} can be "
+            f"predicted by the model: {notes[0] if notes else ''}"
+        )
     for f in free:
         members = f.members if f.members is not None else np.ones(model.n, dtype=bool)
         f.fit_points = int((members & fit).sum())
@@ -937,15 +1110,29 @@ def calibrate(
     x_final = np.array([f.value if f.identifiable else f.start for f in free], dtype=float)
     reasons = model.reason.copy()
     final = predictions(x_final, None, reasons)
-    result = _result(ds, model, frame, free, y, variable, final, fit, reasons, fit_text, notes,
-                     per_map, dict(model_kwargs), table)
+    result = _result(
+        ds,
+        model,
+        frame,
+        free,
+        y,
+        variable,
+        final,
+        fit,
+        reasons,
+        fit_text,
+        notes,
+        per_map,
+        dict(model_kwargs),
+        table,
+    )
     result.level = None if level is None else float(level)
-    return with_uncertainty(result, free, x_final, lambda x: predictions(x, None), residual(x_final),
-                            dof)
+    return with_uncertainty(result, free, x_final, lambda x: predictions(x, None), residual(x_final), dof)
 
 
-def _free_parameters(params: Sequence[str], per_map: dict, model: PointModel, frame: pd.DataFrame,
-                     selected: np.ndarray) -> list[_Free]:
+def _free_parameters(
+    params: Sequence[str], per_map: dict, model: PointModel, frame: pd.DataFrame, selected: np.ndarray
+) -> list[_Free]:
     free = []
     for name in params:
         defaults = model.defaults[name]
@@ -977,10 +1164,22 @@ def _free_parameters(params: Sequence[str], per_map: dict, model: PointModel, fr
     return free
 
 
-def _result(ds: xr.Dataset, model: PointModel, frame: pd.DataFrame, free: list[_Free], y: np.ndarray,
-            variable: np.ndarray, pred: np.ndarray, fit: np.ndarray, reasons: np.ndarray,
-            fit_text: str, notes: list[str], per_map: dict, model_kwargs: dict,
-            table: str) -> Calibration:
+def _result(
+    ds: xr.Dataset,
+    model: PointModel,
+    frame: pd.DataFrame,
+    free: list[_Free],
+    y: np.ndarray,
+    variable: np.ndarray,
+    pred: np.ndarray,
+    fit: np.ndarray,
+    reasons: np.ndarray,
+    fit_text: str,
+    notes: list[str],
+    per_map: dict,
+    model_kwargs: dict,
+    table: str,
+) -> Calibration:
     columns = [c for c in _IDENTIFYING[table] if c in frame.columns]
     points = frame[columns].copy().reset_index(drop=True)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -1006,11 +1205,21 @@ def _result(ds: xr.Dataset, model: PointModel, frame: pd.DataFrame, free: list[_
     setups = _setup_table(model, frame, table)
     name = ds.attrs.get("name", "")
     return Calibration(
-        params=_params_frame(free), points=points, mape_fit=mape_fit, mape_holdout=mape_holdout,
-        max_error_holdout=max_holdout, source=ds.attrs.get("source", ""), name=name,
-        fit_on=fit_text, kind=table, notes=notes, model_kwargs=model_kwargs, per=per_map,
+        params=_params_frame(free),
+        points=points,
+        mape_fit=mape_fit,
+        mape_holdout=mape_holdout,
+        max_error_holdout=max_holdout,
+        source=ds.attrs.get("source", ""),
+        name=name,
+        fit_on=fit_text,
+        kind=table,
+        notes=notes,
+        model_kwargs=model_kwargs,
+        per=per_map,
         group_keys={f.name: {g.group: g.key for g in free if g.name == f.name} for f in free},
-        settings=_shared(setups, table), setups=setups,
+        settings=_shared(setups, table),
+        setups=setups,
     )
 
 
@@ -1026,9 +1235,14 @@ def covariance_frame(free: list[_Free]) -> pd.DataFrame:
     return pd.DataFrame(matrix, index=labels, columns=labels)
 
 
-def with_uncertainty(result: Calibration, free: list[_Free], x: np.ndarray,
-                     predict_all: Callable[[np.ndarray], np.ndarray], residuals: np.ndarray,
-                     dof: int) -> Calibration:
+def with_uncertainty(
+    result: Calibration,
+    free: list[_Free],
+    x: np.ndarray,
+    predict_all: Callable[[np.ndarray], np.ndarray],
+    residuals: np.ndarray,
+    dof: int,
+) -> Calibration:
     """``result`` with the parameters' covariance, the residual variance (log units), and every
     point's prediction interval (``lower``, ``upper``, ``in_band``) at ``result.level``
     (:mod:`dlexplore.fit.band`)."""
@@ -1040,8 +1254,11 @@ def with_uncertainty(result: Calibration, free: list[_Free], x: np.ndarray,
         return result
     result.residual_variance = float(np.nansum(r**2) / dof) if dof > 0 else math.nan
     result.covariance = covariance_frame(free)
-    active = [j for j, f in enumerate(free) if f.identifiable and f.override
-              and np.isfinite(result.covariance.iloc[j, j])]
+    active = [
+        j
+        for j, f in enumerate(free)
+        if f.identifiable and f.override and np.isfinite(result.covariance.iloc[j, j])
+    ]
     names = [_label(free[j]) for j in active]
 
     def evaluate(values: Mapping[str, float]) -> np.ndarray:
@@ -1051,12 +1268,15 @@ def with_uncertainty(result: Calibration, free: list[_Free], x: np.ndarray,
         return predict_all(y)
 
     pred = result.points["predicted"].to_numpy(dtype=float)
-    grads = gradients(evaluate, {_label(free[j]): float(x[j]) for j in active},
-                      {_label(free[j]): (free[j].spec.lower, free[j].spec.upper) for j in active},
-                      {_label(free[j]): free[j].scale for j in active}, base=pred)
+    grads = gradients(
+        evaluate,
+        {_label(free[j]): float(x[j]) for j in active},
+        {_label(free[j]): (free[j].spec.lower, free[j].spec.upper) for j in active},
+        {_label(free[j]): free[j].scale for j in active},
+        base=pred,
+    )
     cov = result.covariance.loc[names, names].to_numpy() if names else np.zeros((0, 0))
-    lower, upper = interval(pred, grads, cov, names, result.residual_variance, result.dof,
-                            result.level)
+    lower, upper = interval(pred, grads, cov, names, result.residual_variance, result.dof, result.level)
     measured = result.points["measured"].to_numpy(dtype=float)
     result.points["lower"] = lower
     result.points["upper"] = upper
@@ -1068,27 +1288,45 @@ def _params_frame(free: list[_Free]) -> pd.DataFrame:
     rows = []
     for f in free:
         spec = f.spec
-        rows.append({
-            "name": f.name, "group": f.group, "value": f.value, "stderr": f.stderr,
-            "units": spec.units, "default": f.default, "identifiable": bool(f.identifiable),
-            "points": int(f.fit_points), "note": f.note,
-        })
-    return pd.DataFrame(rows, columns=["name", "group", "value", "stderr", "units", "default",
-                                       "identifiable", "points", "note"])
+        rows.append(
+            {
+                "name": f.name,
+                "group": f.group,
+                "value": f.value,
+                "stderr": f.stderr,
+                "units": spec.units,
+                "default": f.default,
+                "identifiable": bool(f.identifiable),
+                "points": int(f.fit_points),
+                "note": f.note,
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=["name", "group", "value", "stderr", "units", "default", "identifiable", "points", "note"],
+    )
 
 
 def _setup_table(model: PointModel, frame: pd.DataFrame, table: str) -> pd.DataFrame:
     """Each point's setup as the model ran it, to find the settings of a group of points."""
     columns: dict[str, Any] = {
-        "gpus": model.gpus, "gpus_per_node": model.gpus_per_node, "intra_link": model.intra_link,
+        "gpus": model.gpus,
+        "gpus_per_node": model.gpus_per_node,
+        "intra_link": model.intra_link,
         "algorithm": model.algorithm,
     }
     if table == "training":
-        columns.update(workload=model.workload, gpu=model.gpu, precision=model.precision,
-                       batch_size=model.batch_size, grad_accum=model.grad_accum,
-                       framework=model.framework, transport=model.transport,
-                       servers_colocated=model.colocated,
-                       network=[n if catalog_link_known(n) else "" for n in model.network])
+        columns.update(
+            workload=model.workload,
+            gpu=model.gpu,
+            precision=model.precision,
+            batch_size=model.batch_size,
+            grad_accum=model.grad_accum,
+            framework=model.framework,
+            transport=model.transport,
+            servers_colocated=model.colocated,
+            network=[n if catalog_link_known(n) else "" for n in model.network],
+        )
     else:
         columns["collective"] = model.collective
         if "bytes" in frame:
@@ -1228,8 +1466,9 @@ def calibrate_from_trace(
         trace = load_trace(trace)
     unknown = set(model_kwargs) - {"bandwidth", "latency", "gamma"}
     if unknown:
-        raise DlexploreError(f"calibrate_from_trace: unknown keyword(s) {sorted(unknown)}; expected "
-                             "bandwidth, latency, gamma")
+        raise DlexploreError(
+            f"calibrate_from_trace: unknown keyword(s) {sorted(unknown)}; expected bandwidth, latency, gamma"
+        )
     params = (params,) if isinstance(params, str) else tuple(params)
     for name in params:
         if name not in ("latency", "bandwidth", "gamma"):
@@ -1238,11 +1477,17 @@ def calibrate_from_trace(
         raise DlexploreError(f"statistic must be 'min', 'median', 'mean' or None, got {statistic!r}")
 
     ops = collective_ops(trace)
-    ops = ops[ops["collective"].isin(list(ALGORITHMS)) & np.isfinite(ops["bytes"].to_numpy(float))
-              & (ops["bytes"].to_numpy(float) > 0) & (ops["ranks"].to_numpy() > 1)].copy()
+    ops = ops[
+        ops["collective"].isin(list(ALGORITHMS))
+        & np.isfinite(ops["bytes"].to_numpy(float))
+        & (ops["bytes"].to_numpy(float) > 0)
+        & (ops["ranks"].to_numpy() > 1)
+    ].copy()
     if ops.empty:
-        raise DlexploreError(f"{trace.source}: no collective with a known message size on two or more "
-                             "ranks; nothing to fit latency and bandwidth on")
+        raise DlexploreError(
+            f"{trace.source}: no collective with a known message size on two or more "
+            "ranks; nothing to fit latency and bandwidth on"
+        )
     last_in = ops["time_last_in"].to_numpy(float)
     ops["measure"] = np.where(np.isfinite(last_in) & (last_in > 0), last_in, ops["time"].to_numpy(float))
     ops["algorithm"] = [_trace_algorithm(c, algorithm) for c in ops["collective"]]
@@ -1254,9 +1499,16 @@ def calibrate_from_trace(
         points["measured_min"] = points["measured"]
         points["measured_max"] = points["measured"]
     else:
-        points = ops.groupby(keys, sort=True).agg(
-            count=("measure", "size"), measured=("measure", statistic),
-            measured_min=("measure", "min"), measured_max=("measure", "max")).reset_index()
+        points = (
+            ops.groupby(keys, sort=True)
+            .agg(
+                count=("measure", "size"),
+                measured=("measure", statistic),
+                measured_min=("measure", "min"),
+                measured_max=("measure", "max"),
+            )
+            .reset_index()
+        )
     points = points.rename(columns={"ranks": "gpus"}).reset_index(drop=True)
     points["gpus"] = points["gpus"].astype(np.int64)
     points["bytes"] = points["bytes"].astype(np.int64)
@@ -1272,24 +1524,40 @@ def calibrate_from_trace(
         "bandwidth": float(model_kwargs.get("bandwidth", link.bandwidth_gbs if link else math.nan)),
         "gamma": float(model_kwargs.get("gamma", 0.0)),
     }
-    free = [_Free(name, "all", None, defaults[name],
-                  defaults[name] if np.isfinite(defaults[name]) and defaults[name] > 0
-                  else PARAMETERS[name].typical, int(fit.sum()))
-            for name in params]
+    free = [
+        _Free(
+            name,
+            "all",
+            None,
+            defaults[name],
+            defaults[name]
+            if np.isfinite(defaults[name]) and defaults[name] > 0
+            else PARAMETERS[name].typical,
+            int(fit.sum()),
+        )
+        for name in params
+    ]
     order = {f.name: j for j, f in enumerate(free)}
     log_y = np.log(np.where(fit, y, 1.0))
 
     def times(x: np.ndarray, rows: np.ndarray) -> np.ndarray:
         value = {name: (x[order[name]] if name in order else defaults[name]) for name in defaults}
         out = np.full(len(points), np.nan)
-        if not all(np.isfinite(value[name]) or (name == "bandwidth" and value[name] == math.inf)
-                   for name in value):
+        if not all(
+            np.isfinite(value[name]) or (name == "bandwidth" and value[name] == math.inf) for name in value
+        ):
             return out
         for (collective, alg), group in points[rows].groupby(["collective", "algorithm"]).groups.items():
             i = np.asarray(group, dtype=np.int64)
-            out[i] = collective_time(collective, alg, points["bytes"].to_numpy(float)[i],
-                                     points["gpus"].to_numpy(float)[i], value["bandwidth"],
-                                     value["latency"], value["gamma"])
+            out[i] = collective_time(
+                collective,
+                alg,
+                points["bytes"].to_numpy(float)[i],
+                points["gpus"].to_numpy(float)[i],
+                value["bandwidth"],
+                value["latency"],
+                value["gamma"],
+            )
         return out
 
     def residual(x: np.ndarray) -> np.ndarray:
@@ -1314,16 +1582,22 @@ def calibrate_from_trace(
     pred = times(x_final, np.ones(len(points), dtype=bool))
     notes = list(messages) + _dof_note(dof, free)
     if statistic is not None:
-        notes.append(f"each point is the {statistic} over its operations of time_last_in (the time from "
-                     "the last rank entering to the last leaving; the mean duration where seen on "
-                     "one rank)")
+        notes.append(
+            f"each point is the {statistic} over its operations of time_last_in (the time from "
+            "the last rank entering to the last leaving; the mean duration where seen on "
+            "one rank)"
+        )
 
     batch = batch_size if batch_size is not None else _batch_size(trace)
-    compute_rows, compute_notes = _compute_parameters(trace, batch, steps, workload, gpu, precision,
-                                                      optimizer)
+    compute_rows, compute_notes = _compute_parameters(
+        trace, batch, steps, workload, gpu, precision, optimizer
+    )
     notes += compute_notes
-    params_frame = pd.concat([_params_frame(free), pd.DataFrame(compute_rows)], ignore_index=True) \
-        if compute_rows else _params_frame(free)
+    params_frame = (
+        pd.concat([_params_frame(free), pd.DataFrame(compute_rows)], ignore_index=True)
+        if compute_rows
+        else _params_frame(free)
+    )
 
     with np.errstate(divide="ignore", invalid="ignore"):
         error = (pred - y) / y
@@ -1333,30 +1607,53 @@ def calibrate_from_trace(
     points["error"] = error
     points["fitted"] = fit
     points["note"] = ""
-    order_cols = ["collective", "algorithm", "bytes", "gpus", "count", "variable", "units", "measured",
-                  "measured_min", "measured_max", "predicted", "error", "fitted", "note"]
+    order_cols = [
+        "collective",
+        "algorithm",
+        "bytes",
+        "gpus",
+        "count",
+        "variable",
+        "units",
+        "measured",
+        "measured_min",
+        "measured_max",
+        "predicted",
+        "error",
+        "fitted",
+        "note",
+    ]
     points = points[order_cols]
     holdout = ~fit & np.isfinite(error)
-    settings: dict[str, Any] = {"gpus": sorted(set(points["gpus"].tolist())),
-                                "bytes": sorted(set(points["bytes"].tolist()))}
+    settings: dict[str, Any] = {
+        "gpus": sorted(set(points["gpus"].tolist())),
+        "bytes": sorted(set(points["bytes"].tolist())),
+    }
     if points["collective"].nunique() == 1:
         settings["collective"] = str(points["collective"].iloc[0])
         settings["algorithm"] = str(points["algorithm"].iloc[0])
-    for key, value in (("workload", workload), ("gpu", gpu), ("precision", precision),
-                       ("batch_size", batch)):
+    for key, value in (("workload", workload), ("gpu", gpu), ("precision", precision), ("batch_size", batch)):
         if value is not None:
             settings[key] = value
-    fit_text = f"fit_on {fit_on!r}" if isinstance(fit_on, str) else \
-        ("all collective points" if fit_on is None else "the points selected by fit_on")
+    fit_text = (
+        f"fit_on {fit_on!r}"
+        if isinstance(fit_on, str)
+        else ("all collective points" if fit_on is None else "the points selected by fit_on")
+    )
     abs_error = np.abs(error)
     return Calibration(
-        params=params_frame, points=points,
+        params=params_frame,
+        points=points,
         mape_fit=float(np.nanmean(abs_error[fit])) if np.isfinite(abs_error[fit]).any() else math.nan,
         mape_holdout=float(np.mean(abs_error[holdout])) if holdout.any() else math.nan,
         max_error_holdout=float(np.max(abs_error[holdout])) if holdout.any() else math.nan,
-        source=trace.source, name=", ".join(Path(f).parent.name or f for f in trace.files[:1]),
-        fit_on=fit_text, kind="trace", notes=notes,
-        model_kwargs={k: v for k, v in model_kwargs.items()}, settings=settings,
+        source=trace.source,
+        name=", ".join(Path(f).parent.name or f for f in trace.files[:1]),
+        fit_on=fit_text,
+        kind="trace",
+        notes=notes,
+        model_kwargs={k: v for k, v in model_kwargs.items()},
+        settings=settings,
     )
 
 
@@ -1373,9 +1670,15 @@ def _trace_algorithm(collective: str, algorithm: str | Mapping[str, str] | None)
         return ALGORITHMS[collective][0]
 
 
-def _compute_parameters(trace: Trace, batch: int | None, steps: Sequence[int] | None,
-                        workload: str | None, gpu: str | None, precision: str,
-                        optimizer: str) -> tuple[list[dict], list[str]]:
+def _compute_parameters(
+    trace: Trace,
+    batch: int | None,
+    steps: Sequence[int] | None,
+    workload: str | None,
+    gpu: str | None,
+    precision: str,
+    optimizer: str,
+) -> tuple[list[dict], list[str]]:
     """Compute time per sample (or per step) from the breakdown, and the efficiency it implies."""
     notes: list[str] = []
     bd = trace.breakdown(steps=steps)
@@ -1391,15 +1694,34 @@ def _compute_parameters(trace: Trace, batch: int | None, steps: Sequence[int] | 
     if batch is None:
         notes.append("no batch size (give batch_size=): compute time is per step, not per sample")
         warnings.warn(CalibrationWarning(notes[-1]), stacklevel=3)
-        rows.append({"name": "time_compute_per_step", "group": "all", "value": median, "stderr": stderr,
-                     "units": "s", "default": math.nan, "identifiable": True, "points": n,
-                     "note": "median over ranks and steps of the breakdown's time_compute"})
+        rows.append(
+            {
+                "name": "time_compute_per_step",
+                "group": "all",
+                "value": median,
+                "stderr": stderr,
+                "units": "s",
+                "default": math.nan,
+                "identifiable": True,
+                "points": n,
+                "note": "median over ranks and steps of the breakdown's time_compute",
+            }
+        )
         return rows, notes
     per_sample = median / batch
-    rows.append({"name": "time_compute_per_sample", "group": "all", "value": per_sample,
-                 "stderr": stderr / batch, "units": "s/sample", "default": math.nan,
-                 "identifiable": True, "points": n,
-                 "note": f"median over ranks and steps of time_compute / {batch} samples"})
+    rows.append(
+        {
+            "name": "time_compute_per_sample",
+            "group": "all",
+            "value": per_sample,
+            "stderr": stderr / batch,
+            "units": "s/sample",
+            "default": math.nan,
+            "identifiable": True,
+            "points": n,
+            "note": f"median over ranks and steps of time_compute / {batch} samples",
+        }
+    )
     if workload is not None and gpu is not None:
         try:
             wl = catalog.workload(workload)
@@ -1413,8 +1735,17 @@ def _compute_parameters(trace: Trace, batch: int | None, steps: Sequence[int] | 
         busy = median - t_opt
         if busy > 0:
             efficiency = (1 + BACKWARD_TO_FORWARD) * wl.flops_per_sample * batch / (peak * busy)
-            rows.append({"name": "compute_efficiency", "group": "all", "value": efficiency,
-                         "stderr": efficiency * stderr / busy if np.isfinite(stderr) else math.nan,
-                         "units": "1", "default": default_compute_efficiency(prec), "identifiable": True,
-                         "points": n, "note": f"from time_compute with {wl.name} on {dev.name}"})
+            rows.append(
+                {
+                    "name": "compute_efficiency",
+                    "group": "all",
+                    "value": efficiency,
+                    "stderr": efficiency * stderr / busy if np.isfinite(stderr) else math.nan,
+                    "units": "1",
+                    "default": default_compute_efficiency(prec),
+                    "identifiable": True,
+                    "points": n,
+                    "note": f"from time_compute with {wl.name} on {dev.name}",
+                }
+            )
     return rows, notes

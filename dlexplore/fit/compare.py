@@ -81,19 +81,60 @@ __all__ = ["compare", "predict_points", "as_points", "ERROR_DEFINITION", "PARAME
 ERROR_DEFINITION = "(predicted - measured) / measured: > 0 where the model is above the measurement"
 
 #: The model's numeric parameters a point model can take per point (calibration fits these).
-PARAMETER_NAMES = ("compute_efficiency", "bandwidth", "latency", "intra_bandwidth", "intra_latency",
-                   "overlap", "gamma", "servers", "memory_efficiency", "kernel_time",
-                   "winograd_speedup", "flash_efficiency", "tcp_efficiency", "ps_efficiency",
-                   "cycle_time", "negotiation_time")
+PARAMETER_NAMES = (
+    "compute_efficiency",
+    "bandwidth",
+    "latency",
+    "intra_bandwidth",
+    "intra_latency",
+    "overlap",
+    "gamma",
+    "servers",
+    "memory_efficiency",
+    "kernel_time",
+    "winograd_speedup",
+    "flash_efficiency",
+    "tcp_efficiency",
+    "ps_efficiency",
+    "cycle_time",
+    "negotiation_time",
+)
 #: Parameters whose default is the same for every point (data/catalog/defaults.csv).
-_GLOBAL_DEFAULTS = ("memory_efficiency", "kernel_time", "winograd_speedup", "flash_efficiency",
-                    "tcp_efficiency", "ps_efficiency", "cycle_time", "negotiation_time")
+_GLOBAL_DEFAULTS = (
+    "memory_efficiency",
+    "kernel_time",
+    "winograd_speedup",
+    "flash_efficiency",
+    "tcp_efficiency",
+    "ps_efficiency",
+    "cycle_time",
+    "negotiation_time",
+)
 #: Keywords that fill in a point's own setting only where the point does not give it.
-_POINT_KEYWORDS = ("workload", "gpu", "network", "precision", "algorithm", "gpus_per_node",
-                   "framework", "transport", "servers_colocated", "grad_accum", "seq")
+_POINT_KEYWORDS = (
+    "workload",
+    "gpu",
+    "network",
+    "precision",
+    "algorithm",
+    "gpus_per_node",
+    "framework",
+    "transport",
+    "servers_colocated",
+    "grad_accum",
+    "seq",
+)
 #: Keywords passed to every point's prediction as they are.
-_FIXED_KEYWORDS = ("intra_link", "optimizer", "bucket_size", "storage", "io_threads", "prefetch",
-                   "workspace", "attention")
+_FIXED_KEYWORDS = (
+    "intra_link",
+    "optimizer",
+    "bucket_size",
+    "storage",
+    "io_threads",
+    "prefetch",
+    "workspace",
+    "attention",
+)
 #: Coordinates :func:`compare` does not match: model settings that tables record as free labels.
 _SETTINGS = ("framework", "transport", "servers_colocated", "attention")
 #: Framework labels the model runs as PyTorch DDP's bucketed allreduce (no Horovod cycle).
@@ -101,11 +142,29 @@ _MODEL_FRAMEWORKS = {"horovod": "horovod"}
 _FROM_POINTS = ("gpus", "batch_size", "bytes", "collective")
 #: What :func:`dlexplore.predict` returns, so that a table none of whose points the model covers
 #: still gets every variable (all NaN).
-_STEP_VARIABLES = ("step_time", "throughput", "efficiency", "time_forward", "time_backward",
-                   "time_optimizer", "time_compute", "time_comm", "time_comm_exposed", "time_io",
-                   "time_io_exposed", "comm_bytes", "n_buckets", "mem_params", "mem_grads",
-                   "mem_optimizer", "mem_activations", "mem_workspace", "mem_total", "mem_capacity",
-                   "fits")
+_STEP_VARIABLES = (
+    "step_time",
+    "throughput",
+    "efficiency",
+    "time_forward",
+    "time_backward",
+    "time_optimizer",
+    "time_compute",
+    "time_comm",
+    "time_comm_exposed",
+    "time_io",
+    "time_io_exposed",
+    "comm_bytes",
+    "n_buckets",
+    "mem_params",
+    "mem_grads",
+    "mem_optimizer",
+    "mem_activations",
+    "mem_workspace",
+    "mem_total",
+    "mem_capacity",
+    "fits",
+)
 _UNSAID = ("", "none", "unknown", "nan")
 #: Measured variables in the order a comparison prefers them.
 _VARIABLE_ORDER = ("throughput", "efficiency", "time", "busbw", "algbw", "step_time")
@@ -128,14 +187,16 @@ def as_points(source: str | Path | xr.Dataset) -> xr.Dataset:
 
         source = measured.load(source)
     if not isinstance(source, xr.Dataset):
-        raise DlexploreError(f"expected a measured dataset, a dataset name or a file path, got "
-                             f"{type(source).__name__}")
+        raise DlexploreError(
+            f"expected a measured dataset, a dataset name or a file path, got {type(source).__name__}"
+        )
     if "point" in source.dims:
         return source
     if "bytes" in source.dims and "collective" in source.coords:
         return _nccl_tests_points(source)
-    raise DlexploreError(f"expected a measured dataset along 'point' (dlexplore.measured.load), got "
-                         f"dims {dict(source.sizes)}")
+    raise DlexploreError(
+        f"expected a measured dataset along 'point' (dlexplore.measured.load), got dims {dict(source.sizes)}"
+    )
 
 
 def _nccl_tests_points(ds: xr.Dataset) -> xr.Dataset:
@@ -226,13 +287,15 @@ class PointModel:
         allowed = (*_POINT_KEYWORDS, *_FIXED_KEYWORDS, *PARAMETER_NAMES)
         for name, value in kwargs.items():
             if name in _FROM_POINTS:
-                raise DlexploreError(f"{name} comes from the measured points; it cannot be given as "
-                                     "a model keyword")
+                raise DlexploreError(
+                    f"{name} comes from the measured points; it cannot be given as a model keyword"
+                )
             if name not in allowed:
                 raise UnknownNameError("model keyword", name, allowed)
             if is_sweep(value):
-                raise DlexploreError(f"{name}: give one value (the measured points set the sweep), "
-                                     f"got {value!r}")
+                raise DlexploreError(
+                    f"{name}: give one value (the measured points set the sweep), got {value!r}"
+                )
         self.ds = ds
         self.table = _table(ds)
         self.frame = _frame(ds)
@@ -269,30 +332,47 @@ class PointModel:
         elif "gpus_per_node" in self.kwargs:
             per_node = np.full(n, int(self.kwargs["gpus_per_node"]), dtype=np.int64)
         else:
-            per_node = np.array([g if (link is not None and link.kind == "intra") else 1
-                                 for g, link in zip(gpus, networks, strict=True)], dtype=np.int64)
+            per_node = np.array(
+                [
+                    g if (link is not None and link.kind == "intra") else 1
+                    for g, link in zip(gpus, networks, strict=True)
+                ],
+                dtype=np.int64,
+            )
         self.gpus_per_node = per_node
         gpu_names = self._said("gpu")
         intra = self._intra_links(networks, gpu_names, gpus, per_node)
         self.intra_link = np.array([link.name for link in intra], dtype=object)
-        self.network = np.array([link.name if link is not None else str(v)
-                                 for link, v in zip(networks, self._said("network"), strict=True)],
-                                dtype=object)
-        collective = np.array([_canonical("collective", c) for c in self._column("collective", "")],
-                              dtype=object) if self.table == "communication" else None
+        self.network = np.array(
+            [
+                link.name if link is not None else str(v)
+                for link, v in zip(networks, self._said("network"), strict=True)
+            ],
+            dtype=object,
+        )
+        collective = (
+            np.array([_canonical("collective", c) for c in self._column("collective", "")], dtype=object)
+            if self.table == "communication"
+            else None
+        )
         self.collective = collective
         algorithm, servers = self._algorithms(collective)
         self.algorithm = algorithm
         kw = self.kwargs
         defaults = {
-            "bandwidth": np.array([kw.get("bandwidth", link.bandwidth_gbs if link else np.nan)
-                                   for link in networks], dtype=float),
-            "latency": np.array([kw.get("latency", link.latency_s if link else np.nan)
-                                 for link in networks], dtype=float),
-            "intra_bandwidth": np.array([kw.get("intra_bandwidth", link.bandwidth_gbs) for link in intra],
-                                        dtype=float),
-            "intra_latency": np.array([kw.get("intra_latency", link.latency_s) for link in intra],
-                                      dtype=float),
+            "bandwidth": np.array(
+                [kw.get("bandwidth", link.bandwidth_gbs if link else np.nan) for link in networks],
+                dtype=float,
+            ),
+            "latency": np.array(
+                [kw.get("latency", link.latency_s if link else np.nan) for link in networks], dtype=float
+            ),
+            "intra_bandwidth": np.array(
+                [kw.get("intra_bandwidth", link.bandwidth_gbs) for link in intra], dtype=float
+            ),
+            "intra_latency": np.array(
+                [kw.get("intra_latency", link.latency_s) for link in intra], dtype=float
+            ),
             "overlap": np.full(n, float(kw.get("overlap", 1.0))),
             "gamma": np.full(n, float(kw.get("gamma", 0.0))),
             "servers": servers,
@@ -308,8 +388,9 @@ class PointModel:
             self.nbytes = nbytes
         self.defaults = defaults
 
-    def _intra_links(self, networks: list, gpu_names: np.ndarray, gpus: np.ndarray,
-                     per_node: np.ndarray) -> list[catalog.Link]:
+    def _intra_links(
+        self, networks: list, gpu_names: np.ndarray, gpus: np.ndarray, per_node: np.ndarray
+    ) -> list[catalog.Link]:
         if "intra_link" in self.kwargs:
             link = catalog.network(self.kwargs["intra_link"])
             return [link] * self.n
@@ -337,10 +418,14 @@ class PointModel:
         self.nvls = np.array([link.reduction == "nvls" for link in intra])
         self.architecture = np.array([_architecture(str(g)) for g in gpu_names], dtype=object)
         transports = self._said("transport")
-        self.transport = np.array([resolve_transport(_transport(t), link) for t, link in
-                                   zip(transports, networks, strict=True)], dtype=object)
-        self.framework = np.array([_MODEL_FRAMEWORKS.get(str(f).strip().lower(), "ddp")
-                                   for f in self._said("framework")], dtype=object)
+        self.transport = np.array(
+            [resolve_transport(_transport(t), link) for t, link in zip(transports, networks, strict=True)],
+            dtype=object,
+        )
+        self.framework = np.array(
+            [_MODEL_FRAMEWORKS.get(str(f).strip().lower(), "ddp") for f in self._said("framework")],
+            dtype=object,
+        )
         self.colocated = np.array([_yes(v) for v in self._said("servers_colocated")], dtype=bool)
 
     def _algorithms(self, collective: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -357,8 +442,9 @@ class PointModel:
             text = str(label).strip().lower()
             if text in _UNSAID:
                 # NCCL's own choice for the allreduce: what NVIDIA GPUs run when a table is silent
-                text = str(self.kwargs.get("algorithm", "nccl" if kind == "allreduce"
-                                           else ALGORITHMS[kind][0]))
+                text = str(
+                    self.kwargs.get("algorithm", "nccl" if kind == "allreduce" else ALGORITHMS[kind][0])
+                )
             try:
                 out[i] = normalize_algorithm(text, kind)
             except DlexploreError as exc:
@@ -371,8 +457,11 @@ class PointModel:
         self.workload = np.full(n, "", dtype=object)
         self.gpu = np.full(n, "", dtype=object)
         self.precision = np.full(n, "", dtype=object)
-        for name, lookup in (("workload", catalog.workload), ("gpu", catalog.gpu),
-                             ("precision", normalize_precision)):
+        for name, lookup in (
+            ("workload", catalog.workload),
+            ("gpu", catalog.gpu),
+            ("precision", normalize_precision),
+        ):
             values = self._said(name)
             target = getattr(self, name)
             for i, value in enumerate(values):
@@ -383,30 +472,53 @@ class PointModel:
                     self.reason[i] = self.reason[i] or str(exc)
         efficiency = self.kwargs.get("compute_efficiency")
         defaults["compute_efficiency"] = np.array(
-            [efficiency if efficiency is not None else
-             (default_compute_efficiency(p, g) if p and g else np.nan)
-             for p, g in zip(self.precision, self.gpu, strict=True)], dtype=float)
-        self.batch_size = f["batch_size"].to_numpy(dtype=np.int64) if "batch_size" in f \
+            [
+                efficiency
+                if efficiency is not None
+                else (default_compute_efficiency(p, g) if p and g else np.nan)
+                for p, g in zip(self.precision, self.gpu, strict=True)
+            ],
+            dtype=float,
+        )
+        self.batch_size = (
+            f["batch_size"].to_numpy(dtype=np.int64)
+            if "batch_size" in f
             else np.full(n, int(self.kwargs.get("batch_size", 32)))
+        )
         if "baseline_gpus" in f and "efficiency" in self.ds.data_vars:
             self.baseline = f["baseline_gpus"].to_numpy(dtype=np.int64)
         else:
             self.baseline = np.ones(n, dtype=np.int64)
         self.grad_accum = np.array([_positive_int(v, 1) for v in self._said("grad_accum")])
         self.seq = np.array([_positive_int(v, 0) for v in self._said("seq")])
-        keys = list(zip(self.workload, self.gpu, self.precision, self.algorithm, self.network,
-                        self.intra_link, self.framework, self.transport, self.colocated,
-                        self.grad_accum, self.seq, strict=True))
+        keys = list(
+            zip(
+                self.workload,
+                self.gpu,
+                self.precision,
+                self.algorithm,
+                self.network,
+                self.intra_link,
+                self.framework,
+                self.transport,
+                self.colocated,
+                self.grad_accum,
+                self.seq,
+                strict=True,
+            )
+        )
         self.group, uniques = pd.factorize(pd.Series(keys, dtype=object))
         self.group_settings = list(uniques)
         self.group_axes = []
         for g in range(len(uniques)):
             members = self.group == g
-            self.group_axes.append((
-                np.unique(np.concatenate([self.gpus[members], self.baseline[members]])),
-                np.unique(self.batch_size[members]),
-                np.unique(self.gpus_per_node[members]),
-            ))
+            self.group_axes.append(
+                (
+                    np.unique(np.concatenate([self.gpus[members], self.baseline[members]])),
+                    np.unique(self.batch_size[members]),
+                    np.unique(self.gpus_per_node[members]),
+                )
+            )
 
     # -- evaluation ----------------------------------------------------------------------------
 
@@ -414,9 +526,14 @@ class PointModel:
         """Points whose setup the model covers (their numeric parameters may still be unknown)."""
         return self.reason == ""
 
-    def evaluate(self, overrides: Mapping[str, np.ndarray] | None = None, *,
-                 where: np.ndarray | None = None, variables: tuple[str, ...] | None = None,
-                 reasons: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    def evaluate(
+        self,
+        overrides: Mapping[str, np.ndarray] | None = None,
+        *,
+        where: np.ndarray | None = None,
+        variables: tuple[str, ...] | None = None,
+        reasons: np.ndarray | None = None,
+    ) -> dict[str, np.ndarray]:
         """Predicted variables at the points (NaN where not predicted).
 
         ``overrides`` maps parameter names to per-point values (arrays of length ``n``);
@@ -425,22 +542,34 @@ class PointModel:
         communication: ``time``, ``algbw``, ``busbw``). ``reasons``, an object array, receives why
         a point was not predicted.
         """
-        values = {name: np.asarray(overrides[name], dtype=float) if overrides and name in overrides
-                  else self.defaults[name] for name in PARAMETER_NAMES}
+        values = {
+            name: np.asarray(overrides[name], dtype=float)
+            if overrides and name in overrides
+            else self.defaults[name]
+            for name in PARAMETER_NAMES
+        }
         mask = self.predictable() if where is None else (where & self.predictable())
         if self.table == "communication":
             return self._evaluate_comm(values, mask, variables or ("time", "algbw", "busbw"), reasons)
         return self._evaluate_training(values, mask, variables, reasons)
 
-    def _evaluate_training(self, values: dict[str, np.ndarray], mask: np.ndarray,
-                           variables: tuple[str, ...] | None, reasons: np.ndarray | None) -> dict:
+    def _evaluate_training(
+        self,
+        values: dict[str, np.ndarray],
+        mask: np.ndarray,
+        variables: tuple[str, ...] | None,
+        reasons: np.ndarray | None,
+    ) -> dict:
         out: dict[str, np.ndarray] = {}
         idx_all = np.flatnonzero(mask)
         if not idx_all.size:
             return {v: np.full(self.n, np.nan) for v in (variables or _STEP_VARIABLES)}
-        matrix = np.column_stack([self.group[idx_all].astype(float),
-                                  *(np.nan_to_num(values[name][idx_all], nan=-1.0)
-                                    for name in PARAMETER_NAMES)])
+        matrix = np.column_stack(
+            [
+                self.group[idx_all].astype(float),
+                *(np.nan_to_num(values[name][idx_all], nan=-1.0) for name in PARAMETER_NAMES),
+            ]
+        )
         keys, inverse = np.unique(matrix, axis=0, return_inverse=True)
         for k, key in enumerate(keys):
             idx = idx_all[inverse.ravel() == k]
@@ -450,18 +579,24 @@ class PointModel:
                 if reasons is not None:
                     reasons[idx] = why
                 continue
-            names = variables or tuple(v for v in ds.data_vars
-                                       if set(ds[v].dims) <= {"gpus", "batch_size", "gpus_per_node"})
+            names = variables or tuple(
+                v for v in ds.data_vars if set(ds[v].dims) <= {"gpus", "batch_size", "gpus_per_node"}
+            )
             gpus_ax, batch_ax, node_ax = self.group_axes[int(key[0])]
-            pos = {"gpus": np.searchsorted(gpus_ax, self.gpus[idx]),
-                   "batch_size": np.searchsorted(batch_ax, self.batch_size[idx]),
-                   "gpus_per_node": np.searchsorted(node_ax, self.gpus_per_node[idx])}
+            pos = {
+                "gpus": np.searchsorted(gpus_ax, self.gpus[idx]),
+                "batch_size": np.searchsorted(batch_ax, self.batch_size[idx]),
+                "gpus_per_node": np.searchsorted(node_ax, self.gpus_per_node[idx]),
+            }
             base = dict(pos, gpus=np.searchsorted(gpus_ax, self.baseline[idx]))
-            no_network = ~(np.isfinite(values["bandwidth"][idx]) & np.isfinite(values["latency"][idx])) \
-                & (np.maximum(self.gpus[idx], self.baseline[idx]) > self.gpus_per_node[idx])
+            no_network = ~(np.isfinite(values["bandwidth"][idx]) & np.isfinite(values["latency"][idx])) & (
+                np.maximum(self.gpus[idx], self.baseline[idx]) > self.gpus_per_node[idx]
+            )
             if no_network.any() and reasons is not None:
-                reasons[idx[no_network]] = (f"network {self.network[idx[0]]!r} is not in the catalog: "
-                                            "give bandwidth (GB/s) and latency (s)")
+                reasons[idx[no_network]] = (
+                    f"network {self.network[idx[0]]!r} is not in the catalog: "
+                    "give bandwidth (GB/s) and latency (s)"
+                )
             for name in names:
                 if name == "efficiency":
                     value = _take(ds["step_time"], base) / _take(ds["step_time"], pos)
@@ -474,13 +609,25 @@ class PointModel:
             out.setdefault(name, np.full(self.n, np.nan))
         return out
 
-    def _group_prediction(self, group: int, params: dict[str, float],
-                          idx: np.ndarray) -> tuple[xr.Dataset | None, str]:
+    def _group_prediction(
+        self, group: int, params: dict[str, float], idx: np.ndarray
+    ) -> tuple[xr.Dataset | None, str]:
         key = (group, *params.values())
         if key in self._cache:
             return self._cache[key]
-        (workload, gpu, precision, algorithm, network, intra, framework, transport, colocated,
-         grad_accum, seq) = self.group_settings[group]
+        (
+            workload,
+            gpu,
+            precision,
+            algorithm,
+            network,
+            intra,
+            framework,
+            transport,
+            colocated,
+            grad_accum,
+            seq,
+        ) = self.group_settings[group]
         gpus_ax, batch_ax, node_ax = self.group_axes[group]
         bandwidth, latency = params["bandwidth"], params["latency"]
         result: tuple[xr.Dataset | None, str]
@@ -494,16 +641,30 @@ class PointModel:
             return result
         try:
             ds = predict(
-                workload, gpu, network if _link(network) is not None else None, gpus=list(gpus_ax),
-                batch_size=list(batch_ax), gpus_per_node=list(node_ax), bandwidth=bandwidth,
-                latency=latency, intra_link=intra, intra_bandwidth=params["intra_bandwidth"],
-                intra_latency=params["intra_latency"], algorithm=algorithm,
-                servers=int(round(params["servers"])), precision=precision, framework=framework,
-                transport=transport, servers_colocated=bool(colocated), grad_accum=int(grad_accum),
+                workload,
+                gpu,
+                network if _link(network) is not None else None,
+                gpus=list(gpus_ax),
+                batch_size=list(batch_ax),
+                gpus_per_node=list(node_ax),
+                bandwidth=bandwidth,
+                latency=latency,
+                intra_link=intra,
+                intra_bandwidth=params["intra_bandwidth"],
+                intra_latency=params["intra_latency"],
+                algorithm=algorithm,
+                servers=int(round(params["servers"])),
+                precision=precision,
+                framework=framework,
+                transport=transport,
+                servers_colocated=bool(colocated),
+                grad_accum=int(grad_accum),
                 # a table's seq column holds some value on every row: CNN rows ignore it
                 seq=int(seq) if seq and catalog.workload(workload).kind == "transformer" else None,
-                **{name: params[name] for name in ("compute_efficiency", "overlap", "gamma",
-                                                   *_GLOBAL_DEFAULTS)},
+                **{
+                    name: params[name]
+                    for name in ("compute_efficiency", "overlap", "gamma", *_GLOBAL_DEFAULTS)
+                },
                 **self.fixed,
             )
             result = (ds, "")
@@ -517,8 +678,13 @@ class PointModel:
             self._cache.clear()
         self._cache[key] = result
 
-    def _evaluate_comm(self, values: dict[str, np.ndarray], mask: np.ndarray,
-                       variables: tuple[str, ...], reasons: np.ndarray | None) -> dict:
+    def _evaluate_comm(
+        self,
+        values: dict[str, np.ndarray],
+        mask: np.ndarray,
+        variables: tuple[str, ...],
+        reasons: np.ndarray | None,
+    ) -> dict:
         out = {name: np.full(self.n, np.nan) for name in variables}
         p = self.gpus.astype(float)
         node = self.gpus_per_node.astype(float)
@@ -537,23 +703,48 @@ class PointModel:
         flat = ~np.isin(self.algorithm, ["hierarchical", "nccl", "nvls"])
         bw = np.where(flat & one_node, intra_bw, net_bw)
         lat = np.where(flat & one_node, values["intra_latency"], values["latency"])
-        groups = pd.DataFrame({"c": self.collective, "a": self.algorithm, "f": self.intra_fabric,
-                               "r": self.architecture, "v": self.nvls})[mask]
+        groups = pd.DataFrame(
+            {
+                "c": self.collective,
+                "a": self.algorithm,
+                "f": self.intra_fabric,
+                "r": self.architecture,
+                "v": self.nvls,
+            }
+        )[mask]
         for (collective, algorithm, fabric, arch, nvls), rows in groups.groupby(
-                ["c", "a", "f", "r", "v"]).groups.items():
+            ["c", "a", "f", "r", "v"]
+        ).groups.items():
             i = np.asarray(rows, dtype=np.int64)
             n = self.nbytes[i]
             sized = np.isfinite(n)
-            node_kw = dict(intra_fabric=fabric, architecture=arch, nvls=bool(nvls)) \
-                if algorithm in ("nccl", "nvls") else {}
+            node_kw = (
+                dict(intra_fabric=fabric, architecture=arch, nvls=bool(nvls))
+                if algorithm in ("nccl", "nvls")
+                else {}
+            )
 
-            def run(nbytes: np.ndarray, i: np.ndarray = i, collective: str = collective,
-                    algorithm: str = algorithm, node_kw: dict = node_kw) -> np.ndarray:
+            def run(
+                nbytes: np.ndarray,
+                i: np.ndarray = i,
+                collective: str = collective,
+                algorithm: str = algorithm,
+                node_kw: dict = node_kw,
+            ) -> np.ndarray:
                 return collective_time(
-                    collective, algorithm, nbytes, p[i], np.where(np.isfinite(bw[i]), bw[i], 1.0),
-                    np.nan_to_num(lat[i]), values["gamma"][i], servers=values["servers"][i],
-                    gpus_per_node=node[i], intra_bandwidth=intra_bw[i],
-                    intra_latency=values["intra_latency"][i], **node_kw)
+                    collective,
+                    algorithm,
+                    nbytes,
+                    p[i],
+                    np.where(np.isfinite(bw[i]), bw[i], 1.0),
+                    np.nan_to_num(lat[i]),
+                    values["gamma"][i],
+                    servers=values["servers"][i],
+                    gpus_per_node=node[i],
+                    intra_bandwidth=intra_bw[i],
+                    intra_latency=values["intra_latency"][i],
+                    **node_kw,
+                )
 
             time = np.where(sized, run(np.where(sized, n, 1.0)), np.nan)
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -652,8 +843,11 @@ def predict_points(measured: str | Path | xr.Dataset, **model_kwargs: Any) -> xr
         out[name] = xr.Variable("point", value, {"units": units, "long_name": long_name})
     out = out.assign_coords(
         intra_link=("point", model.intra_link.astype(object), {"long_name": "intra-node link used"}),
-        model_algorithm=("point", model.algorithm.astype(object),
-                         {"long_name": "the model's algorithm for the point"}),
+        model_algorithm=(
+            "point",
+            model.algorithm.astype(object),
+            {"long_name": "the model's algorithm for the point"},
+        ),
     )
     name = ds.attrs.get("name", "")
     out.attrs.update(
@@ -677,18 +871,21 @@ def _shared_variables(predicted: xr.Dataset, measured: xr.Dataset, variable: str
     if not ordered:
         raise DlexploreError(
             f"nothing to compare: the measured variables ({', '.join(map(str, measured.data_vars))}) "
-            f"and the predicted ones ({', '.join(map(str, predicted.data_vars))}) share none")
+            f"and the predicted ones ({', '.join(map(str, predicted.data_vars))}) share none"
+        )
     if variable is not None:
         if variable not in ordered:
-            raise DlexploreError(f"variable {variable!r} is not in both datasets; shared: "
-                                 f"{', '.join(ordered)}")
+            raise DlexploreError(
+                f"variable {variable!r} is not in both datasets; shared: {', '.join(ordered)}"
+            )
         ordered.remove(variable)
         ordered.insert(0, variable)
     return ordered
 
 
-def _match_dim(name: str, wanted: np.ndarray, available: np.ndarray, numeric: str,
-               gpus: np.ndarray | None) -> np.ndarray:
+def _match_dim(
+    name: str, wanted: np.ndarray, available: np.ndarray, numeric: str, gpus: np.ndarray | None
+) -> np.ndarray:
     """Position of each measured value along a predicted dimension, -1 where none matches."""
     pos = np.full(len(wanted), -1, dtype=np.int64)
     if available.dtype.kind in "iuf" and np.asarray(wanted).dtype.kind in "iuf":
@@ -711,8 +908,11 @@ def _match_dim(name: str, wanted: np.ndarray, available: np.ndarray, numeric: st
 
 
 def _same_scalar(name: str, wanted: np.ndarray, value: Any, gpus: np.ndarray | None) -> np.ndarray:
-    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) \
-            and np.asarray(wanted).dtype.kind in "iuf":
+    if (
+        isinstance(value, (int, float, np.integer, np.floating))
+        and not isinstance(value, bool)
+        and np.asarray(wanted).dtype.kind in "iuf"
+    ):
         w = np.asarray(wanted, dtype=float)
         out = np.abs(w - float(value)) <= 1e-9 * np.maximum(np.abs(w), 1e-300)
     else:
@@ -726,8 +926,9 @@ def _same_scalar(name: str, wanted: np.ndarray, value: Any, gpus: np.ndarray | N
     return out
 
 
-def _align_grid(predicted: xr.Dataset, measured: xr.Dataset, names: list[str],
-                numeric: str) -> tuple[dict[str, xr.DataArray], np.ndarray, list[str], dict]:
+def _align_grid(
+    predicted: xr.Dataset, measured: xr.Dataset, names: list[str], numeric: str
+) -> tuple[dict[str, xr.DataArray], np.ndarray, list[str], dict]:
     n = measured.sizes["point"]
     ok = np.ones(n, dtype=bool)
     notes: list[str] = []
@@ -754,8 +955,9 @@ def _align_grid(predicted: xr.Dataset, measured: xr.Dataset, names: list[str],
                 continue  # bandwidth and latency given by hand: compares with any network
             same = _same_scalar(name, wanted, coord.item(), gpus)
             if (~same).any():
-                notes.append(f"{name}: {int((~same).sum())} point(s) differ from the prediction's "
-                             f"{coord.item()!r}")
+                notes.append(
+                    f"{name}: {int((~same).sum())} point(s) differ from the prediction's {coord.item()!r}"
+                )
             ok &= same
     picked = predicted.isel(indexers) if indexers else predicted
     out: dict[str, xr.DataArray] = {}
@@ -770,8 +972,9 @@ def _align_grid(predicted: xr.Dataset, measured: xr.Dataset, names: list[str],
     return out, ok, notes, used
 
 
-def _rebase_efficiency(predicted: xr.Dataset, measured: xr.Dataset, indexers: dict,
-                       da: xr.DataArray, notes: list[str]) -> xr.DataArray:
+def _rebase_efficiency(
+    predicted: xr.Dataset, measured: xr.Dataset, indexers: dict, da: xr.DataArray, notes: list[str]
+) -> xr.DataArray:
     """Predicted efficiency relative to the measured table's ``baseline_gpus`` (not to 1 GPU)."""
     base = measured["baseline_gpus"].values
     if np.all(base == 1):
@@ -782,39 +985,48 @@ def _rebase_efficiency(predicted: xr.Dataset, measured: xr.Dataset, indexers: di
     pos = _match_dim("gpus", base, predicted["gpus"].values, "exact", None)
     found = pos >= 0
     if (~found).any():
-        notes.append(f"efficiency: {int((~found).sum())} point(s) whose baseline_gpus the prediction "
-                     "lacks")
-    at_base = predicted["efficiency"].isel({**indexers, "gpus": xr.DataArray(np.where(found, pos, 0),
-                                                                               dims="point")})
+        notes.append(f"efficiency: {int((~found).sum())} point(s) whose baseline_gpus the prediction lacks")
+    at_base = predicted["efficiency"].isel(
+        {**indexers, "gpus": xr.DataArray(np.where(found, pos, 0), dims="point")}
+    )
     if "point" not in at_base.dims:
         at_base = at_base.expand_dims(point=len(base))
-    at_base = at_base.drop_vars([c for c in at_base.coords if c not in at_base.dims or c == "point"],
-                                errors="ignore")
+    at_base = at_base.drop_vars(
+        [c for c in at_base.coords if c not in at_base.dims or c == "point"], errors="ignore"
+    )
     return (da / at_base).where(xr.DataArray(found, dims="point"))
 
 
-def _align_points(predicted: xr.Dataset, measured: xr.Dataset,
-                  names: list[str]) -> tuple[dict[str, xr.DataArray], np.ndarray, list[str], dict]:
+def _align_points(
+    predicted: xr.Dataset, measured: xr.Dataset, names: list[str]
+) -> tuple[dict[str, xr.DataArray], np.ndarray, list[str], dict]:
     if predicted.sizes["point"] != measured.sizes["point"]:
-        raise DlexploreError(f"both datasets are along 'point' but have {predicted.sizes['point']} and "
-                             f"{measured.sizes['point']} points; expected the same points "
-                             "(predict_points(measured))")
+        raise DlexploreError(
+            f"both datasets are along 'point' but have {predicted.sizes['point']} and "
+            f"{measured.sizes['point']} points; expected the same points "
+            "(predict_points(measured))"
+        )
     for name in ("workload", "gpu", "gpus", "batch_size", "precision", "collective", "bytes", "setup"):
         if name in predicted.coords and name in measured.coords:
             a, b = predicted[name].values, measured[name].values
             if a.shape != b.shape or not all(str(x) == str(y) for x, y in zip(a, b, strict=True)):
-                raise DlexploreError(f"the two datasets' points differ in {name}; expected the same "
-                                     "points in the same order")
+                raise DlexploreError(
+                    f"the two datasets' points differ in {name}; expected the same points in the same order"
+                )
     out = {}
     for var in names:
         da = predicted[var]
-        out[var] = da.drop_vars([c for c in da.coords if c not in da.dims or c == "point"],
-                                errors="ignore")
+        out[var] = da.drop_vars([c for c in da.coords if c not in da.dims or c == "point"], errors="ignore")
     return out, np.ones(measured.sizes["point"], dtype=bool), [], {}
 
 
-def compare(predicted: xr.Dataset, measured: str | Path | xr.Dataset, *, variable: str | None = None,
-            numeric: str = "exact") -> xr.Dataset:
+def compare(
+    predicted: xr.Dataset,
+    measured: str | Path | xr.Dataset,
+    *,
+    variable: str | None = None,
+    numeric: str = "exact",
+) -> xr.Dataset:
     """Lay a prediction over a measured dataset: per-point error, MAPE and maximum error.
 
     Parameters
@@ -874,8 +1086,9 @@ def compare(predicted: xr.Dataset, measured: str | Path | xr.Dataset, *, variabl
         matching = "by point (the prediction was made at the measured points)"
     else:
         aligned, ok, notes, used = _align_grid(predicted, meas, names, numeric)
-        matching = (f"text coordinates exactly; numeric ones {numeric}"
-                    + ("" if numeric == "exact" else " (values used in predicted_<dim>)"))
+        matching = f"text coordinates exactly; numeric ones {numeric}" + (
+            "" if numeric == "exact" else " (values used in predicted_<dim>)"
+        )
     coords = {name: meas[name] for name in meas.coords if meas[name].dims == ("point",)}
     out = xr.Dataset(coords=coords)
     if numeric == "nearest":
@@ -894,19 +1107,23 @@ def compare(predicted: xr.Dataset, measured: str | Path | xr.Dataset, *, variabl
         abs_error = abs(error)
         mape = abs_error.mean("point", skipna=True)
         max_error = abs_error.max("point", skipna=True)
-        counted = int(np.isfinite(error.values).any(axis=tuple(range(1, error.ndim))).sum()) \
-            if error.ndim > 1 else int(np.isfinite(error.values).sum())
-        out[f"{prefix}measured"] = xr.DataArray(m.values, dims="point",
-                                                attrs={"units": units, "long_name": f"measured {long_name}"})
+        counted = (
+            int(np.isfinite(error.values).any(axis=tuple(range(1, error.ndim))).sum())
+            if error.ndim > 1
+            else int(np.isfinite(error.values).sum())
+        )
+        out[f"{prefix}measured"] = xr.DataArray(
+            m.values, dims="point", attrs={"units": units, "long_name": f"measured {long_name}"}
+        )
         out[f"{prefix}predicted"] = p.assign_attrs(units=units, long_name=f"predicted {long_name}")
         out[f"{prefix}error"] = error.assign_attrs(
-            units="1", long_name=f"relative error of the predicted {var}", definition=ERROR_DEFINITION)
+            units="1", long_name=f"relative error of the predicted {var}", definition=ERROR_DEFINITION
+        )
         out[f"{prefix}abs_error"] = abs_error.assign_attrs(units="1", long_name=f"|error| of {var}")
-        out[f"{prefix}mape"] = mape.assign_attrs(units="1",
-                                                 long_name=f"mean absolute percentage error of {var} "
-                                                 "(fraction)")
-        out[f"{prefix}max_error"] = max_error.assign_attrs(units="1",
-                                                           long_name=f"largest |error| of {var}")
+        out[f"{prefix}mape"] = mape.assign_attrs(
+            units="1", long_name=f"mean absolute percentage error of {var} (fraction)"
+        )
+        out[f"{prefix}max_error"] = max_error.assign_attrs(units="1", long_name=f"largest |error| of {var}")
         if mape.ndim == 0:
             suffix = "" if k == 0 else f"_{var}"
             attrs[f"mape{suffix}"] = float(mape)

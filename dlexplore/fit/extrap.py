@@ -52,12 +52,48 @@ __all__ = ["BUILDING_BLOCKS", "Term", "ScalingModel", "fit_scaling", "MIN_TERM_C
 #: Extra-P's default building blocks with log terms, as (numerator, denominator, log exponent):
 #: ``p^(num/den) * log2(p)^log`` (SingleParameterModeler.create_default_building_blocks).
 _EXTRAP_DEFAULTS = (
-    (0, 1, 1), (0, 1, 2), (1, 4, 0), (1, 3, 0), (1, 4, 1), (1, 3, 1), (1, 4, 2), (1, 3, 2),
-    (1, 2, 0), (1, 2, 1), (1, 2, 2), (2, 3, 0), (3, 4, 0), (2, 3, 1), (3, 4, 1), (4, 5, 0),
-    (2, 3, 2), (3, 4, 2), (1, 1, 0), (1, 1, 1), (1, 1, 2), (5, 4, 0), (5, 4, 1), (4, 3, 0),
-    (4, 3, 1), (3, 2, 0), (3, 2, 1), (3, 2, 2), (5, 3, 0), (7, 4, 0), (2, 1, 0), (2, 1, 1),
-    (2, 1, 2), (9, 4, 0), (7, 3, 0), (5, 2, 0), (5, 2, 1), (5, 2, 2), (8, 3, 0), (11, 4, 0),
-    (3, 1, 0), (3, 1, 1),
+    (0, 1, 1),
+    (0, 1, 2),
+    (1, 4, 0),
+    (1, 3, 0),
+    (1, 4, 1),
+    (1, 3, 1),
+    (1, 4, 2),
+    (1, 3, 2),
+    (1, 2, 0),
+    (1, 2, 1),
+    (1, 2, 2),
+    (2, 3, 0),
+    (3, 4, 0),
+    (2, 3, 1),
+    (3, 4, 1),
+    (4, 5, 0),
+    (2, 3, 2),
+    (3, 4, 2),
+    (1, 1, 0),
+    (1, 1, 1),
+    (1, 1, 2),
+    (5, 4, 0),
+    (5, 4, 1),
+    (4, 3, 0),
+    (4, 3, 1),
+    (3, 2, 0),
+    (3, 2, 1),
+    (3, 2, 2),
+    (5, 3, 0),
+    (7, 4, 0),
+    (2, 1, 0),
+    (2, 1, 1),
+    (2, 1, 2),
+    (9, 4, 0),
+    (7, 3, 0),
+    (5, 2, 0),
+    (5, 2, 1),
+    (5, 2, 2),
+    (8, 3, 0),
+    (11, 4, 0),
+    (3, 1, 0),
+    (3, 1, 1),
 )
 
 #: The exponent pairs ``(i, j)`` of the terms ``p^i * log2(p)^j`` that hypotheses are built from.
@@ -154,8 +190,10 @@ class ScalingModel:
         return text
 
     def __str__(self) -> str:
-        return (f"{self.formula}  (n={self.n_points}, SMAPE {self.smape:.2f}% leave-one-out, "
-                f"adj. R^2 {self.ar2:.4f})")
+        return (
+            f"{self.formula}  (n={self.n_points}, SMAPE {self.smape:.2f}% leave-one-out, "
+            f"adj. R^2 {self.ar2:.4f})"
+        )
 
 
 def _number(value: float) -> str:
@@ -228,8 +266,10 @@ def fit_scaling(
             f"coefficients and needs at least 3 distinct values of {variable} (2 to fit, 1 more to "
             f"cross-validate); got {distinct.size} ({', '.join(f'{v:g}' for v in distinct)})"
         )
-    blocks = [(Fraction(i).limit_denominator(1000), int(j))
-              for i, j in (BUILDING_BLOCKS if building_blocks is None else building_blocks)]
+    blocks = [
+        (Fraction(i).limit_denominator(1000), int(j))
+        for i, j in (BUILDING_BLOCKS if building_blocks is None else building_blocks)
+    ]
     if any((i, j) == (0, 0) for i, j in blocks) or any(j < 0 for _, j in blocks):
         raise DlexploreError("fit_scaling: building blocks need i != 0 or j > 0, and j >= 0")
     if np.any(px < 1):
@@ -265,12 +305,21 @@ def fit_scaling(
     _, hyp, coef, rss, errors, ar2 = chosen
     smape = float(np.mean(errors))
     stderr = _stderr(np.column_stack([np.ones(px.size), *(columns[b] for b in hyp)]), rss)
-    terms = tuple(Term(float(a), i, j, float(e))
-                  for a, e, (i, j) in zip(coef[1:], stderr[1:], hyp, strict=True))
+    terms = tuple(
+        Term(float(a), i, j, float(e)) for a, e, (i, j) in zip(coef[1:], stderr[1:], hyp, strict=True)
+    )
     return ScalingModel(
-        constant=float(coef[0]), terms=terms, rss=float(rss), smape=float(smape), ar2=float(ar2),
-        n_points=int(px.size), p_range=(float(px.min()), float(px.max())), selection=selection,
-        hypotheses=len(hypotheses), variable=variable, constant_stderr=float(stderr[0]),
+        constant=float(coef[0]),
+        terms=terms,
+        rss=float(rss),
+        smape=float(smape),
+        ar2=float(ar2),
+        n_points=int(px.size),
+        p_range=(float(px.min()), float(px.max())),
+        selection=selection,
+        hypotheses=len(hypotheses),
+        variable=variable,
+        constant_stderr=float(stderr[0]),
     )
 
 

@@ -253,8 +253,10 @@ def concat(datasets: list[xr.Dataset | str | Path], *, name: str = "combined") -
         raise DlexploreError("concat: no measured datasets given")
     kinds = {t.attrs.get("table") for t in tables}
     if len(kinds) != 1:
-        raise DlexploreError(f"concat: the tables mix kinds {sorted(map(str, kinds))}; expected all "
-                             "training or all communication tables")
+        raise DlexploreError(
+            f"concat: the tables mix kinds {sorted(map(str, kinds))}; expected all "
+            "training or all communication tables"
+        )
     frames = [to_frame(t) for t in tables]
     columns = list(dict.fromkeys(c for f in frames for c in f.columns))
     for frame, table in zip(frames, tables, strict=True):
@@ -267,8 +269,10 @@ def concat(datasets: list[xr.Dataset | str | Path], *, name: str = "combined") -
             elif column == "baseline_gpus":
                 frame[column] = 1
             elif spec is not None and spec.kind == "int":
-                raise DlexploreError(f"concat: {table.attrs.get('name', 'a table')} has no "
-                                     f"{column!r} column, which another table has")
+                raise DlexploreError(
+                    f"concat: {table.attrs.get('name', 'a table')} has no "
+                    f"{column!r} column, which another table has"
+                )
             else:
                 frame[column] = ""
     combined = pd.concat(frames, ignore_index=True)
@@ -286,9 +290,13 @@ def concat(datasets: list[xr.Dataset | str | Path], *, name: str = "combined") -
             coords[column] = xr.Variable("point", values.astype(dtype) if dtype else values, attrs)
     ds = xr.Dataset(data_vars, coords=coords)
     sources = list(dict.fromkeys(t.attrs.get("source", "") for t in tables))
-    ds.attrs = {"name": name, "title": f"{len(tables)} measured tables",
-                "source": MEASURED_PREFIX + "; ".join(s.removeprefix(MEASURED_PREFIX) for s in sources),
-                "kind": "measured", "table": kinds.pop()}
+    ds.attrs = {
+        "name": name,
+        "title": f"{len(tables)} measured tables",
+        "source": MEASURED_PREFIX + "; ".join(s.removeprefix(MEASURED_PREFIX) for s in sources),
+        "kind": "measured",
+        "table": kinds.pop(),
+    }
     return ds
 
 

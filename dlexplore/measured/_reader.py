@@ -50,8 +50,11 @@ _CONTINUATION = re.compile(r"^#\s{2,}(\S.*)$")
 # Integer columns where 0 means something (servers: one per node; ZeRO stage 0: none).
 _ZERO_OK = ("servers", "zero")
 #: Text columns of hybrid tables that take one of a few values.
-_CHOICES = {"recompute": ("none", "selective", "full"), "schedule": ("1f1b", "gpipe", "interleaved"),
-            "sequence_parallel": ("yes", "no")}
+_CHOICES = {
+    "recompute": ("none", "selective", "full"),
+    "schedule": ("1f1b", "gpipe", "interleaved"),
+    "sequence_parallel": ("yes", "no"),
+}
 #: The sizes that define a transformer where a hybrid table has no workload column.
 _SIZES = ("layers", "hidden", "heads", "seq", "vocab")
 
@@ -72,10 +75,17 @@ def read_table(path: str | Path) -> xr.Dataset:
     lines = [line.rstrip("\r") for line in text.split("\n")]
     meta, header_at = _preamble(path, lines)
     names = _header(path, lines[header_at - 1], header_at)
-    table = (COMMUNICATION if "collective" in names
-             else HYBRID if "tp" in names or "pp" in names
-             else CONVERGENCE if "global_batch" in names
-             else NOISE_SCALE if "b_crit" in names or "b_simple" in names else TRAINING)
+    table = (
+        COMMUNICATION
+        if "collective" in names
+        else HYBRID
+        if "tp" in names or "pp" in names
+        else CONVERGENCE
+        if "global_batch" in names
+        else NOISE_SCALE
+        if "b_crit" in names or "b_simple" in names
+        else TRAINING
+    )
     _check_columns(path, names, table, header_at)
     divisors = _units(path, meta, names)
     default_source = meta.values.get("source") or str(path)
@@ -126,25 +136,31 @@ def _split(path: Path, line: str, number: int) -> list[str]:
     try:
         return next(csv.reader([line], strict=True))
     except (csv.Error, StopIteration) as exc:
-        raise InputFileError(path, f"cannot be split into comma-separated fields ({exc})",
-                             line=number) from None
+        raise InputFileError(
+            path, f"cannot be split into comma-separated fields ({exc})", line=number
+        ) from None
 
 
 def _header(path: Path, line: str, number: int) -> list[str]:
     names = [n.strip().lower() for n in _split(path, line, number)]
     if len(names) == 1 and (";" in names[0] or "\t" in names[0]):
         raise InputFileError(
-            path, "the header has one column; expected comma-separated columns "
-            "(this looks like a semicolon- or tab-separated file)", line=number)
+            path,
+            "the header has one column; expected comma-separated columns "
+            "(this looks like a semicolon- or tab-separated file)",
+            line=number,
+        )
     for position, name in enumerate(names, start=1):
         if not name:
-            raise InputFileError(path, f"column {position} of the header has no name; expected "
-                                 "a column name", line=number)
+            raise InputFileError(
+                path, f"column {position} of the header has no name; expected a column name", line=number
+            )
     seen: set[str] = set()
     for name in names:
         if name in seen:
-            raise InputFileError(path, f"column {name!r} appears twice in the header; expected "
-                                 "each column once", line=number)
+            raise InputFileError(
+                path, f"column {name!r} appears twice in the header; expected each column once", line=number
+            )
         seen.add(name)
     return names
 
@@ -162,15 +178,20 @@ def _misplaced(name: str, column: Column, table: str) -> str:
     """Why a column does not belong in this kind of table, naming the columns that do."""
     if table in (CONVERGENCE, NOISE_SCALE, HYBRID):
         fits = ", ".join(n for n, c in COLUMNS.items() if table in c.tables)
-        return (f"column {name!r} does not belong to {table.replace('_', '-')} tables (which have "
-                f"{_TABLE_MARK[table]}); expected {fits}")
-    owner = next(t for t in (COMMUNICATION, TRAINING, CONVERGENCE, NOISE_SCALE, HYBRID)
-                 if t in column.tables)
+        return (
+            f"column {name!r} does not belong to {table.replace('_', '-')} tables (which have "
+            f"{_TABLE_MARK[table]}); expected {fits}"
+        )
+    owner = next(t for t in (COMMUNICATION, TRAINING, CONVERGENCE, NOISE_SCALE, HYBRID) if t in column.tables)
     if table == TRAINING:
-        return (f"column {name!r} belongs to {owner.replace('_', '-')} tables (which have "
-                f"{_TABLE_MARK[owner]}); expected the columns of a training table")
-    return (f"column {name!r} belongs to {owner.replace('_', '-')} tables; a table with a "
-            "'collective' column is a communication table")
+        return (
+            f"column {name!r} belongs to {owner.replace('_', '-')} tables (which have "
+            f"{_TABLE_MARK[owner]}); expected the columns of a training table"
+        )
+    return (
+        f"column {name!r} belongs to {owner.replace('_', '-')} tables; a table with a "
+        "'collective' column is a communication table"
+    )
 
 
 def _check_columns(path: Path, names: list[str], table: str, line: int) -> None:
@@ -215,16 +236,25 @@ def _units(path: Path, meta: _Meta, names: list[str]) -> dict[str, float]:
         column_name, sep, unit = (s.strip() for s in item.partition("="))
         column = COLUMNS.get(column_name.lower())
         if not sep or not unit:
-            raise InputFileError(path, f"units entry {item!r}: expected column=unit, e.g. "
-                                 "'throughput=images/s, time=ms'", line=line)
+            raise InputFileError(
+                path,
+                f"units entry {item!r}: expected column=unit, e.g. 'throughput=images/s, time=ms'",
+                line=line,
+            )
         if column is None or column.units is None:
             with_units = [c.name for c in COLUMNS.values() if c.units]
-            raise InputFileError(path, f"units entry {item!r}: expected one of the columns "
-                                 f"with units ({', '.join(with_units)})", line=line)
+            raise InputFileError(
+                path,
+                f"units entry {item!r}: expected one of the columns with units ({', '.join(with_units)})",
+                line=line,
+            )
         accepted = UNIT_ALIASES[column.units]
         if unit not in accepted:
-            raise InputFileError(path, f"units entry {item!r}: expected {column.name} in one of "
-                                 f"{', '.join(accepted)}", line=line)
+            raise InputFileError(
+                path,
+                f"units entry {item!r}: expected {column.name} in one of {', '.join(accepted)}",
+                line=line,
+            )
         if column.name in names:
             divisors[column.name] = accepted[unit]
     return divisors
@@ -233,8 +263,7 @@ def _units(path: Path, meta: _Meta, names: list[str]) -> dict[str, float]:
 # --- rows --------------------------------------------------------------------------------------
 
 
-def _rows(path: Path, lines: list[str], header_at: int, names: list[str]) -> list[
-        tuple[int, list[str]]]:
+def _rows(path: Path, lines: list[str], header_at: int, names: list[str]) -> list[tuple[int, list[str]]]:
     rows = []
     for number in range(header_at + 1, len(lines) + 1):
         line = lines[number - 1]
@@ -247,20 +276,23 @@ def _rows(path: Path, lines: list[str], header_at: int, names: list[str]) -> lis
             fields.pop()
         if len(fields) != len(names):
             raise InputFileError(
-                path, f"found {len(fields)} fields; expected {len(names)}, as in the header on "
-                f"line {header_at}", line=number)
+                path,
+                f"found {len(fields)} fields; expected {len(names)}, as in the header on line {header_at}",
+                line=number,
+            )
         rows.append((number, fields))
     if not rows:
-        raise InputFileError(path, "no data rows after the header; expected one row per "
-                             "measured point", line=header_at)
+        raise InputFileError(
+            path, "no data rows after the header; expected one row per measured point", line=header_at
+        )
     return rows
 
 
-def _bad(path: Path, number: int, column: Column, value: str,
-         expect: str | None = None) -> NoReturn:
+def _bad(path: Path, number: int, column: Column, value: str, expect: str | None = None) -> NoReturn:
     found = repr(value) if value else "an empty cell"
-    raise InputFileError(path, f"column {column.name!r}: expected {expect or column.expect}, "
-                         f"found {found}", line=number)
+    raise InputFileError(
+        path, f"column {column.name!r}: expected {expect or column.expect}, found {found}", line=number
+    )
 
 
 def _parse_int(text: str) -> int | None:
@@ -275,8 +307,14 @@ def _parse_int(text: str) -> int | None:
     return int(value) if math.isfinite(value) and value.is_integer() else None
 
 
-def _parse_rows(path: Path, rows: list[tuple[int, list[str]]], names: list[str], table: str,
-                divisors: dict[str, float], default_source: str) -> dict[str, list]:
+def _parse_rows(
+    path: Path,
+    rows: list[tuple[int, list[str]]],
+    names: list[str],
+    table: str,
+    divisors: dict[str, float],
+    default_source: str,
+) -> dict[str, list]:
     """Check every cell and return the table column-wise, in canonical units."""
     columns: dict[str, list] = {name: [] for name in names}
     required = set(REQUIRED[table])
@@ -287,12 +325,18 @@ def _parse_rows(path: Path, rows: list[tuple[int, list[str]]], names: list[str],
             column = COLUMNS[name]
             row[name] = _cell(path, number, column, text, name in required, divisors)
         if all(math.isnan(row[c]) for c in measured):  # type: ignore[arg-type]
-            raise InputFileError(path, f"no measured value; expected a number in "
-                                 f"{' or '.join(measured)}", line=number)
+            raise InputFileError(
+                path, f"no measured value; expected a number in {' or '.join(measured)}", line=number
+            )
         for name in ("gpus_per_node", "baseline_gpus"):
             if name in row and row[name] > row["gpus"]:  # type: ignore[operator]
-                _bad(path, number, COLUMNS[name], str(row[name]),
-                     f"a positive integer no larger than gpus ({row['gpus']})")
+                _bad(
+                    path,
+                    number,
+                    COLUMNS[name],
+                    str(row[name]),
+                    f"a positive integer no larger than gpus ({row['gpus']})",
+                )
         for name, value in row.items():
             columns[name].append(value)
     # Optional labels a file leaves out, or leaves empty, get defaults; optional numbers stay
@@ -315,8 +359,9 @@ def _parse_rows(path: Path, rows: list[tuple[int, list[str]]], names: list[str],
     return columns
 
 
-def _cell(path: Path, number: int, column: Column, text: str, required: bool,
-          divisors: dict[str, float]) -> object:
+def _cell(
+    path: Path, number: int, column: Column, text: str, required: bool, divisors: dict[str, float]
+) -> object:
     if column.kind == "str":
         if column.name == "precision":
             value = text.lower()
@@ -342,8 +387,11 @@ def _cell(path: Path, number: int, column: Column, text: str, required: bool,
         return text
     if column.kind == "int":
         value = _parse_int(text)
-        if value is None or value < (0 if column.name in _ZERO_OK else 1) or (
-                column.name == "zero" and value > 3):
+        if (
+            value is None
+            or value < (0 if column.name in _ZERO_OK else 1)
+            or (column.name == "zero" and value > 3)
+        ):
             _bad(path, number, column, text)
         return value
     # A measured quantity: an empty cell is "not measured" (NaN); the row check above makes
@@ -360,8 +408,9 @@ def _cell(path: Path, number: int, column: Column, text: str, required: bool,
     return value / divisors.get(column.name, 1.0)
 
 
-def _check_duplicates(path: Path, rows: list[tuple[int, list[str]]], columns: dict[str, list],
-                      table: str) -> None:
+def _check_duplicates(
+    path: Path, rows: list[tuple[int, list[str]]], columns: dict[str, list], table: str
+) -> None:
     keys = [name for name, c in COLUMNS.items() if c.role == "coord" and name in columns]
     first: dict[tuple, int] = {}
     for i, (number, _) in enumerate(rows):
@@ -402,8 +451,13 @@ def _dataset(path: Path, meta: _Meta, table: str, columns: dict[str, list]) -> x
     if table == COMMUNICATION:
         _derive_bandwidths(columns, data_vars)
     if table == CONVERGENCE:
-        derive_amounts(path, meta.values.get("samples_per_epoch", ""), meta.lines.get("samples_per_epoch"),
-                       columns, data_vars)
+        derive_amounts(
+            path,
+            meta.values.get("samples_per_epoch", ""),
+            meta.lines.get("samples_per_epoch"),
+            columns,
+            data_vars,
+        )
     ds = xr.Dataset(data_vars, coords=coords)
     # Variables first in canonical order; derived ones were appended at the end.
     ds = ds[[name for name in COLUMNS if name in ds.data_vars]]
@@ -432,11 +486,14 @@ def _derive_bandwidths(columns: dict[str, list], data_vars: dict[str, xr.Variabl
     n = len(columns["gpus"])
     nan = np.full(n, np.nan)
     gpus = np.asarray(columns["gpus"], dtype=np.int64)
-    factor = np.array([busbw_factor(c, g) for c, g in zip(columns["collective"], gpus, strict=True)],
-                      dtype=np.float64)
+    factor = np.array(
+        [busbw_factor(c, g) for c, g in zip(columns["collective"], gpus, strict=True)], dtype=np.float64
+    )
     nbytes = np.asarray(columns["bytes"], dtype=np.float64) if "bytes" in columns else nan
-    given = {k: np.asarray(columns[k], dtype=np.float64) if k in columns else nan.copy()
-             for k in ("time", "algbw", "busbw")}
+    given = {
+        k: np.asarray(columns[k], dtype=np.float64) if k in columns else nan.copy()
+        for k in ("time", "algbw", "busbw")
+    }
     notes: dict[str, str] = {}
 
     def fill(name: str, derived: np.ndarray, how: str) -> None:
@@ -448,10 +505,16 @@ def _derive_bandwidths(columns: dict[str, list], data_vars: dict[str, xr.Variabl
 
     with np.errstate(divide="ignore", invalid="ignore"):
         fill("algbw", nbytes / given["time"] / 1e9, "derived where not given: bytes / time / 1e9")
-        fill("algbw", given["busbw"] / factor,
-             "derived where not given: busbw / busbw_factor(collective, gpus)")
-        fill("busbw", given["algbw"] * factor,
-             "derived where not given: algbw x busbw_factor(collective, gpus) (nccl-tests)")
+        fill(
+            "algbw",
+            given["busbw"] / factor,
+            "derived where not given: busbw / busbw_factor(collective, gpus)",
+        )
+        fill(
+            "busbw",
+            given["algbw"] * factor,
+            "derived where not given: algbw x busbw_factor(collective, gpus) (nccl-tests)",
+        )
         fill("time", nbytes / (given["algbw"] * 1e9), "derived where not given: bytes / algbw")
     for name in ("time", "algbw", "busbw"):
         if name in notes or name in columns:

@@ -44,8 +44,9 @@ def _require_dask():
     return dsa
 
 
-def _block_chunks(shape: tuple[int, ...], dims: list[str],
-                  chunks: Mapping[str, int] | int | None) -> tuple[int, ...]:
+def _block_chunks(
+    shape: tuple[int, ...], dims: list[str], chunks: Mapping[str, int] | int | None
+) -> tuple[int, ...]:
     """Chunk length along each sweep dimension (points)."""
     if isinstance(chunks, Mapping):
         unknown = sorted(set(chunks) - set(dims))
@@ -141,8 +142,9 @@ def predict_lazy(*args: Any, chunks: Mapping[str, int] | int | None = None, **kw
     other_coords = {name: c.variable for name, c in small.coords.items() if name not in dims}
     inner_coords = {d: other_coords.pop(d) for d in inner if d in other_coords}
     dim_coords = {d: xr.Variable(d, coords[d], small[d].attrs) for d in dims}
-    template = xr.Dataset(template_vars, coords={**dim_coords, **inner_coords, **other_coords},
-                          attrs=small.attrs)
+    template = xr.Dataset(
+        template_vars, coords={**dim_coords, **inner_coords, **other_coords}, attrs=small.attrs
+    )
     if not numeric:
         return small.chunk()
 
@@ -158,8 +160,11 @@ def predict_lazy(*args: Any, chunks: Mapping[str, int] | int | None = None, **kw
         out = predict(**fixed, **values)
         return xr.Dataset(
             {name: _fit_to(template[name], out[name]) for name in template.data_vars},
-            coords={**{d: piece[d].variable for d in dims}, **inner_coords,
-                    **{name: out[name].variable for name in other_coords}},
+            coords={
+                **{d: piece[d].variable for d in dims},
+                **inner_coords,
+                **{name: out[name].variable for name in other_coords},
+            },
             attrs=template.attrs,
         )
 
@@ -177,8 +182,9 @@ def _direction(objective: str, maximize: bool | None) -> bool:
     return not objective.startswith(_MINIMISED)
 
 
-def _block_best(values: np.ndarray, offsets: tuple[int, ...], shape: tuple[int, ...],
-                maximize: bool) -> tuple[int, np.ndarray, np.ndarray]:
+def _block_best(
+    values: np.ndarray, offsets: tuple[int, ...], shape: tuple[int, ...], maximize: bool
+) -> tuple[int, np.ndarray, np.ndarray]:
     """One block's winners: (first gpus index, best value per GPU count, global flat index of the
     winner over the other dimensions, C order; the first on ties, as numpy's argmax)."""
     flat = values.reshape(values.shape[0], -1)
@@ -224,8 +230,10 @@ def best_per_gpus(
     elif isinstance(ds_or_args, Mapping):
         ds = predict_lazy(**dict(ds_or_args), chunks=chunks)
     else:
-        raise DlexploreError(f"best_per_gpus takes a Dataset or a mapping of predict arguments, "
-                             f"got {type(ds_or_args).__name__}")
+        raise DlexploreError(
+            f"best_per_gpus takes a Dataset or a mapping of predict arguments, "
+            f"got {type(ds_or_args).__name__}"
+        )
     if objective not in ds.data_vars:
         raise DlexploreError(f"objective {objective!r} is not a variable; choose from {sorted(ds.data_vars)}")
     if "gpus" not in ds.dims:
@@ -273,7 +281,10 @@ def best_per_gpus(
     scalars = {name: c.variable for name, c in ds.coords.items() if c.ndim == 0}
     result = xr.Dataset(out, coords={"gpus": gpus.variable, **scalars})
     result.attrs.update(ds.attrs)
-    result.attrs.update(objective=objective, direction="max" if up else "min",
-                        require_fit=int(require_fit),
-                        title=f"best {objective} per GPU count over {', '.join(sweep_dims) or 'nothing'}")
+    result.attrs.update(
+        objective=objective,
+        direction="max" if up else "min",
+        require_fit=int(require_fit),
+        title=f"best {objective} per GPU count over {', '.join(sweep_dims) or 'nothing'}",
+    )
     return result

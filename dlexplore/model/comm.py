@@ -226,11 +226,21 @@ def collective_time(
             from .nccl import NCCL_ALGORITHMS, nccl_allreduce
 
             if algorithm == "nvls" and not nvls:
-                raise DlexploreError("the nvls allreduce needs NVLink SHARP: an intra-node link "
-                                     "whose reduction is 'nvls' (NVLink4 through NVSwitch)")
+                raise DlexploreError(
+                    "the nvls allreduce needs NVLink SHARP: an intra-node link "
+                    "whose reduction is 'nvls' (NVLink4 through NVSwitch)"
+                )
             time, _, _ = nccl_allreduce(
-                n, p, gpus_per_node, intra_bandwidth, intra_latency, bw, a,
-                intra_fabric=intra_fabric, architecture=architecture, nvls=nvls,
+                n,
+                p,
+                gpus_per_node,
+                intra_bandwidth,
+                intra_latency,
+                bw,
+                a,
+                intra_fabric=intra_fabric,
+                architecture=architecture,
+                nvls=nvls,
                 algorithms=NCCL_ALGORITHMS if algorithm == "nccl" else ("nvls",),
             )
             multi_node = np.ceil(p / np.minimum(_check_ranks(gpus_per_node), p)) > 1
@@ -244,10 +254,8 @@ def collective_time(
         inter = normalize_algorithm(inter_algorithm, "allreduce")
         if inter in ("hierarchical",):
             raise DlexploreError("inter_algorithm cannot itself be hierarchical")
-        inside = collective_time("reduce_scatter", "ring", n, local, intra_bandwidth,
-                                 intra_latency, g)
-        inside = inside + collective_time("allgather", "ring", n, local, intra_bandwidth,
-                                          intra_latency)
+        inside = collective_time("reduce_scatter", "ring", n, local, intra_bandwidth, intra_latency, g)
+        inside = inside + collective_time("allgather", "ring", n, local, intra_bandwidth, intra_latency)
         between = collective_time("allreduce", inter, n / local, nodes, bw, a, g, servers=servers)
         return inside + np.where(nodes > 1, between, 0.0)
 
@@ -341,12 +349,17 @@ def predict_comm(
         kwargs["servers"] = as_dataarray("servers", servers)
     if algorithm in ("hierarchical", "nccl", "nvls"):
         kwargs["gpus_per_node"] = as_dataarray("gpus_per_node", gpus_per_node)
-        kwargs["intra_bandwidth"] = bw if intra_bandwidth is None else as_dataarray(
-            "intra_bandwidth", intra_bandwidth)
-        kwargs["intra_latency"] = lat if intra_latency is None else as_dataarray(
-            "intra_latency", intra_latency)
-    node = dict(intra_fabric=intra_fabric, architecture=architecture, nvls=nvls) \
-        if algorithm in ("nccl", "nvls") else {}
+        kwargs["intra_bandwidth"] = (
+            bw if intra_bandwidth is None else as_dataarray("intra_bandwidth", intra_bandwidth)
+        )
+        kwargs["intra_latency"] = (
+            lat if intra_latency is None else as_dataarray("intra_latency", intra_latency)
+        )
+    node = (
+        dict(intra_fabric=intra_fabric, architecture=architecture, nvls=nvls)
+        if algorithm in ("nccl", "nvls")
+        else {}
+    )
     time = _comm_time_da(collective, algorithm, n, p, bw, lat, gam, kwargs, node)
     factor = busbw_factor(collective, p.values)
     ds = xr.Dataset({"time": time})

@@ -41,8 +41,13 @@ __all__ = [
 ]
 
 #: The numeric parameters of the per-operator compute model (:mod:`dlexplore.model.operators`).
-COMPUTE_PARAMETERS = ("compute_efficiency", "memory_efficiency", "kernel_time", "winograd_speedup",
-                      "flash_efficiency")
+COMPUTE_PARAMETERS = (
+    "compute_efficiency",
+    "memory_efficiency",
+    "kernel_time",
+    "winograd_speedup",
+    "flash_efficiency",
+)
 
 #: Default fraction of peak FLOP/s reached by the whole training step, by precision. These are
 #: round, commonly reported utilisations for convolution- and GEMM-heavy training (about half of
@@ -69,21 +74,23 @@ def normalize_optimizer(optimizer: str) -> str:
     key = str(optimizer).strip().lower().replace("_", "-")
     key = _OPTIMIZER_ALIASES.get(key, key)
     if key not in OPTIMIZERS:
-        raise DlexploreError(
-            f"unknown optimizer {optimizer!r}; expected one of {', '.join(OPTIMIZERS)}"
-        )
+        raise DlexploreError(f"unknown optimizer {optimizer!r}; expected one of {', '.join(OPTIMIZERS)}")
     return key
 
 
 def normalize_precision(precision: str) -> str:
     """Canonical precision: ``fp32``, ``tf32``, ``fp16`` or ``bf16`` (the last two mean mixed)."""
     key = str(precision).strip().lower()
-    key = {"float32": "fp32", "float16": "fp16", "half": "fp16", "amp": "fp16",
-           "mixed": "fp16", "bfloat16": "bf16"}.get(key, key)
+    key = {
+        "float32": "fp32",
+        "float16": "fp16",
+        "half": "fp16",
+        "amp": "fp16",
+        "mixed": "fp16",
+        "bfloat16": "bf16",
+    }.get(key, key)
     if key not in PRECISIONS:
-        raise DlexploreError(
-            f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}"
-        )
+        raise DlexploreError(f"unknown precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
     return key
 
 
@@ -116,18 +123,24 @@ def fill_compute_defaults(values: dict, gpu: GPU | str, precision: str) -> None:
             values[name] = defaults[name]
 
 
-def kernel_times(ops: Operators, batch: npt.ArrayLike, gpu: GPU, precision: str,
-                 params: Mapping[str, npt.ArrayLike]) -> np.ndarray:
+def kernel_times(
+    ops: Operators, batch: npt.ArrayLike, gpu: GPU, precision: str, params: Mapping[str, npt.ArrayLike]
+) -> np.ndarray:
     """Time (s) of every kernel of ``ops`` for ``batch`` samples on ``gpu`` at ``precision``, with
     the compute parameters in ``params`` (:func:`dlexplore.model.operators.operator_times`).
     Winograd's saving applies on vector units only: cuDNN runs tensor-core convolutions as
     implicit GEMMs."""
     winograd = params["winograd_speedup"] if unit_kind(gpu, precision) == "vector" else 1.0
     return operator_times(
-        ops, batch, training_peak_flops(gpu, precision), gpu.memory_bandwidth_gbs,
+        ops,
+        batch,
+        training_peak_flops(gpu, precision),
+        gpu.memory_bandwidth_gbs,
         compute_efficiency=params["compute_efficiency"],
-        memory_efficiency=params["memory_efficiency"], kernel_time=params["kernel_time"],
-        winograd_speedup=winograd, flash_efficiency=params["flash_efficiency"],
+        memory_efficiency=params["memory_efficiency"],
+        kernel_time=params["kernel_time"],
+        winograd_speedup=winograd,
+        flash_efficiency=params["flash_efficiency"],
         sm_count=int(gpu.sm_count),
     )
 
@@ -153,8 +166,10 @@ def forward_time(
     compute_efficiency: npt.ArrayLike,
 ) -> np.ndarray:
     """Forward-pass time (s) of ``batch_size`` samples: FLOPs x batch / (peak FLOP/s x efficiency)."""
-    return flops_per_sample * np.asarray(batch_size, dtype=float) / (
-        peak_flops * np.asarray(compute_efficiency, dtype=float)
+    return (
+        flops_per_sample
+        * np.asarray(batch_size, dtype=float)
+        / (peak_flops * np.asarray(compute_efficiency, dtype=float))
     )
 
 

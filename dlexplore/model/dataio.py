@@ -68,11 +68,16 @@ IO_VARIABLES: dict[str, tuple[str, str]] = {
 }
 
 
-def _as(name: str, value, *, positive: bool = False, units: str = "", allow_inf: bool = False
-        ) -> xr.DataArray:
+def _as(
+    name: str, value, *, positive: bool = False, units: str = "", allow_inf: bool = False
+) -> xr.DataArray:
     check = validation.positive if positive else validation.nonnegative
-    check(name, value.values if isinstance(value, xr.DataArray) else value, units=units,
-          **({"allow_inf": True} if allow_inf and not positive else {}))
+    check(
+        name,
+        value.values if isinstance(value, xr.DataArray) else value,
+        units=units,
+        **({"allow_inf": True} if allow_inf and not positive else {}),
+    )
     da = value if isinstance(value, xr.DataArray) else as_dataarray(name, value)
     return da.astype(float)
 
@@ -138,8 +143,9 @@ def io_model(
     cache = _as("page_cache_bytes", page_cache_bytes, units="bytes")
     ep = _as("epochs", epochs)
     validation.number("epochs", ep.values, minimum=1)
-    md = _as("metadata_latency_s", tier.latency_s if metadata_latency_s is None else metadata_latency_s,
-             units="s")
+    md = _as(
+        "metadata_latency_s", tier.latency_s if metadata_latency_s is None else metadata_latency_s, units="s"
+    )
     rl = _as("read_latency_s", read_latency_s, units="s")
     if metadata_rate != math.inf:
         validation.positive("metadata_rate", metadata_rate, units="opens/s")
@@ -188,8 +194,12 @@ def io_model(
     )
     ds = _units(ds)
     ds.attrs.update(
-        source=PREDICTED_SOURCE + " (data I/O)", kind="predicted", storage=tier.name,
-        storage_scope=tier.scope, layout=layout, title=f"data I/O: {layout} on {tier.name}",
+        source=PREDICTED_SOURCE + " (data I/O)",
+        kind="predicted",
+        storage=tier.name,
+        storage_scope=tier.scope,
+        layout=layout,
+        title=f"data I/O: {layout} on {tier.name}",
     )
     return ds
 
@@ -213,8 +223,11 @@ def io_bound_gpus(
     """
     if isinstance(time_compute, xr.Dataset):
         time_compute = time_compute["time_compute"]
-    tc = time_compute if isinstance(time_compute, xr.DataArray) else xr.DataArray(
-        validation.nonnegative("time_compute", time_compute, units="s"))
+    tc = (
+        time_compute
+        if isinstance(time_compute, xr.DataArray)
+        else xr.DataArray(validation.nonnegative("time_compute", time_compute, units="s"))
+    )
     validation.nonnegative("time_compute", tc.values, units="s")
     validation.gpu_count("gpus_per_node", gpus_per_node)
     cand = np.asarray(gpus if gpus is not None else 2 ** np.arange(21), dtype=float)
@@ -272,8 +285,9 @@ class DLIOWorkload:
             try:
                 import yaml
             except ImportError as err:
-                raise DlexploreError("reading a DLIO YAML file needs PyYAML (pip install pyyaml); "
-                                     "or pass the config as a dict") from err
+                raise DlexploreError(
+                    "reading a DLIO YAML file needs PyYAML (pip install pyyaml); or pass the config as a dict"
+                ) from err
             try:
                 with open(path, encoding="utf-8") as fh:
                     config = yaml.safe_load(fh)
@@ -281,8 +295,9 @@ class DLIOWorkload:
                 raise InputFileError(path, f"cannot read: {err.strerror}") from err
             except yaml.YAMLError as err:
                 line = getattr(getattr(err, "problem_mark", None), "line", None)
-                raise InputFileError(path, f"not valid YAML: {err}",
-                                     line=None if line is None else line + 1) from err
+                raise InputFileError(
+                    path, f"not valid YAML: {err}", line=None if line is None else line + 1
+                ) from err
         if not isinstance(config, dict):
             raise InputFileError(path or "<dict>", "expected a mapping with dataset/reader/train sections")
         flat: dict = {}
@@ -318,15 +333,21 @@ class DLIOWorkload:
         """:func:`io_model` for this workload, plus ``time_compute`` and the predicted accelerator
         utilisation ``au`` (%: ``computation_time / max(computation_time, time_io)``, prefetching
         hiding I/O up to the compute time, as DLIO's AU metric measures)."""
-        kw = dict(layout=self.layout, sample_bytes=float(self.record_length),
-                  file_bytes=float(self.record_length) * self.num_samples_per_file,
-                  batch_size=self.batch_size, io_threads=max(1, self.read_threads),
-                  dataset_bytes=self.dataset_bytes, epochs=self.epochs)
+        kw = dict(
+            layout=self.layout,
+            sample_bytes=float(self.record_length),
+            file_bytes=float(self.record_length) * self.num_samples_per_file,
+            batch_size=self.batch_size,
+            io_threads=max(1, self.read_threads),
+            dataset_bytes=self.dataset_bytes,
+            epochs=self.epochs,
+        )
         kw.update(options)
         ds = io_model(storage, **kw)
         tc = float(self.computation_time)
-        ds["time_compute"] = xr.DataArray(tc, attrs=dict(zip(("units", "long_name"),
-                                                             IO_VARIABLES["time_compute"], strict=True)))
+        ds["time_compute"] = xr.DataArray(
+            tc, attrs=dict(zip(("units", "long_name"), IO_VARIABLES["time_compute"], strict=True))
+        )
         step = np.maximum(tc, ds["time_io"])
         ds["au"] = xr.where(step > 0, 100.0 * tc / step, 100.0)
         ds["au"].attrs.update(units="%", long_name="predicted accelerator utilisation (DLIO AU)")

@@ -34,8 +34,14 @@ from .. import catalog
 from ..errors import DlexploreError
 from ._sweep import PREDICTED_SOURCE
 
-__all__ = ["energy", "parallel_phases", "pareto_front", "time_energy_tradeoff", "ENERGY_VARIABLES",
-           "ENERGY_SOURCE"]
+__all__ = [
+    "energy",
+    "parallel_phases",
+    "pareto_front",
+    "time_energy_tradeoff",
+    "ENERGY_VARIABLES",
+    "ENERGY_SOURCE",
+]
 
 ENERGY_SOURCE = f"{PREDICTED_SOURCE} + phase-power energy model"
 
@@ -132,12 +138,16 @@ def energy(
         ``time_sample`` (s), ``power_average`` (W, x PUE), plus the epoch variables when
         ``samples_per_epoch`` is given. ``attrs["source"]`` starts with "predicted: ".
     """
-    missing = [v for v in ("time_compute", "time_comm_exposed", "time_io_exposed", "step_time")
-               if v not in prediction]
+    missing = [
+        v
+        for v in ("time_compute", "time_comm_exposed", "time_io_exposed", "step_time")
+        if v not in prediction
+    ]
     missing += [c for c in ("gpus", "batch_size") if c not in prediction.coords]
     if missing:
         raise DlexploreError(
-            f"energy() needs a prediction from dlexplore.predict; missing {', '.join(missing)}")
+            f"energy() needs a prediction from dlexplore.predict; missing {', '.join(missing)}"
+        )
     if not np.isfinite(pue) or pue < 1:
         raise DlexploreError(f"pue must be >= 1 (facility / IT energy), got {pue!r}")
     if not np.isfinite(node_power_w) or node_power_w < 0:
@@ -199,14 +209,20 @@ def energy(
         out["time_epoch"] = out["time_sample"] * samples_per_epoch
     # One layout for every variable (the step time's), so that .values of any two line up.
     dims = t_step.dims
-    ds = xr.Dataset({name: value.broadcast_like(t_step).transpose(*dims).reset_coords(drop=True)
-                     for name, value in out.items()})
-    ds = ds.assign_coords({name: prediction.coords[name] for name in prediction.coords
-                           if name not in ds.coords})
+    ds = xr.Dataset(
+        {
+            name: value.broadcast_like(t_step).transpose(*dims).reset_coords(drop=True)
+            for name, value in out.items()
+        }
+    )
+    ds = ds.assign_coords(
+        {name: prediction.coords[name] for name in prediction.coords if name not in ds.coords}
+    )
     ds = ds.assign_coords(pue=float(pue), comm_power_fraction=float(comm_power_fraction))
     ds["pue"].attrs.update(units="1", long_name="power usage effectiveness (facility / IT energy)")
-    ds["comm_power_fraction"].attrs.update(units="1", long_name="GPU power while communicating, "
-                                           "as a fraction from idle (0) to TDP (1)")
+    ds["comm_power_fraction"].attrs.update(
+        units="1", long_name="GPU power while communicating, as a fraction from idle (0) to TDP (1)"
+    )
     return _finish(ds, prediction)
 
 
@@ -217,8 +233,11 @@ def _finish(ds: xr.Dataset, prediction: xr.Dataset) -> xr.Dataset:
             ds[name].attrs.update(units=units, long_name=long_name)
         elif name in prediction.variables and not ds[name].attrs:
             ds[name].attrs.update(prediction[name].attrs)
-    ds.attrs.update(source=ENERGY_SOURCE, kind="predicted",
-                    title=prediction.attrs.get("title", "training step") + ": energy")
+    ds.attrs.update(
+        source=ENERGY_SOURCE,
+        kind="predicted",
+        title=prediction.attrs.get("title", "training step") + ": energy",
+    )
     return ds
 
 
@@ -234,31 +253,45 @@ def parallel_phases(prediction: xr.Dataset) -> xr.Dataset:
     ``batch_size`` becomes the per-GPU batch :func:`energy` counts samples with.
     """
     p = prediction
-    needed = ["step_time", "time_compute", "time_optimizer", "time_offload", "time_tp_comm",
-              "time_pp_comm", "time_dp_comm_exposed", "time_bubble"]
+    needed = [
+        "step_time",
+        "time_compute",
+        "time_optimizer",
+        "time_offload",
+        "time_tp_comm",
+        "time_pp_comm",
+        "time_dp_comm_exposed",
+        "time_bubble",
+    ]
     missing = [name for name in needed if name not in p]
     missing += [name for name in ("gpus", "batch_size") if name not in p.variables]
     if missing:
-        raise DlexploreError("parallel_phases() needs a prediction from dlexplore.predict_parallel; "
-                             f"missing {', '.join(missing)}")
+        raise DlexploreError(
+            "parallel_phases() needs a prediction from dlexplore.predict_parallel; "
+            f"missing {', '.join(missing)}"
+        )
     seconds = {"units": "s"}
     # what the GEMMs do not hide (tp_overlap) where the prediction says so
     tp_comm = p["time_tp_comm_exposed"] if "time_tp_comm_exposed" in p else p["time_tp_comm"]
     phases = xr.Dataset(
-        {"time_compute": (p["time_compute"] + p["time_optimizer"] + p["time_offload"]).assign_attrs(
-            seconds, long_name="compute, optimizer update and offload per step"),
-         "time_comm_exposed": (tp_comm + p["time_pp_comm"] + p["time_dp_comm_exposed"]
-                               ).assign_attrs(seconds, long_name="tensor-, pipeline- and exposed "
-                                              "data-parallel communication per step"),
-         "time_io_exposed": p["time_bubble"].assign_attrs(seconds, long_name="pipeline bubble "
-                                                          "(waiting at idle power) per step"),
-         "step_time": p["step_time"]},
+        {
+            "time_compute": (p["time_compute"] + p["time_optimizer"] + p["time_offload"]).assign_attrs(
+                seconds, long_name="compute, optimizer update and offload per step"
+            ),
+            "time_comm_exposed": (tp_comm + p["time_pp_comm"] + p["time_dp_comm_exposed"]).assign_attrs(
+                seconds, long_name="tensor-, pipeline- and exposed data-parallel communication per step"
+            ),
+            "time_io_exposed": p["time_bubble"].assign_attrs(
+                seconds, long_name="pipeline bubble (waiting at idle power) per step"
+            ),
+            "step_time": p["step_time"],
+        },
     )
-    coords = {name: p[name] for name in ("gpu", "gpus_per_node", "compute_efficiency")
-              if name in p.coords}
+    coords = {name: p[name] for name in ("gpu", "gpus_per_node", "compute_efficiency") if name in p.coords}
     coords["gpus"] = p["gpus"]
     coords["batch_size"] = (p["batch_size"] / p["gpus"]).assign_attrs(
-        units="samples", long_name="samples per GPU per step (global batch / gpus)")
+        units="samples", long_name="samples per GPU per step (global batch / gpus)"
+    )
     phases = phases.assign_coords(coords)
     phases.attrs.update(p.attrs)
     return phases
@@ -317,8 +350,14 @@ def time_energy_tradeoff(
     if not gpus:
         raise DlexploreError("gpus: give at least one GPU count")
     pred = predict(workload, gpu, network, gpus=gpus, batch_size=batch_size, **predict_kwargs)
-    ds = energy(pred, pue=pue, node_power_w=node_power_w, utilization=utilization,
-                comm_power_fraction=comm_power_fraction, samples_per_epoch=samples_per_epoch)
+    ds = energy(
+        pred,
+        pue=pue,
+        node_power_w=node_power_w,
+        utilization=utilization,
+        comm_power_fraction=comm_power_fraction,
+        samples_per_epoch=samples_per_epoch,
+    )
     for name in ("step_time", "throughput", "efficiency", "fits"):
         ds[name] = pred[name]
     ts, es = xr.broadcast(ds["time_sample"], ds["energy_sample"])

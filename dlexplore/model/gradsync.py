@@ -49,8 +49,15 @@ import numpy.typing as npt
 
 from .. import catalog
 
-__all__ = ["FRAMEWORKS", "TRANSPORTS", "FUSION_THRESHOLD", "resolve_transport",
-           "server_load_fraction", "parameter_server_time", "horovod_delay"]
+__all__ = [
+    "FRAMEWORKS",
+    "TRANSPORTS",
+    "FUSION_THRESHOLD",
+    "resolve_transport",
+    "server_load_fraction",
+    "parameter_server_time",
+    "horovod_delay",
+]
 
 FRAMEWORKS = ("ddp", "horovod")
 TRANSPORTS = ("auto", "rdma", "tcp")
@@ -88,9 +95,15 @@ def server_load_fraction(workload: catalog.Workload, servers: npt.ArrayLike) -> 
 
 
 def parameter_server_time(
-    nbytes: npt.ArrayLike, workers: npt.ArrayLike, gpus_per_node: npt.ArrayLike,
-    servers: npt.ArrayLike, share: npt.ArrayLike, colocated: bool, bandwidth: npt.ArrayLike,
-    latency: npt.ArrayLike, gamma: npt.ArrayLike = 0.0,
+    nbytes: npt.ArrayLike,
+    workers: npt.ArrayLike,
+    gpus_per_node: npt.ArrayLike,
+    servers: npt.ArrayLike,
+    share: npt.ArrayLike,
+    colocated: bool,
+    bandwidth: npt.ArrayLike,
+    latency: npt.ArrayLike,
+    gamma: npt.ArrayLike = 0.0,
 ) -> np.ndarray:
     """Time (s) of one push-and-pull of ``nbytes`` per worker through parameter servers.
 
@@ -111,11 +124,11 @@ def parameter_server_time(
     return 2 * np.asarray(latency, dtype=float) + 2 * busiest * beta + f * p * n * np.asarray(gamma)
 
 
-def horovod_delay(tensors: npt.ArrayLike, ranks: npt.ArrayLike, cycle_time: npt.ArrayLike,
-                  negotiation_time: npt.ArrayLike) -> np.ndarray:
+def horovod_delay(
+    tensors: npt.ArrayLike, ranks: npt.ArrayLike, cycle_time: npt.ArrayLike, negotiation_time: npt.ArrayLike
+) -> np.ndarray:
     """Seconds from a fused buffer's last gradient being ready to its allreduce starting in
     Horovod: half a cycle on average, plus negotiating its ``tensors`` over ``ranks``."""
     p = np.asarray(ranks, dtype=float)
     rounds = np.ceil(np.log2(np.maximum(p, 1.0)))
     return np.asarray(cycle_time) / 2 + np.asarray(negotiation_time) * np.asarray(tensors) * rounds
-

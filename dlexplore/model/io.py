@@ -24,9 +24,7 @@ from ..catalog import StorageTier
 __all__ = ["reader_bandwidth", "io_time"]
 
 
-def reader_bandwidth(
-    tier: StorageTier, gpus: npt.ArrayLike, gpus_per_node: npt.ArrayLike
-) -> np.ndarray:
+def reader_bandwidth(tier: StorageTier, gpus: npt.ArrayLike, gpus_per_node: npt.ArrayLike) -> np.ndarray:
     """Bandwidth one GPU's loader gets from ``tier`` (GB/s) when all GPUs read at once."""
     p = np.asarray(gpus, dtype=float)
     if tier.scope == "shared":

@@ -36,8 +36,12 @@ __all__ = [
 PARAM_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
 GRAD_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
 OPTIMIZER_STATE_BYTES = {
-    ("sgd", False): 0, ("momentum", False): 4, ("adam", False): 8,
-    ("sgd", True): 4, ("momentum", True): 8, ("adam", True): 12,
+    ("sgd", False): 0,
+    ("momentum", False): 4,
+    ("adam", False): 8,
+    ("sgd", True): 4,
+    ("momentum", True): 8,
+    ("adam", True): 12,
 }
 ACTIVATION_SCALE = {"fp32": 1.0, "tf32": 1.0, "fp16": 0.5, "bf16": 0.5}
 

@@ -110,8 +110,23 @@ def nccl_allreduce(
 
     candidates = []
     with np.errstate(divide="ignore", invalid="ignore"):
-        _collect(candidates, algorithms, protocols, fabric, architecture, n, p, nodes, multi, ppn,
-                 lg_nodes, bus, hop_scale, net_latency, nvls)
+        _collect(
+            candidates,
+            algorithms,
+            protocols,
+            fabric,
+            architecture,
+            n,
+            p,
+            nodes,
+            multi,
+            ppn,
+            lg_nodes,
+            bus,
+            hop_scale,
+            net_latency,
+            nvls,
+        )
     if not candidates:
         raise ValueError(f"no NCCL algorithm among {algorithms} with protocols {protocols} applies")
     shape = np.broadcast_shapes(*(c[0].shape for c in candidates))
@@ -132,14 +147,16 @@ def _collect(candidates: list, algorithms, protocols, fabric, architecture, *arg
                 continue
             if protocol == "LL128" and not (fabric == "nvlink" and architecture in _LL128_ARCHITECTURES):
                 continue
-            time = _time(algorithm, q, n, p, nodes, multi, ppn, lg_nodes, bus, fabric, hop_scale,
-                         net_latency, nvls)
+            time = _time(
+                algorithm, q, n, p, nodes, multi, ppn, lg_nodes, bus, fabric, hop_scale, net_latency, nvls
+            )
             if time is not None:
                 candidates.append((time, a, q))
 
 
-def _time(algorithm: str, q: int, n, p, nodes, multi, ppn, lg_nodes, bus, fabric, hop_scale,
-          net_latency, nvls: bool) -> np.ndarray | None:
+def _time(
+    algorithm: str, q: int, n, p, nodes, multi, ppn, lg_nodes, bus, fabric, hop_scale, net_latency, nvls: bool
+) -> np.ndarray | None:
     """One (algorithm, protocol) candidate's time, inf where it does not apply; None if never."""
     hop_intra = _HOP[fabric][algorithm][q] * 1e-6 * hop_scale
     hop_inter = _HOP["net"][algorithm][q] * 1e-6 + net_latency

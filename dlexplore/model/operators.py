@@ -96,8 +96,20 @@ __all__ = [
 ]
 
 #: Operator categories of the compute breakdown, in the order plots show them.
-CATEGORIES = ("conv", "matmul", "attention", "norm", "activation", "elementwise", "pool",
-              "dropout", "softmax", "embedding", "loss", "optimizer")
+CATEGORIES = (
+    "conv",
+    "matmul",
+    "attention",
+    "norm",
+    "activation",
+    "elementwise",
+    "pool",
+    "dropout",
+    "softmax",
+    "embedding",
+    "loss",
+    "optimizer",
+)
 #: Attention implementations a transformer can run with.
 ATTENTION_KERNELS = ("fused", "unfused", "flash")
 #: Phases of a step: the forward and backward of one micro-batch, and the optimizer update.
@@ -161,17 +173,59 @@ class _Builder:
         self.d = d
         self.rows: list[tuple] = []
 
-    def add(self, name: str, category: str, phase: str, *, flops: float = 0.0,
-            bytes_sample: float = 0.0, bytes_fixed: float = 0.0, kernels: float = 1.0,
-            rate: int = _VECTOR, tiles: float = 1.0, rows: float = 0.0, col_tiles: float = 0.0,
-            per_sample: bool = False, winograd: bool = False, in_layers: bool = False) -> None:
-        self.rows.append((name, CATEGORIES.index(category), PHASES.index(phase), flops,
-                          bytes_sample, bytes_fixed, kernels, rate, tiles, rows, col_tiles,
-                          per_sample, winograd, in_layers))
+    def add(
+        self,
+        name: str,
+        category: str,
+        phase: str,
+        *,
+        flops: float = 0.0,
+        bytes_sample: float = 0.0,
+        bytes_fixed: float = 0.0,
+        kernels: float = 1.0,
+        rate: int = _VECTOR,
+        tiles: float = 1.0,
+        rows: float = 0.0,
+        col_tiles: float = 0.0,
+        per_sample: bool = False,
+        winograd: bool = False,
+        in_layers: bool = False,
+    ) -> None:
+        self.rows.append(
+            (
+                name,
+                CATEGORIES.index(category),
+                PHASES.index(phase),
+                flops,
+                bytes_sample,
+                bytes_fixed,
+                kernels,
+                rate,
+                tiles,
+                rows,
+                col_tiles,
+                per_sample,
+                winograd,
+                in_layers,
+            )
+        )
 
-    def gemm(self, name: str, category: str, m: float, n: float, k: float, groups: float = 1.0, *,
-             dgrad: bool = True, winograd: bool = False, in_layers: bool = False,
-             weights: bool = True, calls: float = 1.0, flops: float | None = None) -> None:
+    def gemm(
+        self,
+        name: str,
+        category: str,
+        m: float,
+        n: float,
+        k: float,
+        groups: float = 1.0,
+        *,
+        dgrad: bool = True,
+        winograd: bool = False,
+        in_layers: bool = False,
+        weights: bool = True,
+        calls: float = 1.0,
+        flops: float | None = None,
+    ) -> None:
         """A matrix product of ``m`` rows per sample: forward, input gradient, weight gradient.
 
         ``weights`` False: both operands are activations (attention), so every operand grows with
@@ -184,48 +238,112 @@ class _Builder:
             per_sample, fixed = d * groups * (m * k + m * n) * calls, d * groups * k * n * calls
         else:
             per_sample, fixed = d * groups * (m * k + k * n + m * n) * calls, 0.0
-        common = dict(bytes_sample=per_sample, bytes_fixed=fixed, rate=_GEMM, winograd=winograd,
-                      in_layers=in_layers, kernels=calls)
+        common = dict(
+            bytes_sample=per_sample,
+            bytes_fixed=fixed,
+            rate=_GEMM,
+            winograd=winograd,
+            in_layers=in_layers,
+            kernels=calls,
+        )
         # each product's output is tiled: forward m x n, input gradient m x k, weight gradient k x n
         # (m is rows per sample: the batch makes it large, so only n and k are quantised); the
         # tiles of the forward and input gradient run in waves over the SMs (the weight gradient,
         # a long reduction over m, is split along it: no wave loss)
         waves = dict(rows=m, per_sample=not weights)
-        self.add(f"{name}:fwd", category, "forward", flops=flops, tiles=tile_efficiency(n),
-                 col_tiles=_tiles(n) * groups, **waves, **common)
+        self.add(
+            f"{name}:fwd",
+            category,
+            "forward",
+            flops=flops,
+            tiles=tile_efficiency(n),
+            col_tiles=_tiles(n) * groups,
+            **waves,
+            **common,
+        )
         if dgrad:
-            self.add(f"{name}:dgrad", category, "backward", flops=flops,
-                     tiles=tile_efficiency(k), col_tiles=_tiles(k) * groups, **waves, **common)
+            self.add(
+                f"{name}:dgrad",
+                category,
+                "backward",
+                flops=flops,
+                tiles=tile_efficiency(k),
+                col_tiles=_tiles(k) * groups,
+                **waves,
+                **common,
+            )
         if weights:
-            self.add(f"{name}:wgrad", category, "backward", flops=flops,
-                     tiles=tile_efficiency(k) * tile_efficiency(n), **common)
+            self.add(
+                f"{name}:wgrad",
+                category,
+                "backward",
+                flops=flops,
+                tiles=tile_efficiency(k) * tile_efficiency(n),
+                **common,
+            )
         else:
-            self.add(f"{name}:dgrad2", category, "backward", flops=flops, tiles=tile_efficiency(k),
-                     col_tiles=_tiles(k) * groups, **waves, **common)
+            self.add(
+                f"{name}:dgrad2",
+                category,
+                "backward",
+                flops=flops,
+                tiles=tile_efficiency(k),
+                col_tiles=_tiles(k) * groups,
+                **waves,
+                **common,
+            )
 
-    def vector(self, name: str, category: str, values: float, forward: float, backward: float, *,
-               mask: bool = False, in_layers: bool = False, fixed_backward: float = 0.0,
-               calls: float = 1.0) -> None:
+    def vector(
+        self,
+        name: str,
+        category: str,
+        values: float,
+        forward: float,
+        backward: float,
+        *,
+        mask: bool = False,
+        in_layers: bool = False,
+        fixed_backward: float = 0.0,
+        calls: float = 1.0,
+    ) -> None:
         """A memory-bound kernel over ``values`` per sample: ``forward``/``backward`` passes."""
         extra = _MASK * values if mask else 0.0
-        self.add(f"{name}:fwd", category, "forward",
-                 bytes_sample=(forward * self.d * values + extra) * calls, in_layers=in_layers,
-                 kernels=calls)
+        self.add(
+            f"{name}:fwd",
+            category,
+            "forward",
+            bytes_sample=(forward * self.d * values + extra) * calls,
+            in_layers=in_layers,
+            kernels=calls,
+        )
         if backward:
-            self.add(f"{name}:bwd", category, "backward",
-                     bytes_sample=(backward * self.d * values + extra) * calls,
-                     bytes_fixed=fixed_backward * calls, in_layers=in_layers, kernels=calls)
+            self.add(
+                f"{name}:bwd",
+                category,
+                "backward",
+                bytes_sample=(backward * self.d * values + extra) * calls,
+                bytes_fixed=fixed_backward * calls,
+                in_layers=in_layers,
+                kernels=calls,
+            )
 
     def table(self) -> Operators:
         cols = list(zip(*self.rows, strict=True))
         return Operators(
-            name=tuple(cols[0]), category=np.array(cols[1], dtype=np.int64),
-            phase=np.array(cols[2], dtype=np.int64), flops=np.array(cols[3], dtype=float),
-            bytes_sample=np.array(cols[4], dtype=float), bytes_fixed=np.array(cols[5], dtype=float),
-            kernels=np.array(cols[6], dtype=float), rate=np.array(cols[7], dtype=np.int64),
-            tiles=np.array(cols[8], dtype=float), rows=np.array(cols[9], dtype=float),
-            col_tiles=np.array(cols[10], dtype=float), per_sample=np.array(cols[11], dtype=bool),
-            winograd=np.array(cols[12], dtype=bool), in_layers=np.array(cols[13], dtype=bool),
+            name=tuple(cols[0]),
+            category=np.array(cols[1], dtype=np.int64),
+            phase=np.array(cols[2], dtype=np.int64),
+            flops=np.array(cols[3], dtype=float),
+            bytes_sample=np.array(cols[4], dtype=float),
+            bytes_fixed=np.array(cols[5], dtype=float),
+            kernels=np.array(cols[6], dtype=float),
+            rate=np.array(cols[7], dtype=np.int64),
+            tiles=np.array(cols[8], dtype=float),
+            rows=np.array(cols[9], dtype=float),
+            col_tiles=np.array(cols[10], dtype=float),
+            per_sample=np.array(cols[11], dtype=bool),
+            winograd=np.array(cols[12], dtype=bool),
+            in_layers=np.array(cols[13], dtype=bool),
         )
 
 
@@ -269,8 +387,17 @@ def _layered(b: _Builder, wl: catalog.Workload) -> None:
         if layer.gemm is not None:
             m, n, k, groups = layer.gemm
             category = "conv" if layer.kind == "conv" else "matmul"
-            b.gemm(layer.name, category, m, n, k, groups, dgrad=not first, winograd=layer.winograd,
-                   flops=layer.flops)
+            b.gemm(
+                layer.name,
+                category,
+                m,
+                n,
+                k,
+                groups,
+                dgrad=not first,
+                winograd=layer.winograd,
+                flops=layer.flops,
+            )
             first = False
         elif layer.kind in ("maxpool", "avgpool"):
             io = layer.values_in + layer.values_out
@@ -282,8 +409,7 @@ def _layered(b: _Builder, wl: catalog.Workload) -> None:
             # no shape known (a layer of the user's): one product of its FLOPs, timed at the GEMM
             # rate, twice over backward
             b.add(f"{layer.name}:fwd", "matmul", "forward", flops=layer.flops, rate=_GEMM)
-            b.add(f"{layer.name}:bwd", "matmul", "backward", flops=2 * layer.flops, rate=_GEMM,
-                  kernels=2.0)
+            b.add(f"{layer.name}:bwd", "matmul", "backward", flops=2 * layer.flops, rate=_GEMM, kernels=2.0)
             first = False
         for op in layer.tail:
             category, fwd, bwd = _TAIL[op]
@@ -313,8 +439,19 @@ def _transformer(b: _Builder, c: dict, seq: int, tp: int, sp: bool, attention: s
     b.vector("cross_entropy", "loss", s * V / t, 3.0, 2.0)
 
 
-def _layers(b: _Builder, L: int, h: float, s: float, t: float, f: float, stream: float,
-            heads: float, d_head: float, causal: bool, attention: str) -> None:
+def _layers(
+    b: _Builder,
+    L: int,
+    h: float,
+    s: float,
+    t: float,
+    f: float,
+    stream: float,
+    heads: float,
+    d_head: float,
+    causal: bool,
+    attention: str,
+) -> None:
     """The kernels of the ``L`` transformer layers (one row each, ``calls = L``)."""
     name = "layers"
     kw = dict(in_layers=True, calls=float(L))
@@ -324,10 +461,26 @@ def _layers(b: _Builder, L: int, h: float, s: float, t: float, f: float, stream:
     if attention == "flash":
         fwd = 4.0 * s * s * h / t * (0.5 if causal else 1.0)
         d = b.d
-        b.add(f"{name}.attn.flash:fwd", "attention", "forward", flops=fwd * L,
-              bytes_sample=4 * d * s * h / t * L, rate=_FLASH, in_layers=True, kernels=L)
-        b.add(f"{name}.attn.flash:bwd", "attention", "backward", flops=FLASH_BACKWARD * fwd * L,
-              bytes_sample=8 * d * s * h / t * L, rate=_FLASH, in_layers=True, kernels=L)
+        b.add(
+            f"{name}.attn.flash:fwd",
+            "attention",
+            "forward",
+            flops=fwd * L,
+            bytes_sample=4 * d * s * h / t * L,
+            rate=_FLASH,
+            in_layers=True,
+            kernels=L,
+        )
+        b.add(
+            f"{name}.attn.flash:bwd",
+            "attention",
+            "backward",
+            flops=FLASH_BACKWARD * fwd * L,
+            bytes_sample=8 * d * s * h / t * L,
+            rate=_FLASH,
+            in_layers=True,
+            kernels=L,
+        )
     else:
         b.gemm(f"{name}.attn.scores", "attention", s, s, d_head, heads, weights=False, **kw)
         if attention == "unfused":
@@ -346,8 +499,16 @@ def _layers(b: _Builder, L: int, h: float, s: float, t: float, f: float, stream:
 
 
 @lru_cache(maxsize=256)
-def _cached(key: tuple, wl: catalog.Workload, precision: str, seq: int | None, tp: int, sp: bool,
-            attention: str, optimizer_traffic: float) -> Operators:
+def _cached(
+    key: tuple,
+    wl: catalog.Workload,
+    precision: str,
+    seq: int | None,
+    tp: int,
+    sp: bool,
+    attention: str,
+    optimizer_traffic: float,
+) -> Operators:
     b = _Builder(bytes_per_value(precision))
     if wl.kind == "transformer":
         _transformer(b, wl.config, seq or wl.config["seq"], tp, sp, attention)
@@ -355,14 +516,26 @@ def _cached(key: tuple, wl: catalog.Workload, precision: str, seq: int | None, t
         _layered(b, wl)
     # the update of this rank's parameters: one kernel per parameter tensor
     tensors = float(max(1, len(wl.gradient_params_backward)))
-    b.add("optimizer:update", "optimizer", "optimizer", bytes_fixed=wl.params / tp * optimizer_traffic,
-          kernels=tensors)
+    b.add(
+        "optimizer:update",
+        "optimizer",
+        "optimizer",
+        bytes_fixed=wl.params / tp * optimizer_traffic,
+        kernels=tensors,
+    )
     return b.table()
 
 
-def operator_table(workload: catalog.Workload | str, precision: str = "fp32", *,
-                   seq: int | None = None, tp: int = 1, sequence_parallel: bool = False,
-                   attention: str = "fused", optimizer_traffic: float = 20.0) -> Operators:
+def operator_table(
+    workload: catalog.Workload | str,
+    precision: str = "fp32",
+    *,
+    seq: int | None = None,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+    attention: str = "fused",
+    optimizer_traffic: float = 20.0,
+) -> Operators:
     """The kernels of one training step of ``workload`` (module docstring), per sample.
 
     ``seq`` (tokens), ``tp`` (tensor-parallel degree), ``sequence_parallel`` and ``attention``
@@ -372,18 +545,27 @@ def operator_table(workload: catalog.Workload | str, precision: str = "fp32", *,
     wl = catalog.workload(workload)
     attention = str(attention).strip().lower()
     if attention not in ATTENTION_KERNELS:
-        raise DlexploreError(f"unknown attention {attention!r}; expected one of "
-                             f"{', '.join(ATTENTION_KERNELS)}")
+        raise DlexploreError(
+            f"unknown attention {attention!r}; expected one of {', '.join(ATTENTION_KERNELS)}"
+        )
     if wl.kind == "transformer":
         if wl.config["heads"] % tp:
-            raise DlexploreError(f"tp = {tp} must divide the {wl.config['heads']} attention heads "
-                                 f"of {wl.name!r}")
+            raise DlexploreError(
+                f"tp = {tp} must divide the {wl.config['heads']} attention heads of {wl.name!r}"
+            )
     elif tp != 1:
         raise DlexploreError(f"{wl.name!r} is a {wl.kind}: tensor parallelism applies to transformers")
-    key = (wl.name, wl.kind, wl.params, wl.flops_per_sample, wl.activation_bytes_per_sample,
-           len(wl.layers))
-    return _cached(key, wl, precision, None if seq is None else int(seq), int(tp),
-                   bool(sequence_parallel) and tp > 1, attention, float(optimizer_traffic))
+    key = (wl.name, wl.kind, wl.params, wl.flops_per_sample, wl.activation_bytes_per_sample, len(wl.layers))
+    return _cached(
+        key,
+        wl,
+        precision,
+        None if seq is None else int(seq),
+        int(tp),
+        bool(sequence_parallel) and tp > 1,
+        attention,
+        float(optimizer_traffic),
+    )
 
 
 def operator_times(
@@ -405,8 +587,17 @@ def operator_times(
     the kernels run along a new last axis. ``peak_flops`` in FLOP/s, ``memory_bandwidth_gbs`` in
     GB/s, ``kernel_time`` in s, ``winograd_speedup`` >= 1 (1 on tensor cores: the caller decides).
     """
-    arrays = [np.asarray(x, dtype=float) for x in (batch, compute_efficiency, memory_efficiency,
-                                                   kernel_time, winograd_speedup, flash_efficiency)]
+    arrays = [
+        np.asarray(x, dtype=float)
+        for x in (
+            batch,
+            compute_efficiency,
+            memory_efficiency,
+            kernel_time,
+            winograd_speedup,
+            flash_efficiency,
+        )
+    ]
     B, e_gemm, e_mem, t_kernel, wino, e_flash = (a[..., np.newaxis] for a in arrays)
     flops = ops.flops * B
     flops = np.where(ops.winograd, flops / wino, flops)

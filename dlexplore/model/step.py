@@ -110,8 +110,13 @@ CATEGORICAL_PARAMETERS = (
 )
 _INTEGER_PARAMETERS = {"gpus", "batch_size", "gpus_per_node", "servers", "io_threads", "grad_accum"}
 #: Fractions in (0, 1].
-_FRACTIONS = ("compute_efficiency", "memory_efficiency", "flash_efficiency", "tcp_efficiency",
-              "ps_efficiency")
+_FRACTIONS = (
+    "compute_efficiency",
+    "memory_efficiency",
+    "flash_efficiency",
+    "tcp_efficiency",
+    "ps_efficiency",
+)
 #: Communication overheads and their defaults' names in data/catalog/defaults.csv.
 COMM_PARAMETERS = ("tcp_efficiency", "ps_efficiency", "cycle_time", "negotiation_time")
 
@@ -135,8 +140,9 @@ def gradient_buckets(
     ``bucket_size`` 0 gives one bucket per layer; ``inf`` one bucket for the whole model.
     """
     wl = catalog.workload(workload)
-    bytes_per_gradient = validation.positive("bytes_per_gradient", bytes_per_gradient, units="bytes",
-                                             maximum=16)
+    bytes_per_gradient = validation.positive(
+        "bytes_per_gradient", bytes_per_gradient, units="bytes", maximum=16
+    )
     bucket_size = validation.nonnegative("bucket_size", bucket_size, units="bytes", allow_inf=True)
     sizes = wl.gradient_params_backward.astype(float) * bytes_per_gradient
     ready = wl.gradient_ready_fraction
@@ -204,8 +210,7 @@ _RULES = {
     "gpus": lambda name, value, **_: validation.gpu_count(name, value),
     "gpus_per_node": lambda name, value, **_: validation.gpu_count(name, value),
     # 0 is the default: one server per node
-    "servers": lambda name, value, **_: validation.count(name, value, minimum=0,
-                                                         maximum=validation.MAX_GPUS),
+    "servers": lambda name, value, **_: validation.count(name, value, minimum=0, maximum=validation.MAX_GPUS),
     "io_threads": validation.count,
     "grad_accum": lambda name, value, **_: validation.count(name, value, maximum=validation.MAX_BATCH),
     "batch_size": lambda name, value, **_: validation.batch_size(name, value),
@@ -215,8 +220,16 @@ _RULES = {
     "winograd_speedup": lambda name, value, **_: validation.number(name, value, minimum=1),
     "overlap": lambda name, value, **_: validation.fraction(name, value),
 }
-_UNITS = {"bandwidth": "GB/s", "intra_bandwidth": "GB/s", "latency": "s", "intra_latency": "s",
-          "gamma": "s/byte", "kernel_time": "s", "cycle_time": "s", "negotiation_time": "s"}
+_UNITS = {
+    "bandwidth": "GB/s",
+    "intra_bandwidth": "GB/s",
+    "latency": "s",
+    "intra_latency": "s",
+    "gamma": "s/byte",
+    "kernel_time": "s",
+    "cycle_time": "s",
+    "negotiation_time": "s",
+}
 
 
 def predict(
@@ -332,19 +345,42 @@ def predict(
         ``units`` and ``long_name``; ``attrs["source"]`` says the numbers are predicted.
     """
     args = dict(
-        workload=workload, gpu=gpu, network=network, intra_link=intra_link, algorithm=algorithm,
-        precision=precision, optimizer=optimizer, storage=storage, bucket_size=bucket_size,
-        seq=seq, attention=attention, framework=framework, transport=transport,
+        workload=workload,
+        gpu=gpu,
+        network=network,
+        intra_link=intra_link,
+        algorithm=algorithm,
+        precision=precision,
+        optimizer=optimizer,
+        storage=storage,
+        bucket_size=bucket_size,
+        seq=seq,
+        attention=attention,
+        framework=framework,
+        transport=transport,
         servers_colocated=servers_colocated,
     )
     numeric = dict(
-        gpus=gpus, batch_size=batch_size, bandwidth=bandwidth, latency=latency,
-        gpus_per_node=gpus_per_node, intra_bandwidth=intra_bandwidth,
-        intra_latency=intra_latency, servers=servers, compute_efficiency=compute_efficiency,
-        overlap=overlap, gamma=gamma, io_threads=io_threads, grad_accum=grad_accum,
-        memory_efficiency=memory_efficiency, kernel_time=kernel_time,
-        winograd_speedup=winograd_speedup, flash_efficiency=flash_efficiency,
-        tcp_efficiency=tcp_efficiency, ps_efficiency=ps_efficiency, cycle_time=cycle_time,
+        gpus=gpus,
+        batch_size=batch_size,
+        bandwidth=bandwidth,
+        latency=latency,
+        gpus_per_node=gpus_per_node,
+        intra_bandwidth=intra_bandwidth,
+        intra_latency=intra_latency,
+        servers=servers,
+        compute_efficiency=compute_efficiency,
+        overlap=overlap,
+        gamma=gamma,
+        io_threads=io_threads,
+        grad_accum=grad_accum,
+        memory_efficiency=memory_efficiency,
+        kernel_time=kernel_time,
+        winograd_speedup=winograd_speedup,
+        flash_efficiency=flash_efficiency,
+        tcp_efficiency=tcp_efficiency,
+        ps_efficiency=ps_efficiency,
+        cycle_time=cycle_time,
         negotiation_time=negotiation_time,
     )
     workspace = validation.nonnegative("workspace", workspace, units="bytes")
@@ -363,15 +399,17 @@ def predict(
     pieces = []
     for combo in itertools.product(*(list(args[name]) for name in swept)):
         one = dict(args, **dict(zip(swept, combo, strict=True)))
-        pieces.append(_predict_one(one, numeric, bool(prefetch), float(workspace), bool(buckets),
-                                   bool(operators)))
+        pieces.append(
+            _predict_one(one, numeric, bool(prefetch), float(workspace), bool(buckets), bool(operators))
+        )
     ds = _combine(pieces, swept, [[_label(v) for v in args[name]] for name in swept])
     title = "data-parallel training step"
     return finish_dataset(ds, title=title)
 
 
-def _bucket_schedule(grid: _Grid, nbytes: np.ndarray, schedule: dict[str, list],
-                     ranks: np.ndarray) -> dict[str, xr.DataArray]:
+def _bucket_schedule(
+    grid: _Grid, nbytes: np.ndarray, schedule: dict[str, list], ranks: np.ndarray
+) -> dict[str, xr.DataArray]:
     """Per-bucket variables over every sweep dimension plus ``bucket`` (last)."""
     dims = [*grid.dims, "bucket"]
     coords = {**{d: grid.coords[d] for d in grid.dims}, "bucket": np.arange(len(nbytes))}
@@ -412,21 +450,23 @@ def _combine(pieces: list[xr.Dataset], dims: list[str], labels: list[list]) -> x
         return pieces[0]
     size = len(pieces) // len(labels[0])
     groups = [
-        _combine(pieces[i * size : (i + 1) * size], dims[1:], labels[1:])
-        for i in range(len(labels[0]))
+        _combine(pieces[i * size : (i + 1) * size], dims[1:], labels[1:]) for i in range(len(labels[0]))
     ]
     groups = [g.drop_vars(dims[0]) if dims[0] in g.coords else g for g in groups]
     # Names get object dtype: pandas 3 would infer its string dtype, which xarray's idxmax cannot
     # handle. Numbers (bucket_size) keep their numeric dtype.
     names = all(isinstance(label, str) for label in labels[0])
     index = pd.Index(labels[0], name=dims[0], dtype=object if names else None)
-    out = xr.concat(groups, dim=index, coords="different",
-                    compat="equals", join="outer")
+    out = xr.concat(groups, dim=index, coords="different", compat="equals", join="outer")
     return out
 
 
 def _predict_one(
-    args: dict, numeric: dict, prefetch: bool, workspace: float, detail: bool = False,
+    args: dict,
+    numeric: dict,
+    prefetch: bool,
+    workspace: float,
+    detail: bool = False,
     kernels: bool = False,
 ) -> xr.Dataset:
     wl = catalog.with_sequence(args["workload"], args["seq"])
@@ -438,8 +478,11 @@ def _predict_one(
     framework = _choice("framework", args["framework"], FRAMEWORKS)
     transport = _choice("transport", args["transport"], TRANSPORTS)
     colocated = bool(args["servers_colocated"])
-    bucket_size = float(args["bucket_size"]) if args["bucket_size"] is not None else \
-        float(FUSION_THRESHOLD if framework == "horovod" else DEFAULT_BUCKET_SIZE)
+    bucket_size = (
+        float(args["bucket_size"])
+        if args["bucket_size"] is not None
+        else float(FUSION_THRESHOLD if framework == "horovod" else DEFAULT_BUCKET_SIZE)
+    )
 
     values = dict(numeric)
     net = None
@@ -465,8 +508,9 @@ def _predict_one(
 
     # compute: every kernel of one micro-batch, then grad_accum of them and one update
     peak = training_peak_flops(dev, precision)
-    ops = operator_table(wl, precision, attention=args["attention"],
-                         optimizer_traffic=OPTIMIZER_TRAFFIC_BYTES[optimizer])
+    ops = operator_table(
+        wl, precision, attention=args["attention"], optimizer_traffic=OPTIMIZER_TRAFFIC_BYTES[optimizer]
+    )
     times = kernel_times(ops, B, dev, precision, grid)
     phases = phase_sums(ops, times)
     t_fwd_mb, t_bwd_mb, t_opt = phases["forward"], phases["backward"], phases["optimizer"]
@@ -485,8 +529,11 @@ def _predict_one(
     one_node = P <= G
     # what collectives see of each link: its efficiency, and kernel TCP's between nodes
     tcp = resolve_transport(transport, net) == "tcp"
-    bw_net = grid["bandwidth"] * (net.efficiency if net is not None else 1.0) \
+    bw_net = (
+        grid["bandwidth"]
+        * (net.efficiency if net is not None else 1.0)
         * (grid["tcp_efficiency"] if tcp else 1.0)
+    )
     bw_intra = grid["intra_bandwidth"] * intra.efficiency
     if algorithm in ("hierarchical", "nccl", "nvls"):
         bw, lat = bw_net, grid["latency"]
@@ -497,22 +544,37 @@ def _predict_one(
         servers = np.where(grid["servers"] > 0, grid["servers"], np.ceil(P / np.minimum(G, P)))
         share = server_load_fraction(wl, servers)
         # gRPC rather than NCCL: ps_efficiency of the link in place of the transport's
-        bw_ps = np.where(one_node, bw_intra, bw_net / (grid["tcp_efficiency"] if tcp else 1.0)) \
+        bw_ps = (
+            np.where(one_node, bw_intra, bw_net / (grid["tcp_efficiency"] if tcp else 1.0))
             * grid["ps_efficiency"]
-    node = dict(intra_fabric=intra.fabric or "pcie", architecture=dev.architecture,
-                nvls=intra.reduction == "nvls") if algorithm in ("nccl", "nvls") else {}
+        )
+    node = (
+        dict(
+            intra_fabric=intra.fabric or "pcie", architecture=dev.architecture, nvls=intra.reduction == "nvls"
+        )
+        if algorithm in ("nccl", "nvls")
+        else {}
+    )
     multi = P > 1
     t_comm = 0.0
     end = 0.0
-    for nbytes, ready_frac, tensors in zip(buckets.nbytes, buckets.ready_fraction,
-                                           buckets.tensors, strict=True):
+    for nbytes, ready_frac, tensors in zip(
+        buckets.nbytes, buckets.ready_fraction, buckets.tensors, strict=True
+    ):
         if algorithm == "parameter_server":
-            c = parameter_server_time(nbytes, P, G, servers, share, colocated, bw_ps, lat,
-                                      grid["gamma"])
+            c = parameter_server_time(nbytes, P, G, servers, share, colocated, bw_ps, lat, grid["gamma"])
         else:
             c = collective_time(
-                "allreduce", algorithm, nbytes, P, bw, lat, grid["gamma"],
-                gpus_per_node=G, intra_bandwidth=bw_intra, intra_latency=grid["intra_latency"],
+                "allreduce",
+                algorithm,
+                nbytes,
+                P,
+                bw,
+                lat,
+                grid["gamma"],
+                gpus_per_node=G,
+                intra_bandwidth=bw_intra,
+                intra_latency=grid["intra_latency"],
                 **node,
             )
         if framework == "horovod":

@@ -130,8 +130,13 @@ def _empirical(sample: np.ndarray, n: np.ndarray) -> np.ndarray:
     return weights @ x
 
 
-def expected_max(distribution: str | Sequence[float] | np.ndarray | xr.DataArray, ranks: int | Iterable[int],
-                 *, mean: float | None = None, std: float | None = None) -> np.ndarray | float:
+def expected_max(
+    distribution: str | Sequence[float] | np.ndarray | xr.DataArray,
+    ranks: int | Iterable[int],
+    *,
+    mean: float | None = None,
+    std: float | None = None,
+) -> np.ndarray | float:
     """Expected maximum over ``ranks`` independent per-rank times (the synchronous step time), in s.
 
     Parameters
@@ -154,8 +159,10 @@ def expected_max(distribution: str | Sequence[float] | np.ndarray | xr.DataArray
     if isinstance(distribution, str):
         name = distribution.strip().lower()
         if name not in DISTRIBUTIONS[:3]:
-            raise DlexploreError(f"unknown distribution {distribution!r}; expected one of "
-                                 f"{', '.join(DISTRIBUTIONS[:3])} or a sample of times")
+            raise DlexploreError(
+                f"unknown distribution {distribution!r}; expected one of "
+                f"{', '.join(DISTRIBUTIONS[:3])} or a sample of times"
+            )
         if mean is None or (name != "exponential" and std is None):
             need = "mean" if name == "exponential" else "mean and std"
             raise DlexploreError(f"the {name} distribution needs {need} (s)")
@@ -175,8 +182,10 @@ def expected_max(distribution: str | Sequence[float] | np.ndarray | xr.DataArray
             with np.errstate(over="ignore"):
                 sigma_log = np.sqrt(np.log1p(np.square(np.float64(std) / mean)))
             if sigma_log > 8:  # the z grid (-9..12) holds E[max] to 1e-4 up to sigma_log = 8
-                raise DlexploreError(f"a lognormal with mean {mean:g} s and std {std:g} s is too wide "
-                                     "for the model's integration: std / mean must stay below 7.9e13")
+                raise DlexploreError(
+                    f"a lognormal with mean {mean:g} s and std {std:g} s is too wide "
+                    "for the model's integration: std / mean must stay below 7.9e13"
+                )
             mu_log = np.log(mean) - sigma_log**2 / 2
             values = np.trapezoid(np.exp(mu_log + sigma_log * _Z)[None, :] * _max_density(n), _Z, axis=1)
             values[n == 1] = mean
@@ -185,8 +194,10 @@ def expected_max(distribution: str | Sequence[float] | np.ndarray | xr.DataArray
     return float(values[0]) if scalar else values
 
 
-def straggler_slowdown(per_rank_times: Sequence[float] | np.ndarray | xr.DataArray,
-                       ranks: Iterable[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)) -> xr.Dataset:
+def straggler_slowdown(
+    per_rank_times: Sequence[float] | np.ndarray | xr.DataArray,
+    ranks: Iterable[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+) -> xr.Dataset:
     """Predicted step time and slowdown at each rank count, from a measured sample of per-rank times.
 
     Parameters
@@ -232,8 +243,12 @@ def _finish(ds: xr.Dataset, title: str, source: str = PREDICTED_SOURCE) -> xr.Da
         if name in STRAGGLER_VARIABLES:
             units, long_name = STRAGGLER_VARIABLES[str(name)]
             ds[name].attrs.update(units=units, long_name=long_name)
-    ds.attrs.update(source=source, kind="predicted", title=title,
-                    assumption="ranks' work times are independent draws from one distribution")
+    ds.attrs.update(
+        source=source,
+        kind="predicted",
+        title=title,
+        assumption="ranks' work times are independent draws from one distribution",
+    )
     return ds
 
 
@@ -247,8 +262,11 @@ def per_rank_work(trace_or_breakdown, *, steps: Iterable[int] | None = None) -> 
     """
     from ..traces.breakdown import breakdown
 
-    ds = trace_or_breakdown if isinstance(trace_or_breakdown, xr.Dataset) else \
-        breakdown(trace_or_breakdown, steps=steps)
+    ds = (
+        trace_or_breakdown
+        if isinstance(trace_or_breakdown, xr.Dataset)
+        else breakdown(trace_or_breakdown, steps=steps)
+    )
     if isinstance(trace_or_breakdown, xr.Dataset) and steps is not None:
         ds = ds.sel(step=list(steps))
     work = ds["step_time"] - ds["time_comm_exposed"]
@@ -257,8 +275,9 @@ def per_rank_work(trace_or_breakdown, *, steps: Iterable[int] | None = None) -> 
     return work
 
 
-def compare_with_measured(trace, *, steps: Iterable[int] | None = None,
-                          ranks: Iterable[int] | None = None) -> xr.Dataset:
+def compare_with_measured(
+    trace, *, steps: Iterable[int] | None = None, ranks: Iterable[int] | None = None
+) -> xr.Dataset:
     """Measured maximum over ranks against the i.i.d. prediction, at the trace's rank count.
 
     Per step, the measured synchronous time is the maximum over ranks of :func:`per_rank_work`;
@@ -301,11 +320,16 @@ def compare_with_measured(trace, *, steps: Iterable[int] | None = None,
         measured_slowdown=measured_max / measured_mean,
         predicted_max=predicted,
         predicted_slowdown=predicted / measured_mean,
-        predicted_max_normal=float(expected_max("normal", world, mean=float(ds.mean_time),
-                                                std=float(ds.std_time))),
+        predicted_max_normal=float(
+            expected_max("normal", world, mean=float(ds.mean_time), std=float(ds.std_time))
+        ),
     ).assign_coords(world_size=world)
     ds.world_size.attrs.update(units="count", long_name="ranks in the measured trace")
     source = getattr(trace, "source", None) or (
-        trace.attrs.get("source") if hasattr(trace, "attrs") else None)
-    return _finish(ds, "stragglers: measured maximum over ranks vs the i.i.d. prediction",
-                   source=f"{PREDICTED_SOURCE}; measured: {source or 'a trace'}")
+        trace.attrs.get("source") if hasattr(trace, "attrs") else None
+    )
+    return _finish(
+        ds,
+        "stragglers: measured maximum over ranks vs the i.i.d. prediction",
+        source=f"{PREDICTED_SOURCE}; measured: {source or 'a trace'}",
+    )

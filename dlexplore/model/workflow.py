@@ -46,8 +46,14 @@ import xarray as xr
 from .._version import __version__
 from ..errors import DlexploreError, InputFileError
 
-__all__ = ["WORKFLOW_VARIABLES", "TASK_COLUMNS", "coupled", "coupled_tasks", "steady_state",
-           "read_task_events"]
+__all__ = [
+    "WORKFLOW_VARIABLES",
+    "TASK_COLUMNS",
+    "coupled",
+    "coupled_tasks",
+    "steady_state",
+    "read_task_events",
+]
 
 PREDICTED_SOURCE = f"predicted: dlexplore {__version__} producer/consumer model (deterministic times)"
 
@@ -107,8 +113,10 @@ def _simulate(n: int, rp: float, rc: float, capacity: int, duration: float):
     # No more samples can be consumed than either side can handle in the run (plus a margin).
     k_max = int(min(n * rp, rc) * duration) + n + capacity + 2
     if k_max > _MAX_SAMPLES:
-        raise DlexploreError(f"the run would simulate {k_max:,} samples (over {_MAX_SAMPLES:,}); "
-                             "shorten the duration or lower the rates")
+        raise DlexploreError(
+            f"the run would simulate {k_max:,} samples (over {_MAX_SAMPLES:,}); "
+            "shorten the duration or lower the rates"
+        )
     p = np.empty(k_max)
     f = np.empty(k_max)
     d = np.empty(k_max)
@@ -124,8 +132,15 @@ def _simulate(n: int, rp: float, rc: float, capacity: int, duration: float):
     return p, f, d, s, e
 
 
-def coupled(producers: int, producer_rate: float, consumer_rate: float, buffer: int, duration: float,
-            *, points: int = 401) -> xr.Dataset:
+def coupled(
+    producers: int,
+    producer_rate: float,
+    consumer_rate: float,
+    buffer: int,
+    duration: float,
+    *,
+    points: int = 401,
+) -> xr.Dataset:
     """Coupled simulation + training as producers and a consumer around a bounded buffer.
 
     Parameters
@@ -163,15 +178,17 @@ def coupled(producers: int, producer_rate: float, consumer_rate: float, buffer: 
     consumed = np.searchsorted(s, grid, side="right")
     # waits within [0, duration]: consumer idle before each start, producers blocked F -> D
     previous_end = np.concatenate([[0.0], e[:-1]])
-    consumer_wait = float(np.clip(np.minimum(s, duration) - np.minimum(previous_end, duration), 0,
-                                  None).sum())
+    consumer_wait = float(
+        np.clip(np.minimum(s, duration) - np.minimum(previous_end, duration), 0, None).sum()
+    )
     producer_wait = float((np.minimum(d, duration) - np.minimum(f, duration)).sum()) / n
     half = duration / 2
     late = np.searchsorted(s, duration, side="right") - np.searchsorted(s, half, side="right")
     throughput_sim = float(late / (duration - half))
     # exact time average of the step function occupancy(t) = #D<=t - #S<=t over [half, duration]
-    fine = np.sort(np.concatenate([d[(d > half) & (d < duration)], s[(s > half) & (s < duration)],
-                                   [half, duration]]))
+    fine = np.sort(
+        np.concatenate([d[(d > half) & (d < duration)], s[(s > half) & (s < duration)], [half, duration]])
+    )
     level = np.searchsorted(d, fine[:-1], side="right") - np.searchsorted(s, fine[:-1], side="right")
     mean_occ = float((level * np.diff(fine)).sum() / (duration - half))
     steady = steady_state(n, rp, rc)
@@ -186,21 +203,33 @@ def coupled(producers: int, producer_rate: float, consumer_rate: float, buffer: 
             "producer_wait": producer_wait,
             "mean_occupancy": mean_occ,
         },
-        coords={"time": grid, "producers": n, "producer_rate": rp, "consumer_rate": rc,
-                "buffer": capacity, "duration": duration},
+        coords={
+            "time": grid,
+            "producers": n,
+            "producer_rate": rp,
+            "consumer_rate": rc,
+            "buffer": capacity,
+            "duration": duration,
+        },
     )
     for name in ds.variables:
         units, long_name = WORKFLOW_VARIABLES[str(name)]
         ds[name].attrs.update(units=units, long_name=long_name)
-    bottleneck = ("training (consumer)" if rc < n * rp else
-                  "simulation (producers)" if rc > n * rp else "balanced")
-    ds.attrs.update(source=PREDICTED_SOURCE, kind="predicted", bottleneck=bottleneck,
-                    title="coupled simulation + training: producers, bounded buffer, consumer")
+    bottleneck = (
+        "training (consumer)" if rc < n * rp else "simulation (producers)" if rc > n * rp else "balanced"
+    )
+    ds.attrs.update(
+        source=PREDICTED_SOURCE,
+        kind="predicted",
+        bottleneck=bottleneck,
+        title="coupled simulation + training: producers, bounded buffer, consumer",
+    )
     return ds
 
 
-def coupled_tasks(producers: int, producer_rate: float, consumer_rate: float, buffer: int,
-                  duration: float) -> pd.DataFrame:
+def coupled_tasks(
+    producers: int, producer_rate: float, consumer_rate: float, buffer: int, duration: float
+) -> pd.DataFrame:
     """The simulation of :func:`coupled` as a task-event table (columns :data:`TASK_COLUMNS`, s).
 
     Workers ``sim 0 .. sim n-1`` run ``simulate`` tasks and ``blocked`` waits (buffer full); worker
@@ -225,8 +254,17 @@ def coupled_tasks(producers: int, producer_rate: float, consumer_rate: float, bu
     for idx, worker, start, end, kind in parts:
         start, end = np.minimum(start, duration), np.minimum(end, duration)
         keep = end > start
-        frames.append(pd.DataFrame({"task": [f"{kind} {i}" for i in idx[keep]], "worker": worker[keep],
-                                    "start": start[keep], "end": end[keep], "kind": kind}))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "task": [f"{kind} {i}" for i in idx[keep]],
+                    "worker": worker[keep],
+                    "start": start[keep],
+                    "end": end[keep],
+                    "kind": kind,
+                }
+            )
+        )
     frame = pd.concat(frames, ignore_index=True).sort_values(["worker", "start"], ignore_index=True)
     frame["duration"] = frame["end"] - frame["start"]
     frame.attrs.update(source=PREDICTED_SOURCE, units={"start": "s", "end": "s", "duration": "s"})
@@ -243,20 +281,26 @@ def _rows_from_csv(path: Path, text: str) -> list[tuple[int, dict]]:
     except csv.Error as err:  # e.g. a field over csv's size limit
         raise InputFileError(path, f"not readable as CSV ({err})", line=reader.line_num) from None
     if not header:
-        raise InputFileError(path, "empty file: expected a CSV header with columns "
-                             + ", ".join(TASK_COLUMNS), line=1)
+        raise InputFileError(
+            path, "empty file: expected a CSV header with columns " + ", ".join(TASK_COLUMNS), line=1
+        )
     reader.fieldnames = header
     missing = [c for c in TASK_COLUMNS if c not in header]
     if missing:
-        raise InputFileError(path, f"the CSV header lacks column(s) {', '.join(missing)}; found "
-                             f"{', '.join(header)}; expected {', '.join(TASK_COLUMNS)}", line=1)
+        raise InputFileError(
+            path,
+            f"the CSV header lacks column(s) {', '.join(missing)}; found "
+            f"{', '.join(header)}; expected {', '.join(TASK_COLUMNS)}",
+            line=1,
+        )
     rows = []
     try:
         for record in reader:
             line = reader.line_num
             if None in record:
-                raise InputFileError(path, f"{len(header) + len(record[None])} fields, the header has "
-                                     f"{len(header)}", line=line)
+                raise InputFileError(
+                    path, f"{len(header) + len(record[None])} fields, the header has {len(header)}", line=line
+                )
             rows.append((line, record))
     except csv.Error as err:  # e.g. a field over csv's size limit
         raise InputFileError(path, f"not readable as CSV ({err})", line=reader.line_num) from None
@@ -269,18 +313,24 @@ def _rows_from_json(path: Path, text: str) -> list[tuple[int, dict]]:
     except RecursionError:
         raise InputFileError(path, "JSON nested too deeply; expected a list of task objects") from None
     except json.JSONDecodeError as err:
-        raise InputFileError(path, f"not valid JSON ({err.msg}, column {err.colno})",
-                             line=err.lineno) from None
+        raise InputFileError(
+            path, f"not valid JSON ({err.msg}, column {err.colno})", line=err.lineno
+        ) from None
     if isinstance(data, dict):
         data = data.get("events", data.get("tasks"))
     if not isinstance(data, list):
-        raise InputFileError(path, "expected a JSON list of task objects, or an object with an "
-                             "\"events\" (or \"tasks\") list")
+        raise InputFileError(
+            path, 'expected a JSON list of task objects, or an object with an "events" (or "tasks") list'
+        )
     rows = []
     for i, item in enumerate(data):
         if not isinstance(item, dict):
-            raise InputFileError(path, f"task {i} is a {type(item).__name__}, expected an object with "
-                                 f"keys {', '.join(TASK_COLUMNS)}", row=i)
+            raise InputFileError(
+                path,
+                f"task {i} is a {type(item).__name__}, expected an object with "
+                f"keys {', '.join(TASK_COLUMNS)}",
+                row=i,
+            )
         missing = [c for c in TASK_COLUMNS if c not in item]
         if missing:
             raise InputFileError(path, f"task {i} lacks key(s) {', '.join(missing)}", row=i)
@@ -324,14 +374,17 @@ def read_task_events(path: str | os.PathLike) -> pd.DataFrame:
                     raise ValueError
                 values[col] = float(raw_value.strip() if isinstance(raw_value, str) else raw_value)
             except (TypeError, ValueError, OverflowError):
-                raise InputFileError(path, f"{col} is {raw_value!r}, expected a number of seconds",
-                                     **place) from None
+                raise InputFileError(
+                    path, f"{col} is {raw_value!r}, expected a number of seconds", **place
+                ) from None
             if not np.isfinite(values[col]):
-                raise InputFileError(path, f"{col} is {raw_value!r}, expected a finite number of seconds",
-                                     **place)
+                raise InputFileError(
+                    path, f"{col} is {raw_value!r}, expected a finite number of seconds", **place
+                )
         if values["end"] < values["start"]:
-            raise InputFileError(path, f"end {values['end']:g} s is before start {values['start']:g} s",
-                                 **place)
+            raise InputFileError(
+                path, f"end {values['end']:g} s is before start {values['start']:g} s", **place
+            )
         for col in ("task", "worker", "kind"):
             value = record[col]
             if value is None or (isinstance(value, str) and not value.strip()):

@@ -37,7 +37,14 @@ MIB = 2.0**20
 
 # Okabe-Ito colours: distinguishable with the common colour-vision deficiencies.
 BLUE, SKY, GREEN, ORANGE, VERMILION, PURPLE, YELLOW, GREY = (
-    "#0072B2", "#56B4E9", "#009E73", "#E69F00", "#D55E00", "#CC79A7", "#F0E442", "#999999",
+    "#0072B2",
+    "#56B4E9",
+    "#009E73",
+    "#E69F00",
+    "#D55E00",
+    "#CC79A7",
+    "#F0E442",
+    "#999999",
 )
 
 #: The step-time stack: (column, legend label, colour). Their sum is the step time.
@@ -117,8 +124,12 @@ def throughput_columns(pred: xr.Dataset) -> dict[str, np.ndarray]:
     throughput = _along_gpus(pred, "throughput")
     per_gpu = throughput[0] / gpus[0]
     fits = _along_gpus(pred, "fits").astype(bool)
-    band = {bound: _along_gpus(pred, f"throughput_{bound}") if f"throughput_{bound}" in pred
-            else np.full(gpus.size, np.nan) for bound in ("lower", "upper")}
+    band = {
+        bound: _along_gpus(pred, f"throughput_{bound}")
+        if f"throughput_{bound}" in pred
+        else np.full(gpus.size, np.nan)
+        for bound in ("lower", "upper")
+    }
     return {
         "gpus": gpus,
         "throughput": throughput,
@@ -159,8 +170,13 @@ def _same_gpu(names: pd.Series, gpu: str) -> np.ndarray:
 
 
 def measured_columns(
-    measured: xr.Dataset | None, pred: xr.Dataset | None = None, *, workload: str | None = None,
-    precision: str | None = None, algorithm: str | None = None, gpu: str | None = None,
+    measured: xr.Dataset | None,
+    pred: xr.Dataset | None = None,
+    *,
+    workload: str | None = None,
+    precision: str | None = None,
+    algorithm: str | None = None,
+    gpu: str | None = None,
 ) -> dict[str, np.ndarray]:
     """Measured throughput points to lay over the prediction.
 
@@ -174,10 +190,26 @@ def measured_columns(
     NaN. ``group`` (the legend) and ``color`` say which: ``"measured"`` (vermilion) or
     ``"measured, not compared"`` (grey).
     """
-    names = ("gpus", "throughput", "label", "group", "color", "source", "gpu", "network",
-             "batch_size", "algorithm", "predicted", "error")
-    empty = {n: np.array([], dtype=float if n in ("gpus", "throughput", "batch_size", "predicted",
-                                                   "error") else object) for n in names}
+    names = (
+        "gpus",
+        "throughput",
+        "label",
+        "group",
+        "color",
+        "source",
+        "gpu",
+        "network",
+        "batch_size",
+        "algorithm",
+        "predicted",
+        "error",
+    )
+    empty = {
+        n: np.array(
+            [], dtype=float if n in ("gpus", "throughput", "batch_size", "predicted", "error") else object
+        )
+        for n in names
+    }
     if measured is None or "throughput" not in measured or "point" not in measured.dims:
         return empty
     frame = measured.reset_coords().to_dataframe().reset_index(drop=True)
@@ -196,8 +228,11 @@ def measured_columns(
     predicted = np.full(len(frame), np.nan)
     if pred is not None:
         line = throughput_columns(pred)
-        predicted = np.exp(np.interp(np.log(gpus), np.log(line["gpus"]), np.log(line["throughput"]),
-                                     left=np.nan, right=np.nan))
+        predicted = np.exp(
+            np.interp(
+                np.log(gpus), np.log(line["gpus"]), np.log(line["throughput"]), left=np.nan, right=np.nan
+            )
+        )
     comparable = np.ones(len(frame), dtype=bool)
     if algorithm is not None and "algorithm" in frame:
         ran = frame["algorithm"].astype(str).to_numpy()
@@ -215,7 +250,8 @@ def measured_columns(
         "source": np.array([measured.attrs.get("source", "")] * len(frame), dtype=object),
         "gpu": column("gpu"),
         "network": column("network"),
-        "batch_size": frame["batch_size"].to_numpy(float) if "batch_size" in frame
+        "batch_size": frame["batch_size"].to_numpy(float)
+        if "batch_size" in frame
         else np.full(len(frame), np.nan),
         "algorithm": column("algorithm"),
         "predicted": predicted,

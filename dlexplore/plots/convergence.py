@@ -98,15 +98,22 @@ class TimeToAccuracyFigure:
     """
 
     def __init__(
-        self, tta: xr.Dataset | None = None, *, width: int | None = 560, height: int = 380,
+        self,
+        tta: xr.Dataset | None = None,
+        *,
+        width: int | None = 560,
+        height: int = 380,
         min_width: int = 340,
     ):
         self.sources = {
             name: ColumnDataSource(name=name)
             for name in ("tta_lines", "tta_points", "tta_fastest", "tta_knees")
         }
-        size = (dict(width=width, height=height) if width is not None else
-                dict(height=height, sizing_mode="stretch_width", min_width=min_width))
+        size = (
+            dict(width=width, height=height)
+            if width is not None
+            else dict(height=height, sizing_mode="stretch_width", min_width=min_width)
+        )
         fig = figure(
             **size,
             x_axis_type="log",
@@ -165,8 +172,9 @@ class TimeToAccuracyFigure:
         fig.title.text_font_size = "13px"
         # The workload, rule and useful batch change with the controls: a second, smaller line keeps
         # the title within the narrowest panel the explorer gives this figure.
-        self.subtitle = Title(text="", text_font_size="11px", text_font_style="normal",
-                              name="time_to_accuracy_subtitle")
+        self.subtitle = Title(
+            text="", text_font_size="11px", text_font_style="normal", name="time_to_accuracy_subtitle"
+        )
         fig.add_layout(self.subtitle, "above")
         fig.toolbar.logo = None
         legend.location = "bottom_left"

@@ -42,8 +42,7 @@ def tradeoff_columns(ds: xr.Dataset) -> tuple[dict[str, list], str, str]:
         what = f"per {PER_SAMPLES:,.0f} samples"
     t, e, step, power = xr.broadcast(t, e, ds["step_time"], ds["power_average"])
     dims = t.dims
-    frame = xr.Dataset({"t": t, "e": e, "step": step.transpose(*dims),
-                        "power": power.transpose(*dims)})
+    frame = xr.Dataset({"t": t, "e": e, "step": step.transpose(*dims), "power": power.transpose(*dims)})
     if "pareto" in ds:
         frame["pareto"] = ds["pareto"].broadcast_like(t).transpose(*dims)
     else:
@@ -68,33 +67,54 @@ def tradeoff_columns(ds: xr.Dataset) -> tuple[dict[str, list], str, str]:
     return columns, f"time {what} (h)", f"energy {what} (kWh)"
 
 
-def tradeoff_figure(ds: xr.Dataset, *, title: str = "Time-energy trade-off",
-                    width: int = 620, height: int = 420) -> figure:
+def tradeoff_figure(
+    ds: xr.Dataset, *, title: str = "Time-energy trade-off", width: int = 620, height: int = 420
+) -> figure:
     """A bokeh figure of time against energy for every configuration in ``ds`` (see
     :func:`tradeoff_columns`), coloured by GPU type, with the Pareto front as a line and larger
     markers; hover shows GPU, GPU count, time (h), energy (kWh), step time (ms) and power (kW)."""
     columns, x_label, y_label = tradeoff_columns(ds)
-    fig = figure(title=title, width=width, height=height, x_axis_label=x_label,
-                 y_axis_label=y_label, x_axis_type="log", tools="pan,wheel_zoom,box_zoom,reset,save")
+    fig = figure(
+        title=title,
+        width=width,
+        height=height,
+        x_axis_label=x_label,
+        y_axis_label=y_label,
+        x_axis_type="log",
+        tools="pan,wheel_zoom,box_zoom,reset,save",
+    )
     points = ColumnDataSource(columns, name="tradeoff_points")
     order = np.argsort(columns["time_h"])
     front_idx = [int(i) for i in order if columns["pareto"][i]]
-    front = ColumnDataSource({key: [columns[key][i] for i in front_idx] for key in columns},
-                             name="tradeoff_front")
-    fig.line("time_h", "energy_kwh", source=front, color="#444444", line_width=2,
-             line_dash="dashed", legend_label="Pareto front")
-    fig.scatter("time_h", "energy_kwh", source=front, size=14, fill_alpha=0.0, line_color="#000000",
-                line_width=2)
-    renderer = fig.scatter("time_h", "energy_kwh", source=points, size=8, color="colour",
-                           legend_field="gpu")
-    fig.add_tools(HoverTool(renderers=[renderer], tooltips=[
-        ("GPU", "@gpu x @gpus"),
-        ("time", "@time_h{0.000} h"),
-        ("energy", "@energy_kwh{0.0000} kWh"),
-        ("step", "@step_ms{0.0} ms"),
-        ("average power", "@power_kw{0.00} kW"),
-        ("Pareto", "@pareto"),
-    ]))
+    front = ColumnDataSource(
+        {key: [columns[key][i] for i in front_idx] for key in columns}, name="tradeoff_front"
+    )
+    fig.line(
+        "time_h",
+        "energy_kwh",
+        source=front,
+        color="#444444",
+        line_width=2,
+        line_dash="dashed",
+        legend_label="Pareto front",
+    )
+    fig.scatter(
+        "time_h", "energy_kwh", source=front, size=14, fill_alpha=0.0, line_color="#000000", line_width=2
+    )
+    renderer = fig.scatter("time_h", "energy_kwh", source=points, size=8, color="colour", legend_field="gpu")
+    fig.add_tools(
+        HoverTool(
+            renderers=[renderer],
+            tooltips=[
+                ("GPU", "@gpu x @gpus"),
+                ("time", "@time_h{0.000} h"),
+                ("energy", "@energy_kwh{0.0000} kWh"),
+                ("step", "@step_ms{0.0} ms"),
+                ("average power", "@power_kw{0.00} kW"),
+                ("Pareto", "@pareto"),
+            ],
+        )
+    )
     fig.legend.location = "top_right"
     fig.legend.click_policy = "hide"
     return fig

@@ -92,8 +92,9 @@ def _empty(columns: Sequence[str]) -> dict[str, list]:
 def _plain(columns: dict) -> dict:
     """Columns as lists: BokehJS gets them inside the patch's JSON instead of one binary buffer
     (two more comm messages) per array; the explorer's columns hold at most a few hundred values."""
-    return {name: value.tolist() if isinstance(value, np.ndarray) else value
-            for name, value in columns.items()}
+    return {
+        name: value.tolist() if isinstance(value, np.ndarray) else value for name, value in columns.items()
+    }
 
 
 def _subtitle(fig, name: str) -> Title:
@@ -122,13 +123,22 @@ class ExplorerFigures:
         Size of each figure, pixels.
     """
 
-    def __init__(self, gpu_counts: Sequence[int] = cols.GPU_COUNTS, *, width: int | None = None,
-                 height: int = _HEIGHT, min_width: int = MIN_WIDTH):
+    def __init__(
+        self,
+        gpu_counts: Sequence[int] = cols.GPU_COUNTS,
+        *,
+        width: int | None = None,
+        height: int = _HEIGHT,
+        min_width: int = MIN_WIDTH,
+    ):
         self.gpu_counts = [int(g) for g in gpu_counts]
         self.sources = {name: ColumnDataSource(name=name) for name in SOURCE_NAMES}
         # width None: stretch to the container (the explorer's grid), never below min_width.
-        size = (dict(width=width, height=height) if width is not None else
-                dict(height=height, sizing_mode="stretch_width", min_width=min_width))
+        size = (
+            dict(width=width, height=height)
+            if width is not None
+            else dict(height=height, sizing_mode="stretch_width", min_width=min_width)
+        )
         self.subtitles: dict[str, Title] = {}
         self.throughput = self._throughput_figure(size)
         self.step_breakdown = self._step_figure(size)
@@ -146,8 +156,11 @@ class ExplorerFigures:
         """The four figures in a 2 x 2 grid (for a standalone page; the explorer lays them out
         itself). Made on first use: a figure belongs to one layout."""
         if self._layout is None:
-            self._layout = gridplot([[self.throughput, self.step_breakdown], [self.memory, self.comm]],
-                                    toolbar_location="right", merge_tools=False)
+            self._layout = gridplot(
+                [[self.throughput, self.step_breakdown], [self.memory, self.comm]],
+                toolbar_location="right",
+                merge_tools=False,
+            )
             self._layout.name = "dlexplore_explorer"
         return self._layout
 
@@ -155,13 +168,19 @@ class ExplorerFigures:
 
     def _throughput_figure(self, size: dict):
         predicted = self.sources["throughput_predicted"]
-        predicted.data = _empty(["gpus", "throughput", "lower", "upper", "ideal", "efficiency",
-                                 "step_time_ms", "fits", "color"])
+        predicted.data = _empty(
+            ["gpus", "throughput", "lower", "upper", "ideal", "efficiency", "step_time_ms", "fits", "color"]
+        )
         lo, hi = min(self.gpu_counts), max(self.gpu_counts)
         fig = _figure(
-            name="throughput_figure", title="Throughput vs GPUs", **size,
-            x_axis_type="log", y_axis_type="log", x_axis_label="GPUs",
-            y_axis_label="throughput (samples/s)", x_range=Range1d(lo / 1.4, hi * 1.4),
+            name="throughput_figure",
+            title="Throughput vs GPUs",
+            **size,
+            x_axis_type="log",
+            y_axis_type="log",
+            x_axis_label="GPUs",
+            y_axis_label="throughput (samples/s)",
+            x_range=Range1d(lo / 1.4, hi * 1.4),
             tools="pan,wheel_zoom,box_zoom,reset,save",
         )
         self.subtitles["throughput"] = _subtitle(fig, "throughput_subtitle")
@@ -171,41 +190,96 @@ class ExplorerFigures:
         # the calibrated prediction's band, under the line; hidden while there is none (show_band)
         band = self.sources["throughput_band"]
         band.data = _empty(["gpus", "lower", "upper"])
-        self.band = fig.varea("gpus", "lower", "upper", source=band, fill_color=cols.BLUE,
-                              fill_alpha=0.18, legend_label="calibrated band", name="band",
-                              visible=False)
-        fig.line("gpus", "ideal", source=predicted, line_dash="dashed", color=cols.GREY,
-                 line_width=1.5, legend_label="ideal (linear)")
-        fig.line("gpus", "throughput", source=predicted, color=cols.BLUE, line_width=2.5,
-                 legend_label="predicted")
-        dots = fig.scatter("gpus", "throughput", source=predicted, color="color", size=7,
-                           legend_label="predicted")
+        self.band = fig.varea(
+            "gpus",
+            "lower",
+            "upper",
+            source=band,
+            fill_color=cols.BLUE,
+            fill_alpha=0.18,
+            legend_label="calibrated band",
+            name="band",
+            visible=False,
+        )
+        fig.line(
+            "gpus",
+            "ideal",
+            source=predicted,
+            line_dash="dashed",
+            color=cols.GREY,
+            line_width=1.5,
+            legend_label="ideal (linear)",
+        )
+        fig.line(
+            "gpus", "throughput", source=predicted, color=cols.BLUE, line_width=2.5, legend_label="predicted"
+        )
+        dots = fig.scatter(
+            "gpus", "throughput", source=predicted, color="color", size=7, legend_label="predicted"
+        )
         measured = self.sources["throughput_measured"]
-        measured.data = _empty(["gpus", "throughput", "label", "group", "color", "source", "gpu",
-                                "network", "batch_size", "algorithm", "predicted", "error"])
-        marks = fig.scatter("gpus", "throughput", source=measured, marker="diamond", size=13,
-                            fill_color="color", line_color="black", fill_alpha=0.85,
-                            legend_field="group")
+        measured.data = _empty(
+            [
+                "gpus",
+                "throughput",
+                "label",
+                "group",
+                "color",
+                "source",
+                "gpu",
+                "network",
+                "batch_size",
+                "algorithm",
+                "predicted",
+                "error",
+            ]
+        )
+        marks = fig.scatter(
+            "gpus",
+            "throughput",
+            source=measured,
+            marker="diamond",
+            size=13,
+            fill_color="color",
+            line_color="black",
+            fill_alpha=0.85,
+            legend_field="group",
+        )
         selected = self.sources["throughput_selected"]
         selected.data = _empty(["gpus", "throughput", "efficiency", "step_time_ms"])
-        ring = fig.scatter("gpus", "throughput", source=selected, size=22, fill_alpha=0,
-                           line_color="black", line_width=2.5)
+        ring = fig.scatter(
+            "gpus", "throughput", source=selected, size=22, fill_alpha=0, line_color="black", line_width=2.5
+        )
         fig.add_tools(
-            HoverTool(renderers=[dots], tooltips=[
-                ("GPUs", "@gpus{0}"), ("predicted", "@throughput{0,0} samples/s"),
-                ("interval", "@lower{0,0} to @upper{0,0} samples/s"),
-                ("ideal", "@ideal{0,0} samples/s"), ("efficiency", "@efficiency{0.0%}"),
-                ("step time", "@step_time_ms{0,0.0} ms"), ("fits in memory", "@fits"),
-            ]),
-            HoverTool(renderers=[marks], tooltips=[
-                ("measured", "@throughput{0,0.0} samples/s"), ("GPUs", "@gpus{0}"),
-                ("setup", "@label"), ("GPU / network", "@gpu / @network"),
-                ("batch per GPU", "@batch_size{0}"), ("algorithm", "@algorithm"),
-                ("predicted (line)", "@predicted{0,0} samples/s"), ("error vs line", "@error{+0.0%}"),
-                ("source", "@source"),
-            ]),
-            HoverTool(renderers=[ring], tooltips=[("selected", "@gpus{0} GPUs"),
-                                                 ("throughput", "@throughput{0,0} samples/s")]),
+            HoverTool(
+                renderers=[dots],
+                tooltips=[
+                    ("GPUs", "@gpus{0}"),
+                    ("predicted", "@throughput{0,0} samples/s"),
+                    ("interval", "@lower{0,0} to @upper{0,0} samples/s"),
+                    ("ideal", "@ideal{0,0} samples/s"),
+                    ("efficiency", "@efficiency{0.0%}"),
+                    ("step time", "@step_time_ms{0,0.0} ms"),
+                    ("fits in memory", "@fits"),
+                ],
+            ),
+            HoverTool(
+                renderers=[marks],
+                tooltips=[
+                    ("measured", "@throughput{0,0.0} samples/s"),
+                    ("GPUs", "@gpus{0}"),
+                    ("setup", "@label"),
+                    ("GPU / network", "@gpu / @network"),
+                    ("batch per GPU", "@batch_size{0}"),
+                    ("algorithm", "@algorithm"),
+                    ("predicted (line)", "@predicted{0,0} samples/s"),
+                    ("error vs line", "@error{+0.0%}"),
+                    ("source", "@source"),
+                ],
+            ),
+            HoverTool(
+                renderers=[ring],
+                tooltips=[("selected", "@gpus{0} GPUs"), ("throughput", "@throughput{0,0} samples/s")],
+            ),
         )
         _legend_below(fig, fig.legend[0], ncols=3)
         fig.legend.click_policy = "hide"
@@ -215,26 +289,53 @@ class ExplorerFigures:
 
     def _step_figure(self, size: dict):
         source = self.sources["step_breakdown"]
-        source.data = _empty(["label", "gpus", *(c for c, _, _ in cols.STEP_PARTS), "step_time",
-                              "comm_total", "alpha", "outline"])
+        source.data = _empty(
+            [
+                "label",
+                "gpus",
+                *(c for c, _, _ in cols.STEP_PARTS),
+                "step_time",
+                "comm_total",
+                "alpha",
+                "outline",
+            ]
+        )
         fig = _figure(
-            name="step_breakdown_figure", title="Where the step time goes", **size,
+            name="step_breakdown_figure",
+            title="Where the step time goes",
+            **size,
             x_range=FactorRange(*[str(g) for g in self.gpu_counts]),
-            x_axis_label="GPUs", y_axis_label="time per step (ms)", tools="save,reset",
+            x_axis_label="GPUs",
+            y_axis_label="time per step (ms)",
+            tools="save,reset",
         )
         stack = [c for c, _, _ in cols.STEP_PARTS]
         bars = fig.vbar_stack(
-            stack, x="label", source=source, width=0.8, color=[c for _, _, c in cols.STEP_PARTS],
-            fill_alpha="alpha", line_color="outline", line_width=1.5,
+            stack,
+            x="label",
+            source=source,
+            width=0.8,
+            color=[c for _, _, c in cols.STEP_PARTS],
+            fill_alpha="alpha",
+            line_color="outline",
+            line_width=1.5,
         )
-        self._step_legend = Legend(items=[(label, [bar]) for (_, label, _), bar in
-                                          zip(cols.STEP_PARTS, bars, strict=True)])
+        self._step_legend = Legend(
+            items=[(label, [bar]) for (_, label, _), bar in zip(cols.STEP_PARTS, bars, strict=True)]
+        )
         _legend_below(fig, self._step_legend, ncols=2)
         for bar, (column, label, _) in zip(bars, cols.STEP_PARTS, strict=True):
-            fig.add_tools(HoverTool(renderers=[bar], tooltips=[
-                ("GPUs", "@label"), (label, f"@{column}{{0,0.00}} ms"),
-                ("step time", "@step_time{0,0.00} ms"), ("all communication", "@comm_total{0,0.00} ms"),
-            ]))
+            fig.add_tools(
+                HoverTool(
+                    renderers=[bar],
+                    tooltips=[
+                        ("GPUs", "@label"),
+                        (label, f"@{column}{{0,0.00}} ms"),
+                        ("step time", "@step_time{0,0.00} ms"),
+                        ("all communication", "@comm_total{0,0.00} ms"),
+                    ],
+                )
+            )
         self._add_measured_steps(fig)
         fig.y_range.start = 0
         fig.xgrid.grid_line_color = None
@@ -244,22 +345,45 @@ class ExplorerFigures:
         """Hatched bars for measured breakdowns, on factors of their own next to their GPU count;
         empty (and without legend entries) until :meth:`show_measured_steps`."""
         source = self.sources["step_breakdown_measured"]
-        source.data = _empty(["label", "trace", "gpus", *(c for c, _, _ in MEASURED_STEP_PARTS),
-                              "step_time", "comm_total", "ranks", "steps", "source"])
+        source.data = _empty(
+            [
+                "label",
+                "trace",
+                "gpus",
+                *(c for c, _, _ in MEASURED_STEP_PARTS),
+                "step_time",
+                "comm_total",
+                "ranks",
+                "steps",
+                "source",
+            ]
+        )
         bars = fig.vbar_stack(
-            [c for c, _, _ in MEASURED_STEP_PARTS], x="label", source=source, width=0.8,
-            color=[c for _, _, c in MEASURED_STEP_PARTS], line_color="black", line_width=1,
-            hatch_pattern="/", hatch_color="white", hatch_alpha=0.6,
+            [c for c, _, _ in MEASURED_STEP_PARTS],
+            x="label",
+            source=source,
+            width=0.8,
+            color=[c for _, _, c in MEASURED_STEP_PARTS],
+            line_color="black",
+            line_width=1,
+            hatch_pattern="/",
+            hatch_color="white",
+            hatch_alpha=0.6,
         )
         self._measured_bars = bars
         for bar, (column, label, _) in zip(bars, MEASURED_STEP_PARTS, strict=True):
-            fig.add_tools(HoverTool(renderers=[bar], tooltips=[
-                ("measured", "@trace (@ranks{0} ranks, @steps{0} rank-steps)"),
-                (label.removeprefix("measured: "), f"@{column}{{0,0.00}} ms"),
-                ("step time (mean)", "@step_time{0,0.00} ms"),
-                ("all communication", "@comm_total{0,0.00} ms"),
-                ("source", "@source"),
-            ]))
+            fig.add_tools(
+                HoverTool(
+                    renderers=[bar],
+                    tooltips=[
+                        ("measured", "@trace (@ranks{0} ranks, @steps{0} rank-steps)"),
+                        (label.removeprefix("measured: "), f"@{column}{{0,0.00}} ms"),
+                        ("step time (mean)", "@step_time{0,0.00} ms"),
+                        ("all communication", "@comm_total{0,0.00} ms"),
+                        ("source", "@source"),
+                    ],
+                )
+            )
 
     def show_measured_steps(self, data: dict | None) -> None:
         """Show measured breakdowns (columns of :func:`dlexplore.plots.timeline.measured_step_columns`,
@@ -286,33 +410,61 @@ class ExplorerFigures:
         fig.xaxis.major_label_orientation = 0.9
         legend = self._step_legend
         if not any(item.renderers[0] in self._measured_bars for item in legend.items):
-            legend.items = [*legend.items, *(
-                LegendItem(label=label, renderers=[bar]) for (_, label, _), bar in
-                zip(MEASURED_STEP_PARTS, self._measured_bars, strict=True) if label.startswith("measured")
-            )]
+            legend.items = [
+                *legend.items,
+                *(
+                    LegendItem(label=label, renderers=[bar])
+                    for (_, label, _), bar in zip(MEASURED_STEP_PARTS, self._measured_bars, strict=True)
+                    if label.startswith("measured")
+                ),
+            ]
 
     def _memory_figure(self, size: dict):
         source = self.sources["memory"]
         source.data = _empty(["label", *(c for c, _, _, _ in cols.MEMORY_PARTS), "total", "capacity"])
         fig = _figure(
-            name="memory_figure", title="Memory per GPU", **size,
-            y_range=FactorRange("per GPU"), x_range=Range1d(0, 1), x_axis_label="GiB",
+            name="memory_figure",
+            title="Memory per GPU",
+            **size,
+            y_range=FactorRange("per GPU"),
+            x_range=Range1d(0, 1),
+            x_axis_label="GiB",
             tools="save",
         )
         self.subtitles["memory"] = _subtitle(fig, "memory_subtitle")
         bars = fig.hbar_stack(
-            [c for c, _, _, _ in cols.MEMORY_PARTS], y="label", source=source, height=0.5,
+            [c for c, _, _, _ in cols.MEMORY_PARTS],
+            y="label",
+            source=source,
+            height=0.5,
             color=[c for _, _, _, c in cols.MEMORY_PARTS],
         )
-        _legend_below(fig, Legend(items=[(label, [bar]) for (_, _, label, _), bar in
-                                         zip(cols.MEMORY_PARTS, bars, strict=True)]), ncols=3)
+        _legend_below(
+            fig,
+            Legend(
+                items=[(label, [bar]) for (_, _, label, _), bar in zip(cols.MEMORY_PARTS, bars, strict=True)]
+            ),
+            ncols=3,
+        )
         for bar, (column, _, label, _) in zip(bars, cols.MEMORY_PARTS, strict=True):
-            fig.add_tools(HoverTool(renderers=[bar], tooltips=[
-                (label, f"@{column}{{0,0.00}} GiB"), ("total", "@total{0,0.00} GiB"),
-                ("capacity", "@capacity{0,0.00} GiB"),
-            ]))
-        self.capacity_span = Span(location=0, dimension="height", line_color="black", line_width=3,
-                              line_dash="dashed", name="memory_capacity")
+            fig.add_tools(
+                HoverTool(
+                    renderers=[bar],
+                    tooltips=[
+                        (label, f"@{column}{{0,0.00}} GiB"),
+                        ("total", "@total{0,0.00} GiB"),
+                        ("capacity", "@capacity{0,0.00} GiB"),
+                    ],
+                )
+            )
+        self.capacity_span = Span(
+            location=0,
+            dimension="height",
+            line_color="black",
+            line_width=3,
+            line_dash="dashed",
+            name="memory_capacity",
+        )
         fig.add_layout(self.capacity_span)
         fig.ygrid.grid_line_color = None
         return fig
@@ -321,26 +473,52 @@ class ExplorerFigures:
         phases = self.sources["comm_phases"]
         phases.data = _empty(["phase", "row", "start", "end", "time", "color"])
         buckets = self.sources["comm_buckets"]
-        buckets.data = _empty(["bucket", "row", "start", "end", "ready", "time", "mib", "algbw",
-                               "busbw"])
+        buckets.data = _empty(["bucket", "row", "start", "end", "ready", "time", "mib", "algbw", "busbw"])
         fig = _figure(
-            name="comm_figure", title="One step: compute and allreduces", **size,
+            name="comm_figure",
+            title="One step: compute and allreduces",
+            **size,
             y_range=FactorRange("allreduce", "compute"),
             x_axis_label="time from the start of the step (ms)",
             tools="xpan,xwheel_zoom,reset,save",
         )
-        compute = fig.hbar(y="row", left="start", right="end", height=0.6, source=phases,
-                           fill_color="color", line_color="white", legend_field="phase")
-        comm = fig.hbar(y="row", left="start", right="end", height=0.6, source=buckets,
-                        fill_color=cols.VERMILION, line_color="white", legend_label="allreduce")
+        compute = fig.hbar(
+            y="row",
+            left="start",
+            right="end",
+            height=0.6,
+            source=phases,
+            fill_color="color",
+            line_color="white",
+            legend_field="phase",
+        )
+        comm = fig.hbar(
+            y="row",
+            left="start",
+            right="end",
+            height=0.6,
+            source=buckets,
+            fill_color=cols.VERMILION,
+            line_color="white",
+            legend_label="allreduce",
+        )
         fig.add_tools(
-            HoverTool(renderers=[compute], tooltips=[("phase", "@phase"), ("time", "@time{0,0.00} ms"),
-                                                     ("from", "@start{0,0.00} ms")]),
-            HoverTool(renderers=[comm], tooltips=[
-                ("bucket", "@bucket{0}"), ("size", "@mib{0,0.0} MiB"), ("time", "@time{0,0.000} ms"),
-                ("ready at", "@ready{0,0.00} ms"), ("runs", "@start{0,0.00} to @end{0,0.00} ms"),
-                ("algbw", "@algbw{0,0.00} GB/s"), ("busbw", "@busbw{0,0.00} GB/s"),
-            ]),
+            HoverTool(
+                renderers=[compute],
+                tooltips=[("phase", "@phase"), ("time", "@time{0,0.00} ms"), ("from", "@start{0,0.00} ms")],
+            ),
+            HoverTool(
+                renderers=[comm],
+                tooltips=[
+                    ("bucket", "@bucket{0}"),
+                    ("size", "@mib{0,0.0} MiB"),
+                    ("time", "@time{0,0.000} ms"),
+                    ("ready at", "@ready{0,0.00} ms"),
+                    ("runs", "@start{0,0.00} to @end{0,0.00} ms"),
+                    ("algbw", "@algbw{0,0.00} GB/s"),
+                    ("busbw", "@busbw{0,0.00} GB/s"),
+                ],
+            ),
         )
         self.subtitles["comm"] = _subtitle(fig, "comm_subtitle")
         _legend_below(fig, fig.legend[0], ncols=3)
@@ -367,8 +545,11 @@ class ExplorerFigures:
         self.sources["throughput_predicted"].data = _plain(columns)
         if np.isfinite(columns["lower"]).any():
             level = prediction.attrs.get("band_level")
-            label = (f"{float(level):.0%} prediction interval (calibrated)" if level is not None
-                     else "prediction interval (calibrated)")
+            label = (
+                f"{float(level):.0%} prediction interval (calibrated)"
+                if level is not None
+                else "prediction interval (calibrated)"
+            )
             self.show_band(columns["lower"], columns["upper"], label=label)
         else:
             self.show_band(None)
@@ -381,10 +562,17 @@ class ExplorerFigures:
         error = error[np.isfinite(error)]
         self.subtitles["throughput"].text = (
             f"measured: mean |error| {error.mean():.1%} ({error.size} point{'s' if error.size != 1 else ''})"
-            if error.size else ("measured: none comparable with this line" if len(measured["gpus"]) else ""))
+            if error.size
+            else ("measured: none comparable with this line" if len(measured["gpus"]) else "")
+        )
 
-    def show_band(self, lower: Sequence[float] | None, upper: Sequence[float] | None = None, *,
-                  label: str = "calibrated band") -> None:
+    def show_band(
+        self,
+        lower: Sequence[float] | None,
+        upper: Sequence[float] | None = None,
+        *,
+        label: str = "calibrated band",
+    ) -> None:
         """Shade the calibrated prediction's band (samples/s at each GPU count) under ``label`` in
         the legend; None clears and hides it."""
         if lower is None:
@@ -394,7 +582,9 @@ class ExplorerFigures:
             return
         self.sources["throughput_band"].data = {
             "gpus": [float(g) for g in self.gpu_counts],
-            "lower": [float(v) for v in lower], "upper": [float(v) for v in upper]}
+            "lower": [float(v) for v in lower],
+            "upper": [float(v) for v in upper],
+        }
         self.band_item.label = {"value": label}
         self.band.visible = self.band_item.visible = True
 

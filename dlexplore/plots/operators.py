@@ -20,9 +20,18 @@ __all__ = ["operator_columns", "operator_figure", "CATEGORY_COLOURS"]
 #: One colour per kind of operator: compute-bound blues and greens, memory-bound warm colours
 #: (Okabe-Ito, colour-blind safe, as the other plots).
 CATEGORY_COLOURS = {
-    "conv": "#0072B2", "matmul": "#56B4E9", "attention": "#009E73", "norm": "#D55E00",
-    "activation": "#E69F00", "elementwise": "#CC79A7", "pool": "#F0E442", "dropout": "#999999",
-    "softmax": "#E6A0C4", "embedding": "#8C564B", "loss": "#7F7F7F", "optimizer": "#000000",
+    "conv": "#0072B2",
+    "matmul": "#56B4E9",
+    "attention": "#009E73",
+    "norm": "#D55E00",
+    "activation": "#E69F00",
+    "elementwise": "#CC79A7",
+    "pool": "#F0E442",
+    "dropout": "#999999",
+    "softmax": "#E6A0C4",
+    "embedding": "#8C564B",
+    "loss": "#7F7F7F",
+    "optimizer": "#000000",
 }
 
 
@@ -33,8 +42,10 @@ def operator_columns(ds: xr.Dataset, **where: object) -> dict[str, list]:
     time are left out. ``where`` picks one value of every other dimension (``batch_size=64``);
     a dimension of length one needs none."""
     if "time_operator" not in ds:
-        raise DlexploreError("the compute breakdown needs 'time_operator': a prediction of "
-                             "dlexplore.predict or predict_parallel")
+        raise DlexploreError(
+            "the compute breakdown needs 'time_operator': a prediction of "
+            "dlexplore.predict or predict_parallel"
+        )
     da = ds["time_operator"]
     for dim in [d for d in da.dims if d != "operator"]:
         if dim in where:
@@ -42,8 +53,9 @@ def operator_columns(ds: xr.Dataset, **where: object) -> dict[str, list]:
         elif da.sizes[dim] == 1:
             da = da.isel({dim: 0})
         else:
-            raise DlexploreError(f"the breakdown varies along {dim!r}: give {dim}= one of "
-                                 f"{da[dim].values.tolist()}")
+            raise DlexploreError(
+                f"the breakdown varies along {dim!r}: give {dim}= one of {da[dim].values.tolist()}"
+            )
     values = np.asarray(da.values, dtype=float)
     total = float(values.sum())
     keep = values > 0
@@ -60,10 +72,22 @@ def operator_figure(ds: xr.Dataset, *, title: str | None = None, **where: object
     """A horizontal bar per operator category: compute time per step (ms) and its share."""
     columns = operator_columns(ds, **where)
     source = ColumnDataSource(columns, name="operator_breakdown")
-    fig = figure(y_range=list(reversed(columns["operator"])), height=320, width=520,
-                 title=title or "Where the compute time goes (per step)",
-                 x_axis_label="time per step (ms)", toolbar_location=None)
+    fig = figure(
+        y_range=list(reversed(columns["operator"])),
+        height=320,
+        width=520,
+        title=title or "Where the compute time goes (per step)",
+        x_axis_label="time per step (ms)",
+        toolbar_location=None,
+    )
     fig.hbar(y="operator", right="time_ms", height=0.7, color="colour", source=source)
-    fig.add_tools(HoverTool(tooltips=[("operator", "@operator"), ("time", "@time_ms{0.00} ms"),
-                                      ("share of compute", "@share{0.0%}")]))
+    fig.add_tools(
+        HoverTool(
+            tooltips=[
+                ("operator", "@operator"),
+                ("time", "@time_ms{0.00} ms"),
+                ("share of compute", "@share{0.0%}"),
+            ]
+        )
+    )
     return fig

@@ -56,8 +56,9 @@ def task_timeline_columns(frame: pd.DataFrame) -> dict[str, np.ndarray]:
     }
 
 
-def task_timeline_figure(frame: pd.DataFrame, *, title: str = "Task timeline", width: int = 900,
-                         height: int | None = None):
+def task_timeline_figure(
+    frame: pd.DataFrame, *, title: str = "Task timeline", width: int = 900, height: int | None = None
+):
     """A bokeh figure of the task table: workers as rows (in order of first appearance), bars from
     start to end coloured by kind, a legend of kinds below, and hover (task, kind, worker, times)."""
     data = task_timeline_columns(frame)
@@ -65,23 +66,53 @@ def task_timeline_figure(frame: pd.DataFrame, *, title: str = "Task timeline", w
     height = height or int(np.clip(120 + 28 * len(workers), 220, 700))
     source = ColumnDataSource(data, name="task_timeline")
     right = float(data["right"].max()) if data["right"].size else 1.0
-    fig = figure(name="task_timeline_figure", title=title, width=width, height=height,
-                 y_range=FactorRange(*reversed(workers or ["-"])), x_range=(0, right * 1.01 or 1.0),
-                 x_axis_label="time from the first task start (s)", y_axis_label="worker",
-                 tools="xpan,xwheel_zoom,xbox_zoom,reset,save", active_drag="xpan",
-                 active_scroll="xwheel_zoom")
-    bars = fig.hbar(y="worker", left="left", right="right", height=0.7, source=source, fill_color="color",
-                    line_color="color", fill_alpha=0.9)
+    fig = figure(
+        name="task_timeline_figure",
+        title=title,
+        width=width,
+        height=height,
+        y_range=FactorRange(*reversed(workers or ["-"])),
+        x_range=(0, right * 1.01 or 1.0),
+        x_axis_label="time from the first task start (s)",
+        y_axis_label="worker",
+        tools="xpan,xwheel_zoom,xbox_zoom,reset,save",
+        active_drag="xpan",
+        active_scroll="xwheel_zoom",
+    )
+    bars = fig.hbar(
+        y="worker",
+        left="left",
+        right="right",
+        height=0.7,
+        source=source,
+        fill_color="color",
+        line_color="color",
+        fill_alpha=0.9,
+    )
     items = []
     for kind, colour in _colours(list(dict.fromkeys(data["kind"]))).items():
-        swatch = fig.hbar(y=[workers[0]] if workers else ["-"], left=[np.nan], right=[np.nan], height=0.7,
-                          fill_color=colour, line_color=colour)
+        swatch = fig.hbar(
+            y=[workers[0]] if workers else ["-"],
+            left=[np.nan],
+            right=[np.nan],
+            height=0.7,
+            fill_color=colour,
+            line_color=colour,
+        )
         items.append(LegendItem(label=kind, renderers=[swatch]))
     if items:
         _legend_below(fig, Legend(items=items), ncols=min(len(items), 8))
-    fig.add_tools(HoverTool(renderers=[bars], tooltips=[
-        ("task", "@task"), ("kind", "@kind"), ("worker", "@worker"),
-        ("from", "@left{0,0.000} s to @right{0,0.000} s"), ("duration", "@duration_ms{0,0.000} ms"),
-    ]))
+    fig.add_tools(
+        HoverTool(
+            renderers=[bars],
+            tooltips=[
+                ("task", "@task"),
+                ("kind", "@kind"),
+                ("worker", "@worker"),
+                ("from", "@left{0,0.000} s to @right{0,0.000} s"),
+                ("duration", "@duration_ms{0,0.000} ms"),
+            ],
+        )
+    )
     fig.ygrid.grid_line_color = None
     return fig

@@ -101,8 +101,24 @@ BREAKDOWN_PARTS = (
 )
 
 #: Columns of ``trace_timeline`` (the same in both modes).
-TIMELINE_COLUMNS = ("left", "right", "top", "bottom", "row", "rank", "stream", "name", "category",
-                    "start_ms", "duration_ms", "busy", "count", "size", "collective", "step")
+TIMELINE_COLUMNS = (
+    "left",
+    "right",
+    "top",
+    "bottom",
+    "row",
+    "rank",
+    "stream",
+    "name",
+    "category",
+    "start_ms",
+    "duration_ms",
+    "busy",
+    "count",
+    "size",
+    "collective",
+    "step",
+)
 
 # Half the height of a row's lane (rows are 1 apart); nested events shrink by this factor per level.
 _HALF_LANE = 0.4
@@ -168,7 +184,8 @@ class TimelineIndex:
         if not finite.all():
             raise DlexploreError(
                 f"the trace has {int((~finite).sum())} events without a finite start or duration "
-                f"(first: event {int(np.flatnonzero(~finite)[0])})")
+                f"(first: event {int(np.flatnonzero(~finite)[0])})"
+            )
 
         stream = events["stream"]
         if not isinstance(stream.dtype, pd.CategoricalDtype):
@@ -184,13 +201,15 @@ class TimelineIndex:
         row_keys, row = np.unique(key, return_inverse=True)
         self.row_rank = (row_keys // n_streams).astype(np.int64)
         self.row_stream = stream_names[name_order][row_keys % n_streams]
-        self.rows = np.array([f"{r} {s}" for r, s in zip(self.row_rank, self.row_stream, strict=True)],
-                             dtype=object)
+        self.rows = np.array(
+            [f"{r} {s}" for r, s in zip(self.row_rank, self.row_stream, strict=True)], dtype=object
+        )
 
         category = events["category"]
         cat_names = np.asarray(category.cat.categories.astype(str), dtype=object)
-        cat_code = np.array([_CATEGORY_INDEX.get(c, _CATEGORY_INDEX["other"]) for c in cat_names],
-                            dtype=np.int64)[category.cat.codes.to_numpy(np.int64)]
+        cat_code = np.array(
+            [_CATEGORY_INDEX.get(c, _CATEGORY_INDEX["other"]) for c in cat_names], dtype=np.int64
+        )[category.cat.codes.to_numpy(np.int64)]
 
         # One sort by (group, start): merged intervals and per-bin event counts both come from it.
         group = row.astype(np.int64) * _NC + cat_code
@@ -231,8 +250,9 @@ class TimelineIndex:
         self._bp_hi = np.searchsorted(bp_g, self.group_ids, side="right")
         self.merged_intervals = len(runs)
         #: busy time (ms) of each group over the whole trace: the length of its events' union
-        self.group_busy = np.bincount(np.searchsorted(self.group_ids, m_group), weights=length,
-                                      minlength=len(self.group_ids))
+        self.group_busy = np.bincount(
+            np.searchsorted(self.group_ids, m_group), weights=length, minlength=len(self.group_ids)
+        )
 
         # The columns the exact view reads, kept in the event table's order.
         self._start, self._end, self._row, self._cat = start, end, row, cat_code
@@ -244,16 +264,25 @@ class TimelineIndex:
         has_step = step.notna().to_numpy(bool)
         self.steps = np.unique(step[has_step].to_numpy(np.int64)) if has_step.any() else np.array([], int)
         if has_step.any():
-            frame = pd.DataFrame({"rank": rank[has_step], "step": step[has_step].to_numpy(np.int64),
-                                  "start": start[has_step], "end": end[has_step]})
-            self._step_windows = frame.groupby(["step", "rank"]).agg(start=("start", "min"),
-                                                                      end=("end", "max"))
+            frame = pd.DataFrame(
+                {
+                    "rank": rank[has_step],
+                    "step": step[has_step].to_numpy(np.int64),
+                    "start": start[has_step],
+                    "end": end[has_step],
+                }
+            )
+            self._step_windows = frame.groupby(["step", "rank"]).agg(
+                start=("start", "min"), end=("end", "max")
+            )
         else:
             self._step_windows = None
 
     def __repr__(self) -> str:
-        return (f"<TimelineIndex events={self.n_events:,} rows={len(self.rows)} "
-                f"merged intervals={self.merged_intervals:,} span={self.span[1] - self.span[0]:,.3f} ms>")
+        return (
+            f"<TimelineIndex events={self.n_events:,} rows={len(self.rows)} "
+            f"merged intervals={self.merged_intervals:,} span={self.span[1] - self.span[0]:,.3f} ms>"
+        )
 
     # -- queries ------------------------------------------------------------------------------
 
@@ -340,8 +369,10 @@ class TimelineView:
             return "no events in this window"
         if self.mode == "events":
             return f"{self.events:,} events in {self.x1 - self.x0:,.3f} ms, each drawn"
-        return (f"{self.events:,} events in {self.x1 - self.x0:,.3f} ms, merged into {self.bins} bins per "
-                f"row ({self.drawn:,} bars): zoom in for each event")
+        return (
+            f"{self.events:,} events in {self.x1 - self.x0:,.3f} ms, merged into {self.bins} bins per "
+            f"row ({self.drawn:,} bars): zoom in for each event"
+        )
 
 
 _TEXT_COLUMNS = {"stream", "name", "category", "size", "collective", "step"}
@@ -350,8 +381,12 @@ _FLOAT32_COLUMNS = {"top", "bottom", "row", "rank", "busy", "count"}
 
 
 def _empty_timeline() -> dict[str, np.ndarray]:
-    return {c: np.array([], dtype=object if c in _TEXT_COLUMNS else np.float32 if c in _FLOAT32_COLUMNS
-                        else float) for c in TIMELINE_COLUMNS}
+    return {
+        c: np.array(
+            [], dtype=object if c in _TEXT_COLUMNS else np.float32 if c in _FLOAT32_COLUMNS else float
+        )
+        for c in TIMELINE_COLUMNS
+    }
 
 
 def timeline_columns(
@@ -430,8 +465,9 @@ def _event_columns(index: TimelineIndex, idx: np.ndarray, positions: np.ndarray)
     row_first = np.searchsorted(row_sorted, row_sorted, side="left")
     pos_in_row[order] = np.arange(idx.size) - row_first
     end_keys = np.sort(row + 1j * end)
-    closed = (np.searchsorted(end_keys, row + 1j * start, side="right")
-              - np.searchsorted(end_keys, row + 0j, side="left"))
+    closed = np.searchsorted(end_keys, row + 1j * start, side="right") - np.searchsorted(
+        end_keys, row + 0j, side="left"
+    )
     depth = np.maximum(pos_in_row - closed, 0)
     draw = np.lexsort((start, depth))
     idx, start, end, row, depth = idx[draw], start[draw], end[draw], row[draw], depth[draw]
@@ -461,8 +497,15 @@ def _event_columns(index: TimelineIndex, idx: np.ndarray, positions: np.ndarray)
     }
 
 
-def _binned_columns(index: TimelineIndex, x0: float, x1: float, n_bins: int, rows_on: np.ndarray,
-                    cats_on: np.ndarray, positions: np.ndarray) -> dict[str, np.ndarray]:
+def _binned_columns(
+    index: TimelineIndex,
+    x0: float,
+    x1: float,
+    n_bins: int,
+    rows_on: np.ndarray,
+    cats_on: np.ndarray,
+    positions: np.ndarray,
+) -> dict[str, np.ndarray]:
     """Per row, category and bin: the busy time, as stacked bars (see the module docstring)."""
     groups = np.flatnonzero(rows_on[index.group_row] & cats_on[index.group_cat])
     if not groups.size or not x1 > x0:
@@ -492,8 +535,9 @@ def _binned_columns(index: TimelineIndex, x0: float, x1: float, n_bins: int, row
     h, o = height[g_idx, b_idx], offset[g_idx, b_idx]
     # merge neighbouring bins of one group with the same drawn height and offset
     new = np.ones(g_idx.size, dtype=bool)
-    new[1:] = ((g_idx[1:] != g_idx[:-1]) | (b_idx[1:] != b_idx[:-1] + 1)
-               | (h[1:] != h[:-1]) | (o[1:] != o[:-1]))
+    new[1:] = (
+        (g_idx[1:] != g_idx[:-1]) | (b_idx[1:] != b_idx[:-1] + 1) | (h[1:] != h[:-1]) | (o[1:] != o[:-1])
+    )
     first = np.flatnonzero(new)
     last = np.r_[first[1:] - 1, g_idx.size - 1]
     busy_run = np.add.reduceat(busy[g_idx, b_idx], first)
@@ -564,7 +608,10 @@ def _stack_parts(ds: xr.Dataset, step: int | None) -> dict[str, np.ndarray]:
 
 
 def rank_breakdown_columns(
-    ds: xr.Dataset | None, *, ranks: Iterable[int] | None = None, step: int | None = None,
+    ds: xr.Dataset | None,
+    *,
+    ranks: Iterable[int] | None = None,
+    step: int | None = None,
 ) -> dict[str, np.ndarray]:
     """Breakdown bars per rank (ms): the mean per step over all steps, or step ``step``.
 
@@ -576,8 +623,16 @@ def rank_breakdown_columns(
     alone; when they run beside compute the stack is taller than ``step_time`` (in the hover).
     ``slower`` is the rank's step time over the median of the ranks shown, minus 1.
     """
-    names = ["label", "rank", *(c for c, _, _ in BREAKDOWN_PARTS), "step_time", "comm_total", "slower",
-             "steps", "events"]
+    names = [
+        "label",
+        "rank",
+        *(c for c, _, _ in BREAKDOWN_PARTS),
+        "step_time",
+        "comm_total",
+        "slower",
+        "steps",
+        "events",
+    ]
     if ds is None or "rank" not in ds.dims:
         return {n: np.array([], dtype=object if n == "label" else float) for n in names}
     if ranks is not None:
@@ -590,8 +645,11 @@ def rank_breakdown_columns(
     step_time = parts["step_time"]
     median = np.median(step_time) if step_time.size else np.nan
     counted = ds["step_time"].sel(step=step) if step is not None else ds["step_time"]
-    steps = (np.isfinite(counted.values).astype(float) if step is not None
-             else counted.count("step").values.astype(float))
+    steps = (
+        np.isfinite(counted.values).astype(float)
+        if step is not None
+        else counted.count("step").values.astype(float)
+    )
     events = ds["events"].sel(step=step) if step is not None else ds["events"].mean("step")
     with np.errstate(divide="ignore", invalid="ignore"):
         slower = step_time / median - 1.0 if median > 0 else np.zeros_like(step_time)
@@ -636,12 +694,25 @@ def collective_columns(table: pd.DataFrame | None) -> dict[str, np.ndarray]:
 
     ``table`` is :meth:`dlexplore.traces.Trace.collectives` (times in s, algbw and busbw in GB/s).
     """
-    names = ("collective", "bytes", "size", "ranks", "count", "time_ms", "time_min_ms", "time_max_ms",
-             "algbw", "busbw", "skew_ms")
+    names = (
+        "collective",
+        "bytes",
+        "size",
+        "ranks",
+        "count",
+        "time_ms",
+        "time_min_ms",
+        "time_max_ms",
+        "algbw",
+        "busbw",
+        "skew_ms",
+    )
     if table is None or not len(table):
         return {n: np.array([], dtype=object if n in ("collective", "size") else float) for n in names}
-    get = lambda name: (table[name].to_numpy(float) if name in table  # noqa: E731
-                        else np.full(len(table), np.nan))
+
+    def get(name):
+        return table[name].to_numpy(float) if name in table else np.full(len(table), np.nan)
+
     nbytes = get("bytes")
     return {
         "collective": table["collective"].astype(str).to_numpy(object),
@@ -689,11 +760,14 @@ class TraceFigures:
         table_width = min(660, width // 2 + 100)
         self.breakdown = self._breakdown_figure(width - table_width - 20, 380)
         self.collectives = self._collective_table(table_width, 330)
-        self.collectives_title = Div(text="<b>Collectives</b>", name="trace_collectives_title",
-                                     width=table_width)
-        self.layout = column(self.timeline, row(self.breakdown, column(self.collectives_title,
-                                                                        self.collectives)),
-                             name="dlexplore_trace")
+        self.collectives_title = Div(
+            text="<b>Collectives</b>", name="trace_collectives_title", width=table_width
+        )
+        self.layout = column(
+            self.timeline,
+            row(self.breakdown, column(self.collectives_title, self.collectives)),
+            name="dlexplore_trace",
+        )
 
     # -- building --------------------------------------------------------------------------------
 
@@ -706,39 +780,69 @@ class TraceFigures:
         source = self.sources["trace_timeline"]
         source.data = _empty_timeline()
         fig = figure(
-            name="trace_timeline_figure", title="Timeline", width=width, height=height,
-            x_range=Range1d(lo - pad, hi + pad, bounds=(lo - pad, hi + pad), min_interval=1e-5,
-                            name="trace_timeline_x"),
+            name="trace_timeline_figure",
+            title="Timeline",
+            width=width,
+            height=height,
+            x_range=Range1d(
+                lo - pad, hi + pad, bounds=(lo - pad, hi + pad), min_interval=1e-5, name="trace_timeline_x"
+            ),
             y_range=Range1d(n_rows - 0.5, -0.5, name="trace_timeline_y"),
             x_axis_label="time from the first event (ms)",
-            tools="xpan,xwheel_zoom,xbox_zoom,reset,save", active_drag="xpan",
+            tools="xpan,xwheel_zoom,xbox_zoom,reset,save",
+            active_drag="xpan",
             active_scroll="xwheel_zoom",
             # The bars are decimated already; BokehJS's own level of detail would draw every tenth
             # of them in grey for half a second after each wheel turn.
             lod_threshold=None,
         )
         present = list(index.categories) or ["other"]
-        cmap = factor_cmap("category", palette=[CATEGORY_COLORS[c] for c in CATEGORIES],
-                           factors=list(CATEGORIES))
-        bars = fig.quad(left="left", right="right", top="top", bottom="bottom", source=source,
-                        fill_color=cmap, line_color=cmap, line_width=1, fill_alpha=0.9,
-                        name="trace_timeline_bars")
+        cmap = factor_cmap(
+            "category", palette=[CATEGORY_COLORS[c] for c in CATEGORIES], factors=list(CATEGORIES)
+        )
+        bars = fig.quad(
+            left="left",
+            right="right",
+            top="top",
+            bottom="bottom",
+            source=source,
+            fill_color=cmap,
+            line_color=cmap,
+            line_width=1,
+            fill_alpha=0.9,
+            name="trace_timeline_bars",
+        )
         # A fixed legend, one swatch per category in the trace, from glyphs with no data.
         items = []
         for name in present:
             # one datum at NaN: drawn nowhere, but the legend has a value to paint its swatch with
-            swatch = fig.quad(left=[np.nan], right=[np.nan], top=[np.nan], bottom=[np.nan],
-                              fill_color=CATEGORY_COLORS[name], line_color=CATEGORY_COLORS[name])
+            swatch = fig.quad(
+                left=[np.nan],
+                right=[np.nan],
+                top=[np.nan],
+                bottom=[np.nan],
+                fill_color=CATEGORY_COLORS[name],
+                line_color=CATEGORY_COLORS[name],
+            )
             items.append(LegendItem(label=name, renderers=[swatch]))
         _legend_below(fig, Legend(items=items), ncols=min(len(items), 10))
         # One set of tooltips for both views: an event is a bar busy all along with one event.
-        fig.add_tools(HoverTool(renderers=[bars], tooltips=[
-            ("name", "@name"), ("category", "@category"), ("rank / stream", "@rank{0} / @stream"),
-            ("from", "@start_ms{0,0.000} ms to @right{0,0.000} ms"),
-            ("duration", "@duration_ms{0,0.000} ms busy (@busy{0%} of the bar)"),
-            ("events", "@count{0,0} (starting in the bar)"), ("bytes", "@size"),
-            ("collective", "@collective"), ("step", "@step"),
-        ]))
+        fig.add_tools(
+            HoverTool(
+                renderers=[bars],
+                tooltips=[
+                    ("name", "@name"),
+                    ("category", "@category"),
+                    ("rank / stream", "@rank{0} / @stream"),
+                    ("from", "@start_ms{0,0.000} ms to @right{0,0.000} ms"),
+                    ("duration", "@duration_ms{0,0.000} ms busy (@busy{0%} of the bar)"),
+                    ("events", "@count{0,0} (starting in the bar)"),
+                    ("bytes", "@size"),
+                    ("collective", "@collective"),
+                    ("step", "@step"),
+                ],
+            )
+        )
         fig.yaxis.major_label_text_font_size = "8pt"
         fig.ygrid.grid_line_color = None
         self._set_rows(fig, index.rows.tolist())
@@ -755,23 +859,46 @@ class TraceFigures:
         source = self.sources["trace_breakdown"]
         source.data = rank_breakdown_columns(None)
         ranks = [str(int(r)) for r in self.index.ranks] or ["0"]
-        fig = figure(name="trace_breakdown_figure", title="Where each rank's step time goes",
-                     width=width, height=height, x_range=FactorRange(*ranks), x_axis_label="rank",
-                     y_axis_label="time per step (ms)", tools="save,reset")
+        fig = figure(
+            name="trace_breakdown_figure",
+            title="Where each rank's step time goes",
+            width=width,
+            height=height,
+            x_range=FactorRange(*ranks),
+            x_axis_label="rank",
+            y_axis_label="time per step (ms)",
+            tools="save,reset",
+        )
         stack = [c for c, _, _ in BREAKDOWN_PARTS]
-        bars = fig.vbar_stack(stack, x="label", source=source, width=0.8,
-                              color=[c for _, _, c in BREAKDOWN_PARTS], line_color="white")
-        marks = fig.scatter("label", "step_time", source=source, marker="dash", size=26, line_width=3,
-                            color="black")
+        bars = fig.vbar_stack(
+            stack,
+            x="label",
+            source=source,
+            width=0.8,
+            color=[c for _, _, c in BREAKDOWN_PARTS],
+            line_color="white",
+        )
+        marks = fig.scatter(
+            "label", "step_time", source=source, marker="dash", size=26, line_width=3, color="black"
+        )
         items = [(label, [bar]) for (_, label, _), bar in zip(BREAKDOWN_PARTS, bars, strict=True)]
         items.append(("step time", [marks]))
         _legend_below(fig, Legend(items=items), ncols=2)
         for bar, (col, label, _) in zip(bars, BREAKDOWN_PARTS, strict=True):
-            fig.add_tools(HoverTool(renderers=[bar], tooltips=[
-                ("rank", "@label"), (label, f"@{col}{{0,0.000}} ms"), ("step time", "@step_time{0,0.000} ms"),
-                ("vs median rank", "@slower{+0.0%}"), ("all communication", "@comm_total{0,0.000} ms"),
-                ("steps", "@steps{0}"), ("events per step", "@events{0,0}"),
-            ]))
+            fig.add_tools(
+                HoverTool(
+                    renderers=[bar],
+                    tooltips=[
+                        ("rank", "@label"),
+                        (label, f"@{col}{{0,0.000}} ms"),
+                        ("step time", "@step_time{0,0.000} ms"),
+                        ("vs median rank", "@slower{+0.0%}"),
+                        ("all communication", "@comm_total{0,0.000} ms"),
+                        ("steps", "@steps{0}"),
+                        ("events per step", "@events{0,0}"),
+                    ],
+                )
+            )
         fig.y_range.start = 0
         fig.xgrid.grid_line_color = None
         return fig
@@ -792,8 +919,16 @@ class TraceFigures:
             TableColumn(field="busbw", title="busbw GB/s", formatter=number("0,0.000"), width=72),
             TableColumn(field="skew_ms", title="skew ms", formatter=number("0,0.000"), width=60),
         ]
-        table = DataTable(source=source, columns=columns, width=width, height=height, index_position=None,
-                          name="trace_collectives_table", sortable=True, reorderable=False)
+        table = DataTable(
+            source=source,
+            columns=columns,
+            width=width,
+            height=height,
+            index_position=None,
+            name="trace_collectives_table",
+            sortable=True,
+            reorderable=False,
+        )
         # BokehJS 3.9.1 and 3.9.2 redraw a DataTable only when its view's indices change, so new
         # data with as many rows as before would not show (bokeh/bokeh#15328): tell the table.
         source.js_on_change("data", CustomJS(args=dict(table=table), code="table.view.change.emit()"))
@@ -808,16 +943,21 @@ class TraceFigures:
             self._set_rows(self.timeline, view.rows)
         self.timeline.title.text = f"Timeline: {view.text}"
 
-    def show_breakdown(self, data: Mapping[str, np.ndarray], *, step: int | None = None,
-                       steps: int | None = None) -> None:
+    def show_breakdown(
+        self, data: Mapping[str, np.ndarray], *, step: int | None = None, steps: int | None = None
+    ) -> None:
         """Draw :func:`rank_breakdown_columns` output (``step``: the one step shown, else the mean)."""
         self.sources["trace_breakdown"].data = dict(data)
         labels = [str(x) for x in data["label"]]
         if labels and list(self.breakdown.x_range.factors) != labels:
             self.breakdown.x_range.factors = labels
-        self.breakdown.title.text = (f"Step {step} per rank" if step is not None else
-                                     f"Mean per step per rank ({steps} steps)" if steps else
-                                     "Where each rank's step time goes")
+        self.breakdown.title.text = (
+            f"Step {step} per rank"
+            if step is not None
+            else f"Mean per step per rank ({steps} steps)"
+            if steps
+            else "Where each rank's step time goes"
+        )
 
     def show_collectives(self, data: Mapping[str, np.ndarray], *, note: str = "") -> None:
         """Fill the collective table with :func:`collective_columns` output."""
@@ -825,19 +965,27 @@ class TraceFigures:
         n = len(data["collective"])
         heading = f"<b>Collectives</b>: {n} kinds and sizes" if n else "<b>Collectives</b>: none in the trace"
         self.collectives_title.text = (
-            heading + (f" ({html.escape(note)})" if note else "")
+            heading
+            + (f" ({html.escape(note)})" if note else "")
             + "<br><small>time: mean per operation of its duration over the ranks (min, max: fastest and "
             "slowest operation); skew: spread of its start times across ranks, clocks aligned on "
-            "collective ends; algbw = bytes / time; busbw = algbw x the nccl-tests factor.</small>")
+            "collective ends; algbw = bytes / time; busbw = algbw x the nccl-tests factor.</small>"
+        )
 
 
 # ---------------------------------------------------------------------------------------------
 # the timeline in a page without a kernel (the HTML report)
 
 
-def timeline_payload(index: TimelineIndex, *, max_events: int = 10_000, bins: int = 500,
-                     max_bars: int = 60_000, embed_events: int = 50_000,
-                     max_breakpoints: int = 200_000) -> dict[str, Any]:
+def timeline_payload(
+    index: TimelineIndex,
+    *,
+    max_events: int = 10_000,
+    bins: int = 500,
+    max_bars: int = 60_000,
+    embed_events: int = 50_000,
+    max_breakpoints: int = 200_000,
+) -> dict[str, Any]:
     """What :data:`TIMELINE_JS` needs to redraw the timeline in the browser, as flat arrays.
 
     The coverage breakpoints of every (row, category) are embedded, so the binned view is computed
@@ -886,22 +1034,24 @@ def timeline_payload(index: TimelineIndex, *, max_events: int = 10_000, bins: in
         collective = events["collective"]
         g_start = index._start[index.order]
         g_group = np.searchsorted(index.group_ids, (index._row * _NC + index._cat)[index.order])
-        payload.update({
-            "start": index._start,
-            "end": index._end,
-            "row": index._row.astype(np.int32),
-            "cat": index._cat.astype(np.int32),
-            "name_code": names.cat.codes.to_numpy(np.int32),
-            "names": [str(x) for x in names.cat.categories],
-            "coll_code": collective.cat.codes.to_numpy(np.int32),
-            "collectives": [str(x) for x in collective.cat.categories],
-            "bytes": events["bytes"].to_numpy(float),
-            "step": events["step"].to_numpy(dtype=float, na_value=np.nan),
-            "rank": events["rank"].to_numpy(float),
-            "g_start": g_start,
-            "g_lo": np.searchsorted(g_group, groups, side="left").astype(np.int32),
-            "g_hi": np.searchsorted(g_group, groups, side="right").astype(np.int32),
-        })
+        payload.update(
+            {
+                "start": index._start,
+                "end": index._end,
+                "row": index._row.astype(np.int32),
+                "cat": index._cat.astype(np.int32),
+                "name_code": names.cat.codes.to_numpy(np.int32),
+                "names": [str(x) for x in names.cat.categories],
+                "coll_code": collective.cat.codes.to_numpy(np.int32),
+                "collectives": [str(x) for x in collective.cat.categories],
+                "bytes": events["bytes"].to_numpy(float),
+                "step": events["step"].to_numpy(dtype=float, na_value=np.nan),
+                "rank": events["rank"].to_numpy(float),
+                "g_start": g_start,
+                "g_lo": np.searchsorted(g_group, groups, side="left").astype(np.int32),
+                "g_hi": np.searchsorted(g_group, groups, side="right").astype(np.int32),
+            }
+        )
     return payload
 
 
@@ -1112,9 +1262,12 @@ def trace_summary(trace: Any, index: TimelineIndex, breakdown: xr.Dataset | None
             table = stragglers(breakdown)
             slow = table[table["straggler"]]
             if not slow.empty:
-                ranks = ", ".join(f"rank {int(r)} ({x - 1:+.0%})"
-                                  for r, x in zip(slow["rank"], slow["ratio"], strict=True))
-                parts.append(f"<span style='color:{cols.VERMILION}'>straggler: {ranks} in "
-                             f"{html.escape(str(table.attrs.get('metric', '')))} against the other "
-                             "ranks' median</span>")
+                ranks = ", ".join(
+                    f"rank {int(r)} ({x - 1:+.0%})" for r, x in zip(slow["rank"], slow["ratio"], strict=True)
+                )
+                parts.append(
+                    f"<span style='color:{cols.VERMILION}'>straggler: {ranks} in "
+                    f"{html.escape(str(table.attrs.get('metric', '')))} against the other "
+                    "ranks' median</span>"
+                )
     return parts

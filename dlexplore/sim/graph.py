@@ -72,8 +72,15 @@ from ..traces.breakdown import _events_of
 from ..traces.collectives import _SYMMETRIC, _collective_events, _match, _offsets
 from ..traces.schema import Trace
 
-__all__ = ["BUSY_CATEGORIES", "DEPENDENCY_KINDS", "SYNC_NAMES", "Lane", "ReplayGraph", "build_graph",
-           "causal_offsets"]
+__all__ = [
+    "BUSY_CATEGORIES",
+    "DEPENDENCY_KINDS",
+    "SYNC_NAMES",
+    "Lane",
+    "ReplayGraph",
+    "build_graph",
+    "causal_offsets",
+]
 
 #: Categories that make a lane busy (a lane with none of them is not a lane).
 BUSY_CATEGORIES = ("compute", "cpu", "communication", "data", "runtime", "memcpy", "memset")
@@ -199,9 +206,11 @@ class ReplayGraph:
 
     def __repr__(self) -> str:
         kinds = self.deps["kind"].value_counts().to_dict() if len(self.deps) else {}
-        return (f"<dlexplore.sim.ReplayGraph ranks={len(self.offsets)} lanes={len(self.lanes)} "
-                f"nodes={len(self.nodes)} operations={self.ops['op'].nunique() if len(self.ops) else 0} "
-                f"deps={kinds}>")
+        return (
+            f"<dlexplore.sim.ReplayGraph ranks={len(self.offsets)} lanes={len(self.lanes)} "
+            f"nodes={len(self.nodes)} operations={self.ops['op'].nunique() if len(self.ops) else 0} "
+            f"deps={kinds}>"
+        )
 
 
 # --- clocks ---------------------------------------------------------------------------------------
@@ -273,20 +282,34 @@ def _operations(events: pd.DataFrame, world_size: int) -> tuple[pd.DataFrame, np
     row_op = np.full(n, -1, dtype=np.int64)
     row_span = np.full(n, -1, dtype=np.int64)
     table = _collective_events(events)
-    empty = pd.DataFrame({"op": [], "rank": [], "collective": [], "bytes": [], "group_size": [],
-                          "start": [], "end": [], "stream": [], "id_matched": []})
+    empty = pd.DataFrame(
+        {
+            "op": [],
+            "rank": [],
+            "collective": [],
+            "bytes": [],
+            "group_size": [],
+            "start": [],
+            "end": [],
+            "stream": [],
+            "id_matched": [],
+        }
+    )
     if table.empty:
         return empty, row_op, row_span
-    keys = pd.DataFrame({
-        "rank": events["rank"].to_numpy(dtype=np.int64),
-        "stream": events["stream"].astype(str).to_numpy(),
-        "name": events["name"].astype(str).to_numpy(),
-        "start": events["start"].to_numpy(dtype=float),
-        "end": events["start"].to_numpy(dtype=float) + events["duration"].to_numpy(dtype=float),
-        "row": np.arange(n, dtype=np.int64),
-    }).drop_duplicates(["rank", "stream", "name", "start", "end"])
+    keys = pd.DataFrame(
+        {
+            "rank": events["rank"].to_numpy(dtype=np.int64),
+            "stream": events["stream"].astype(str).to_numpy(),
+            "name": events["name"].astype(str).to_numpy(),
+            "start": events["start"].to_numpy(dtype=float),
+            "end": events["start"].to_numpy(dtype=float) + events["duration"].to_numpy(dtype=float),
+            "row": np.arange(n, dtype=np.int64),
+        }
+    ).drop_duplicates(["rank", "stream", "name", "start", "end"])
     table = table.assign(rank=table["rank"].astype(np.int64)).merge(
-        keys, on=["rank", "stream", "name", "start", "end"], how="left")
+        keys, on=["rank", "stream", "name", "start", "end"], how="left"
+    )
     matched = _match(table)
     if "row" in matched.columns:  # matched by order: one event per (op, rank)
         spans = matched.reset_index(drop=True)
@@ -300,9 +323,12 @@ def _operations(events: pd.DataFrame, world_size: int) -> tuple[pd.DataFrame, np
         spans["stream"] = [f"ops:{r}" for r in spans["rank"]]
         # an event belongs to the span of its rank and collective that contains it
         for i, span in enumerate(spans.itertuples(index=False)):
-            inside = ((table["rank"].to_numpy() == span.rank)
-                      & (table["collective"].to_numpy() == span.collective)
-                      & (table["start"].to_numpy() >= span.start) & (table["end"].to_numpy() <= span.end))
+            inside = (
+                (table["rank"].to_numpy() == span.rank)
+                & (table["collective"].to_numpy() == span.collective)
+                & (table["start"].to_numpy() >= span.start)
+                & (table["end"].to_numpy() <= span.end)
+            )
             rows = table["row"].to_numpy()[inside]
             rows = rows[np.isfinite(rows)].astype(np.int64)
             row_op[rows] = int(span.op)
@@ -332,15 +358,47 @@ class _Builder:
         if start in points:
             return points[start]
         node = len(self.nodes)
-        self.nodes.append({"node": node, "type": "lane", "rank": lane.rank, "lane": lane_id, "comm_lane": -1,
-                           "op": -1, "span": -1, "start": start, "wait_from": wait_from, "typical_gap": gap})
+        self.nodes.append(
+            {
+                "node": node,
+                "type": "lane",
+                "rank": lane.rank,
+                "lane": lane_id,
+                "comm_lane": -1,
+                "op": -1,
+                "span": -1,
+                "start": start,
+                "wait_from": wait_from,
+                "typical_gap": gap,
+            }
+        )
         points[start] = node
         return node
 
-    def dep(self, node: int, kind: str, source: str, time: float, *, src_lane: int = -1,
-            src_op: int = -1, src_rank: int = -1, src_span: int = -1) -> None:
-        self.deps.append({"node": node, "kind": kind, "source": source, "src_lane": src_lane,
-                          "src_op": src_op, "src_rank": src_rank, "src_span": src_span, "time": time})
+    def dep(
+        self,
+        node: int,
+        kind: str,
+        source: str,
+        time: float,
+        *,
+        src_lane: int = -1,
+        src_op: int = -1,
+        src_rank: int = -1,
+        src_span: int = -1,
+    ) -> None:
+        self.deps.append(
+            {
+                "node": node,
+                "kind": kind,
+                "source": source,
+                "src_lane": src_lane,
+                "src_op": src_op,
+                "src_rank": src_rank,
+                "src_span": src_span,
+                "time": time,
+            }
+        )
 
 
 def build_graph(trace: Trace | pd.DataFrame) -> ReplayGraph:
@@ -384,8 +442,10 @@ def build_graph(trace: Trace | pd.DataFrame) -> ReplayGraph:
         last_in = ops.groupby("op")["start"].transform("max").to_numpy()
         transfer = ops["end"].to_numpy() - last_in
         if (transfer < -1e-9).any():
-            notes.append(f"{int((transfer < -1e-9).sum())} operation end(s) came before the last rank's "
-                         "start even after clock alignment; their transfer is taken as 0")
+            notes.append(
+                f"{int((transfer < -1e-9).sum())} operation end(s) came before the last rank's "
+                "start even after clock alignment; their transfer is taken as 0"
+            )
         transfer = np.maximum(transfer, 0.0)
         # The network's part is the operation's, the same on every rank: the fastest rank's transfer.
         # What a rank took beyond it (woken late, descheduled, a ring's last steps) is its own lateness.
@@ -428,9 +488,20 @@ def build_graph(trace: Trace | pd.DataFrame) -> ReplayGraph:
         before = np.concatenate([[0.0], np.cumsum(ce - cs)[:-1]]) if cs.size else cs
         lane_of_code[code] = len(lanes)
         lane_rows.append(rows)
-        lanes.append(Lane(rank=int(r), stream=str(st), device=str(st).startswith(_DEVICE_PREFIX),
-                          busy_start=bs, busy_end=be, busy_first=rows[bfirst],
-                          compute_start=cs, compute_end=ce, compute_before=before, typical_gap=0.0))
+        lanes.append(
+            Lane(
+                rank=int(r),
+                stream=str(st),
+                device=str(st).startswith(_DEVICE_PREFIX),
+                busy_start=bs,
+                busy_end=be,
+                busy_first=rows[bfirst],
+                compute_start=cs,
+                compute_end=ce,
+                compute_before=before,
+                typical_gap=0.0,
+            )
+        )
     event_lane = np.where(lane_codes >= 0, lane_of_code[lane_codes], -1)
     lane_id_of = {(lane.rank, lane.stream): i for i, lane in enumerate(lanes)}
 
@@ -458,11 +529,18 @@ def build_graph(trace: Trace | pd.DataFrame) -> ReplayGraph:
         known = np.isfinite(correlation) & finite
         runtime = (category == "runtime") & known & (event_lane >= 0)
         device_row = on_device & known
-        calls = pd.DataFrame({"rank": rank[runtime], "corr": correlation[runtime],
-                              "lane": event_lane[runtime], "end": end[runtime]})
+        calls = pd.DataFrame(
+            {
+                "rank": rank[runtime],
+                "corr": correlation[runtime],
+                "lane": event_lane[runtime],
+                "end": end[runtime],
+            }
+        )
         calls = calls.drop_duplicates(["rank", "corr"], keep="last")
-        want = pd.DataFrame({"rank": rank[device_row], "corr": correlation[device_row],
-                             "row": np.flatnonzero(device_row)})
+        want = pd.DataFrame(
+            {"rank": rank[device_row], "corr": correlation[device_row], "row": np.flatnonzero(device_row)}
+        )
         hit = want.merge(calls, on=["rank", "corr"], how="inner")
         launch_lane[hit["row"].to_numpy()] = hit["lane"].to_numpy()
         launch_end[hit["row"].to_numpy()] = hit["end"].to_numpy()
@@ -483,8 +561,9 @@ def build_graph(trace: Trace | pd.DataFrame) -> ReplayGraph:
     # last work that ended inside them
     sync = (category == "runtime") & finite & (event_lane >= 0) & ~on_device
     runtime_rows = np.flatnonzero(sync)
-    sync[runtime_rows] = [any(k in name[i] for k in SYNC_NAMES) or name[i] in _BLOCKING_COPIES
-                          for i in runtime_rows]
+    sync[runtime_rows] = [
+        any(k in name[i] for k in SYNC_NAMES) or name[i] in _BLOCKING_COPIES for i in runtime_rows
+    ]
     device_rows = np.flatnonzero(((busy & on_device) | (is_op_row & on_device)) & finite)
     device_rows = device_rows[np.lexsort((end[device_rows], rank[device_rows]))]
     for row in np.flatnonzero(sync):
@@ -498,31 +577,69 @@ def build_graph(trace: Trace | pd.DataFrame) -> ReplayGraph:
         lane_id = int(event_lane[row])
         node = b.lane_node(lane_id, lanes[lane_id], float(end[row]), float(start[row]), 0.0)
         if row_op[last] >= 0:  # waits for the recorded end, the rank's lateness included
-            b.dep(node, "sync", "op", float(end[last]), src_op=int(row_op[last]), src_rank=int(r),
-                  src_span=int(row_span[last]))
+            b.dep(
+                node,
+                "sync",
+                "op",
+                float(end[last]),
+                src_op=int(row_op[last]),
+                src_rank=int(r),
+                src_span=int(row_span[last]),
+            )
         else:
             b.dep(node, "sync", "lane", float(end[last]), src_lane=int(event_lane[last]))
 
     # collectives: nodes, issue and consumer dependencies
     if len(ops):
-        _collective_nodes(b, ops, lanes, lane_id_of, consumer, busy_node, start, end, rank, category,
-                          is_op_row, finite, event_lane, launch_lane, launch_end, row_span, notes)
+        _collective_nodes(
+            b,
+            ops,
+            lanes,
+            lane_id_of,
+            consumer,
+            busy_node,
+            start,
+            end,
+            rank,
+            category,
+            is_op_row,
+            finite,
+            event_lane,
+            launch_lane,
+            launch_end,
+            row_span,
+            notes,
+        )
     else:
         for name_ in ("comm_lane", "issue", "node"):
             ops[name_] = []
 
     nodes = pd.DataFrame(b.nodes)
-    deps = pd.DataFrame(b.deps, columns=["node", "kind", "source", "src_lane", "src_op", "src_rank",
-                                         "src_span", "time"])
+    deps = pd.DataFrame(
+        b.deps, columns=["node", "kind", "source", "src_lane", "src_op", "src_rank", "src_span", "time"]
+    )
     nodes, deps, order = _finish(nodes, deps, lanes, ops, notes)
     ev = events.copy()
     ev["start_aligned"] = start
     ev["end_aligned"] = end
     ev["lane"] = event_lane
     ev["span"] = row_span
-    return ReplayGraph(events=ev, lanes=lanes, nodes=nodes, deps=deps, ops=ops, offsets=offsets, order=order,
-                       world_size=world_size, source=source, format=fmt, files=[str(f) for f in files],
-                       meta=meta, notes=notes, trace=_as_trace(trace, events, fmt, files, world_size))
+    return ReplayGraph(
+        events=ev,
+        lanes=lanes,
+        nodes=nodes,
+        deps=deps,
+        ops=ops,
+        offsets=offsets,
+        order=order,
+        world_size=world_size,
+        source=source,
+        format=fmt,
+        files=[str(f) for f in files],
+        meta=meta,
+        notes=notes,
+        trace=_as_trace(trace, events, fmt, files, world_size),
+    )
 
 
 def _as_trace(trace: Trace | pd.DataFrame, events: pd.DataFrame, fmt: str, files: list, world: int) -> Trace:
@@ -533,14 +650,29 @@ def _as_trace(trace: Trace | pd.DataFrame, events: pd.DataFrame, fmt: str, files
     return Trace(table, fmt or "events", tuple(str(f) for f in files), world, {})
 
 
-def _collective_nodes(b: _Builder, ops: pd.DataFrame, lanes: list[Lane], lane_id_of: dict,
-                      consumer: dict[int, int], busy_node: Any, start: np.ndarray, end: np.ndarray,
-                      rank: np.ndarray, category: np.ndarray, is_op_row: np.ndarray, finite: np.ndarray,
-                      event_lane: np.ndarray, launch_lane: np.ndarray, launch_end: np.ndarray,
-                      row_span: np.ndarray, notes: list[str]) -> None:
+def _collective_nodes(
+    b: _Builder,
+    ops: pd.DataFrame,
+    lanes: list[Lane],
+    lane_id_of: dict,
+    consumer: dict[int, int],
+    busy_node: Any,
+    start: np.ndarray,
+    end: np.ndarray,
+    rank: np.ndarray,
+    category: np.ndarray,
+    is_op_row: np.ndarray,
+    finite: np.ndarray,
+    event_lane: np.ndarray,
+    launch_lane: np.ndarray,
+    launch_end: np.ndarray,
+    row_span: np.ndarray,
+    notes: list[str],
+) -> None:
     """Nodes for the collectives, their issue dependencies and their consumers (module docstring)."""
-    ops["comm_lane"] = pd.factorize(pd.MultiIndex.from_arrays(
-        [ops["rank"].to_numpy(), ops["stream"].astype(str).to_numpy()]))[0]
+    ops["comm_lane"] = pd.factorize(
+        pd.MultiIndex.from_arrays([ops["rank"].to_numpy(), ops["stream"].astype(str).to_numpy()])
+    )[0]
     # host-side communication calls per rank, by start: the issuing calls
     host = np.flatnonzero((category == "communication") & ~is_op_row & finite & (event_lane >= 0))
     host = host[np.lexsort((start[host], rank[host]))]
@@ -560,9 +692,20 @@ def _collective_nodes(b: _Builder, ops: pd.DataFrame, lanes: list[Lane], lane_id
     for i in np.lexsort((op_start, op_rank)):
         r, s0 = int(op_rank[i]), float(op_start[i])
         node = len(b.nodes)
-        b.nodes.append({"node": node, "type": "collective", "rank": r, "lane": -1,
-                        "comm_lane": int(comm_lane[i]), "op": int(op_id[i]), "span": int(i),
-                        "start": s0, "wait_from": np.nan, "typical_gap": 0.0})
+        b.nodes.append(
+            {
+                "node": node,
+                "type": "collective",
+                "rank": r,
+                "lane": -1,
+                "comm_lane": int(comm_lane[i]),
+                "op": int(op_id[i]),
+                "span": int(i),
+                "start": s0,
+                "wait_from": np.nan,
+                "typical_gap": 0.0,
+            }
+        )
         op_nodes[i] = node
         issued = False
         # the host call that issued it: the last host-side communication call before it (and after
@@ -628,12 +771,15 @@ def _collective_nodes(b: _Builder, ops: pd.DataFrame, lanes: list[Lane], lane_id
         else:
             unconsumed += 1
     if unconsumed:
-        notes.append(f"{unconsumed} operation(s) ended after their rank's last work in the trace: nothing "
-                     "in the trace waits for them")
+        notes.append(
+            f"{unconsumed} operation(s) ended after their rank's last work in the trace: nothing "
+            "in the trace waits for them"
+        )
 
 
-def _finish(nodes: pd.DataFrame, deps: pd.DataFrame, lanes: list[Lane], ops: pd.DataFrame,
-            notes: list[str]) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
+def _finish(
+    nodes: pd.DataFrame, deps: pd.DataFrame, lanes: list[Lane], ops: pd.DataFrame, notes: list[str]
+) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
     """Lane order, comm-lane order, source nodes, releases and lags, and a topological order."""
     n = len(nodes)
     start = nodes["start"].to_numpy(dtype=float)
@@ -668,8 +814,9 @@ def _finish(nodes: pd.DataFrame, deps: pd.DataFrame, lanes: list[Lane], ops: pd.
     src_node = np.full(len(deps), -1, dtype=np.int64)
     if len(deps):
         for lane_id, lane in enumerate(lanes):
-            rows = np.flatnonzero((deps["source"].to_numpy() == "lane")
-                                  & (deps["src_lane"].to_numpy() == lane_id))
+            rows = np.flatnonzero(
+                (deps["source"].to_numpy() == "lane") & (deps["src_lane"].to_numpy() == lane_id)
+            )
             if rows.size:
                 points = start[lane.nodes]
                 k = np.searchsorted(points, deps["time"].to_numpy()[rows], side="right") - 1
@@ -756,5 +903,6 @@ def _finish(nodes: pd.DataFrame, deps: pd.DataFrame, lanes: list[Lane], ops: pd.
         first = nodes.loc[stuck[np.argmin(start[stuck])]]
         raise DlexploreError(
             f"the trace's dependencies form a cycle (rank {int(first['rank'])}, around t = "
-            f"{float(first['start']):.9f} s): its events are not in causal order; cannot replay it")
+            f"{float(first['start']):.9f} s): its events are not in causal order; cannot replay it"
+        )
     return nodes, deps, np.asarray(order, dtype=np.int64)

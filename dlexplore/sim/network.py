@@ -76,9 +76,15 @@ class AlphaBeta:
 
     def as_attrs(self) -> dict[str, object]:
         """The fit as dataset attrs (units in the names)."""
-        return {"fit_alpha_s": self.alpha, "fit_beta_s_per_byte": self.beta,
-                "fit_bandwidth_GBps": self.bandwidth, "fit_operations": self.operations,
-                "fit_r2": self.r2, "fit_note": self.note, "fit_method": self.method}
+        return {
+            "fit_alpha_s": self.alpha,
+            "fit_beta_s_per_byte": self.beta,
+            "fit_bandwidth_GBps": self.bandwidth,
+            "fit_operations": self.operations,
+            "fit_r2": self.r2,
+            "fit_note": self.note,
+            "fit_method": self.method,
+        }
 
 
 def _algorithm(collective: str, algorithm: str | Mapping[str, str] | None) -> str | None:
@@ -88,8 +94,12 @@ def _algorithm(collective: str, algorithm: str | Mapping[str, str] | None) -> st
     return wanted if wanted in ALGORITHMS[collective] else ALGORITHMS[collective][0]
 
 
-def message_factors(collective: np.ndarray, nbytes: np.ndarray, ranks: np.ndarray,
-                    algorithm: str | Mapping[str, str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def message_factors(
+    collective: np.ndarray,
+    nbytes: np.ndarray,
+    ranks: np.ndarray,
+    algorithm: str | Mapping[str, str] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """``a(p)`` (messages, 1) and ``b(p) n`` (bytes) per operation; NaN where the model has none.
 
     ``algorithm``: one name, or ``{collective: name}``; a name that does not apply to a collective
@@ -123,29 +133,40 @@ def fit_alpha_beta(ops: pd.DataFrame, algorithm: str | Mapping[str, str] | None 
     """
     if len(ops) == 0:
         return AlphaBeta(0.0, 0.0, 0, float("nan"), "no collective operations in the trace")
-    per_op = ops.groupby("op").agg(collective=("collective", "first"), bytes=("bytes", "first"),
-                                   ranks=("group_size", "max"), time=("transfer", "min"))
+    per_op = ops.groupby("op").agg(
+        collective=("collective", "first"),
+        bytes=("bytes", "first"),
+        ranks=("group_size", "max"),
+        time=("transfer", "min"),
+    )
     # the fastest operation of each kind, size and group: the slower ones carry waits and contention
     # (a run's first steps, CPU threads fighting for cores) that the model does not describe
-    per_op = per_op.assign(size_key=per_op["bytes"].fillna(-1.0)).groupby(
-        ["collective", "size_key", "ranks"], sort=True).agg(
-        bytes=("bytes", "first"), time=("time", "min"), count=("time", "size")).reset_index()
-    a, bn = message_factors(per_op["collective"].to_numpy(), per_op["bytes"].to_numpy(),
-                            per_op["ranks"].to_numpy(), algorithm)
+    per_op = (
+        per_op.assign(size_key=per_op["bytes"].fillna(-1.0))
+        .groupby(["collective", "size_key", "ranks"], sort=True)
+        .agg(bytes=("bytes", "first"), time=("time", "min"), count=("time", "size"))
+        .reset_index()
+    )
+    a, bn = message_factors(
+        per_op["collective"].to_numpy(), per_op["bytes"].to_numpy(), per_op["ranks"].to_numpy(), algorithm
+    )
     y = per_op["time"].to_numpy(dtype=float)
     count = per_op["count"].to_numpy()
     use = np.isfinite(a) & np.isfinite(bn) & np.isfinite(y)
     a, bn, y = a[use], bn[use], y[use]
     if y.size == 0:
-        return AlphaBeta(0.0, 0.0, 0, float("nan"),
-                         "no operation of known size that the alpha-beta model covers")
+        return AlphaBeta(
+            0.0, 0.0, 0, float("nan"), "no operation of known size that the alpha-beta model covers"
+        )
     points = np.unique(np.round(np.column_stack([a, bn]), 12), axis=0)
     ratios = np.unique(np.round(bn[a > 0] / a[a > 0], 9)) if (a > 0).any() else np.zeros(0)
     if len(points) < 2 or (ratios.size < 2 and not (a == 0).any()):
         beta = float(np.sum(bn * y) / np.sum(bn * bn)) if np.sum(bn * bn) > 0 else 0.0
         alpha = 0.0 if beta > 0 else float(np.sum(a * y) / max(np.sum(a * a), 1e-300))
-        note = ("one message size and rank count: latency and bandwidth cannot be told apart; "
-                "the whole transfer is taken as bandwidth-bound (alpha = 0)")
+        note = (
+            "one message size and rank count: latency and bandwidth cannot be told apart; "
+            "the whole transfer is taken as bandwidth-bound (alpha = 0)"
+        )
     else:
         design = np.column_stack([a, bn])
         (alpha, beta), *_ = np.linalg.lstsq(design, y, rcond=None)
@@ -163,8 +184,12 @@ def fit_alpha_beta(ops: pd.DataFrame, algorithm: str | Mapping[str, str] | None 
     return AlphaBeta(alpha, beta, int(count[use].sum()), r2, note + f" ({y.size} sizes)")
 
 
-def fit_network(trace: Trace | None, ops: pd.DataFrame, algorithm: str | Mapping[str, str] | None = None,
-                method: str = "auto") -> AlphaBeta:
+def fit_network(
+    trace: Trace | None,
+    ops: pd.DataFrame,
+    algorithm: str | Mapping[str, str] | None = None,
+    method: str = "auto",
+) -> AlphaBeta:
     """Latency and bandwidth of the trace's collectives, for the replay's network ratio.
 
     ``method``: ``"calibrate"`` (:func:`dlexplore.fit.calibrate_from_trace`, needs ``trace``),
@@ -187,8 +212,9 @@ def fit_network(trace: Trace | None, ops: pd.DataFrame, algorithm: str | Mapping
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 try:
-                    cal = calibrate_from_trace(trace, params=("latency", "bandwidth"), algorithm=algorithm,
-                                               batch_size=1)
+                    cal = calibrate_from_trace(
+                        trace, params=("latency", "bandwidth"), algorithm=algorithm, batch_size=1
+                    )
                     rows = cal.params.set_index("name")
                 except (ValueError, KeyError, AttributeError, TypeError) as err:  # DlexploreError too
                     if method == "calibrate":
@@ -202,30 +228,49 @@ def fit_network(trace: Trace | None, ops: pd.DataFrame, algorithm: str | Mapping
                     v = float(np.atleast_1d(rows.loc[name, "value"])[0]) if ok else math.nan
                     value[name] = v if math.isfinite(v) and v > 0 else math.nan
                 if any(math.isfinite(v) for v in value.values()) or method == "calibrate":
-                    said = "; ".join(str(w.message) for w in caught
-                                     if "latency" in str(w.message) or "bandwidth" in str(w.message))
+                    said = "; ".join(
+                        str(w.message)
+                        for w in caught
+                        if "latency" in str(w.message) or "bandwidth" in str(w.message)
+                    )
                     alpha = value["latency"] if math.isfinite(value["latency"]) else 0.0
                     beta = 1.0 / (value["bandwidth"] * 1e9) if math.isfinite(value["bandwidth"]) else 0.0
                     fitted = cal.points["fitted"].to_numpy(dtype=bool)
-                    note = (f"calibrate_from_trace over {int(fitted.sum())} collective points "
-                            f"(MAPE {cal.mape_fit:.1%})" + (f"; {said}" if said else ""))
+                    note = (
+                        f"calibrate_from_trace over {int(fitted.sum())} collective points "
+                        f"(MAPE {cal.mape_fit:.1%})" + (f"; {said}" if said else "")
+                    )
                     if not math.isfinite(value["bandwidth"]):
                         note += "; no bandwidth term: the bandwidth factor changes nothing"
                     if not math.isfinite(value["latency"]):
                         note += "; no latency term: the latency factor changes nothing"
                     count = int(cal.points.loc[fitted, "count"].sum()) if "count" in cal.points else 0
-                    return AlphaBeta(alpha, beta, count, math.nan, note,
-                                     "dlexplore.fit.calibrate.calibrate_from_trace")
+                    return AlphaBeta(
+                        alpha, beta, count, math.nan, note, "dlexplore.fit.calibrate.calibrate_from_trace"
+                    )
                 reason = "it determined neither latency nor bandwidth"
             own = fit_alpha_beta(ops, algorithm)
-            return AlphaBeta(own.alpha, own.beta, own.operations, own.r2,
-                             f"{own.note} (calibrate_from_trace: {reason})", own.method)
+            return AlphaBeta(
+                own.alpha,
+                own.beta,
+                own.operations,
+                own.r2,
+                f"{own.note} (calibrate_from_trace: {reason})",
+                own.method,
+            )
     return fit_alpha_beta(ops, algorithm)
 
 
-def transfer_ratio(ops: pd.DataFrame, fit: AlphaBeta, *, bandwidth: np.ndarray, latency: np.ndarray,
-                   gpus: np.ndarray, world_size: int,
-                   algorithm: str | Mapping[str, str] | None = None) -> tuple[np.ndarray, int]:
+def transfer_ratio(
+    ops: pd.DataFrame,
+    fit: AlphaBeta,
+    *,
+    bandwidth: np.ndarray,
+    latency: np.ndarray,
+    gpus: np.ndarray,
+    world_size: int,
+    algorithm: str | Mapping[str, str] | None = None,
+) -> tuple[np.ndarray, int]:
     """Factor on each row's transfer time per scenario, shape (rows of ``ops``, scenarios).
 
     ``bandwidth`` and ``latency`` are factors (2 = twice the bandwidth, 0.5 = half the latency);

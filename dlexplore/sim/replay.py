@@ -118,18 +118,28 @@ class Scenario:
     def __post_init__(self) -> None:
         for name, low, strict in (("bandwidth", 0.0, True), ("latency", 0.0, False), ("compute", 0.0, True)):
             value = getattr(self, name)
-            if not isinstance(value, (int, float, np.integer, np.floating)) or not math.isfinite(value) \
-                    or (value <= low if strict else value < low):
-                raise DlexploreError(f"{name} factor must be a finite number {'>' if strict else '>='} "
-                                     f"{low:g}, got {value!r}")
+            if (
+                not isinstance(value, (int, float, np.integer, np.floating))
+                or not math.isfinite(value)
+                or (value <= low if strict else value < low)
+            ):
+                raise DlexploreError(
+                    f"{name} factor must be a finite number {'>' if strict else '>='} {low:g}, got {value!r}"
+                )
         if self.gpus is not None and (int(self.gpus) != self.gpus or self.gpus < 1):
             raise DlexploreError(f"gpus must be a whole number >= 1, got {self.gpus!r}")
 
     def label(self, world_size: int) -> str:
         """A short name: "as measured", or the factors that differ from 1 ("bandwidth x2, gpus 64")."""
-        parts = [f"{name} x{value:g}" for name, value in
-                 (("bandwidth", self.bandwidth), ("latency", self.latency), ("compute", self.compute))
-                 if value != 1]
+        parts = [
+            f"{name} x{value:g}"
+            for name, value in (
+                ("bandwidth", self.bandwidth),
+                ("latency", self.latency),
+                ("compute", self.compute),
+            )
+            if value != 1
+        ]
         if self.gpus is not None and self.gpus != world_size:
             parts.append(f"gpus {self.gpus}")
         return ", ".join(parts) or "as measured"
@@ -190,13 +200,19 @@ class ReplayResult:
     unscaled: int
 
     def __repr__(self) -> str:
-        return (f"<dlexplore.sim.ReplayResult scenarios={len(self.scenarios)} nodes={self.start.shape[0]} "
-                f"fit={self.fit.method.rsplit('.', 1)[-1]}>")
+        return (
+            f"<dlexplore.sim.ReplayResult scenarios={len(self.scenarios)} nodes={self.start.shape[0]} "
+            f"fit={self.fit.method.rsplit('.', 1)[-1]}>"
+        )
 
 
-def replay(trace: Trace | pd.DataFrame | ReplayGraph, scenarios: Sequence[Scenario] | Scenario = (),
-           *, algorithm: str | Mapping[str, str] | None = None,
-           fit: AlphaBeta | str = "auto") -> ReplayResult:
+def replay(
+    trace: Trace | pd.DataFrame | ReplayGraph,
+    scenarios: Sequence[Scenario] | Scenario = (),
+    *,
+    algorithm: str | Mapping[str, str] | None = None,
+    fit: AlphaBeta | str = "auto",
+) -> ReplayResult:
     """Run the dependency graph of ``trace`` under each scenario (module docstring).
 
     Returns a :class:`ReplayResult` (replayed node starts and operation ends, per scenario);
@@ -218,9 +234,15 @@ def replay(trace: Trace | pd.DataFrame | ReplayGraph, scenarios: Sequence[Scenar
         if key not in graph.fits:
             graph.fits[key] = fit_network(graph.trace, ops, algorithm, fit)
         fit = graph.fits[key]
-    ratio, unscaled = transfer_ratio(ops, fit, bandwidth=np.array([s.bandwidth for s in scenarios]),
-                                     latency=np.array([s.latency for s in scenarios]), gpus=gpus,
-                                     world_size=world, algorithm=algorithm)
+    ratio, unscaled = transfer_ratio(
+        ops,
+        fit,
+        bandwidth=np.array([s.bandwidth for s in scenarios]),
+        latency=np.array([s.latency for s in scenarios]),
+        gpus=gpus,
+        world_size=world,
+        algorithm=algorithm,
+    )
     nodes, deps, lanes = graph.nodes, graph.deps, graph.lanes
     n = len(nodes)
     start0 = nodes["start"].to_numpy(dtype=float)
@@ -362,7 +384,7 @@ def replay_events(result: ReplayResult, scenario: int = 0) -> pd.DataFrame:
     for lane_id in np.unique(lane[on_lane]):
         rows = np.flatnonzero(on_lane & (lane == lane_id))
         both = _lane_times(graph, result, int(lane_id), np.concatenate([t0[rows], t1[rows]]))[:, scenario]
-        new0[rows], new1[rows] = both[: rows.size], both[rows.size:]
+        new0[rows], new1[rows] = both[: rows.size], both[rows.size :]
     ops = graph.ops
     if len(ops):
         op_start = result.start[ops["node"].to_numpy(dtype=np.int64), scenario]
@@ -403,8 +425,11 @@ def replay_events(result: ReplayResult, scenario: int = 0) -> pd.DataFrame:
     gpus = result.scenarios[scenario].gpus
     if gpus is not None and gpus < graph.world_size:
         out = out[out["rank"].to_numpy() < gpus].reset_index(drop=True)
-    out.attrs = {**ev.attrs, "source": f"simulated: replay of {graph.source}",
-                 "scenario": result.scenarios[scenario].label(graph.world_size)}
+    out.attrs = {
+        **ev.attrs,
+        "source": f"simulated: replay of {graph.source}",
+        "scenario": result.scenarios[scenario].label(graph.world_size),
+    }
     return out
 
 
@@ -430,11 +455,18 @@ def _batch_size_from_manifest(graph: ReplayGraph) -> int | None:
     return None
 
 
-def whatif(trace: Trace | pd.DataFrame | ReplayGraph, *, bandwidth: float | Iterable[float] = 1.0,
-           latency: float | Iterable[float] = 1.0, compute: float | Iterable[float] = 1.0,
-           gpus: int | Iterable[int] | None = None, batch_size: int | None = None,
-           scenarios: Sequence[Scenario] | None = None,
-           algorithm: str | Mapping[str, str] | None = None, fit: AlphaBeta | str = "auto") -> xr.Dataset:
+def whatif(
+    trace: Trace | pd.DataFrame | ReplayGraph,
+    *,
+    bandwidth: float | Iterable[float] = 1.0,
+    latency: float | Iterable[float] = 1.0,
+    compute: float | Iterable[float] = 1.0,
+    gpus: int | Iterable[int] | None = None,
+    batch_size: int | None = None,
+    scenarios: Sequence[Scenario] | None = None,
+    algorithm: str | Mapping[str, str] | None = None,
+    fit: AlphaBeta | str = "auto",
+) -> xr.Dataset:
     """Replay a measured trace with other bandwidth, latency, compute speed or rank count.
 
     Parameters
@@ -473,9 +505,15 @@ def whatif(trace: Trace | pd.DataFrame | ReplayGraph, *, bandwidth: float | Iter
     graph = _as_graph(trace)
     world = graph.world_size
     if scenarios is None:
-        scenarios = [Scenario(b, lat, c, g) for b, lat, c, g in itertools.product(
-            [float(x) for x in _values(bandwidth)], [float(x) for x in _values(latency)],
-            [float(x) for x in _values(compute)], _values(gpus))]
+        scenarios = [
+            Scenario(b, lat, c, g)
+            for b, lat, c, g in itertools.product(
+                [float(x) for x in _values(bandwidth)],
+                [float(x) for x in _values(latency)],
+                [float(x) for x in _values(compute)],
+                _values(gpus),
+            )
+        ]
     scenarios = list(scenarios)
     identity = Scenario()
     scenarios = [identity] + [s for s in scenarios if s.label(world) != "as measured"]
@@ -489,28 +527,43 @@ def whatif(trace: Trace | pd.DataFrame | ReplayGraph, *, bandwidth: float | Iter
     for i in range(len(scenarios)):
         ds = breakdown(replay_events(result, i), steps=measured["step"].to_numpy())
         frames.append(ds[list(REPLAY_VARIABLES)].reindex(rank=measured["rank"], step=measured["step"]))
-    out = xr.concat(frames, dim=pd.Index(labels, name="scenario"), coords="minimal", compat="override",
-                    join="outer")
+    out = xr.concat(
+        frames, dim=pd.Index(labels, name="scenario"), coords="minimal", compat="override", join="outer"
+    )
     for name, (units, long_name) in REPLAY_VARIABLES.items():
         out[name].attrs = {"units": units, "long_name": long_name}
     out["step_time_measured"] = measured["step_time"].assign_attrs(
-        units="s", long_name="measured time per training step (first event start to last event end)")
+        units="s", long_name="measured time per training step (first event start to last event end)"
+    )
     out = out.assign_coords(
-        bandwidth_factor=("scenario", [s.bandwidth for s in scenarios],
-                          {"units": "1", "long_name": "network bandwidth factor"}),
-        latency_factor=("scenario", [s.latency for s in scenarios],
-                        {"units": "1", "long_name": "network latency factor"}),
-        compute_factor=("scenario", [s.compute for s in scenarios],
-                        {"units": "1", "long_name": "compute speed factor"}),
-        gpus=("scenario", [int(s.gpus) if s.gpus is not None else world for s in scenarios],
-              {"units": "count", "long_name": "ranks"}),
+        bandwidth_factor=(
+            "scenario",
+            [s.bandwidth for s in scenarios],
+            {"units": "1", "long_name": "network bandwidth factor"},
+        ),
+        latency_factor=(
+            "scenario",
+            [s.latency for s in scenarios],
+            {"units": "1", "long_name": "network latency factor"},
+        ),
+        compute_factor=(
+            "scenario",
+            [s.compute for s in scenarios],
+            {"units": "1", "long_name": "compute speed factor"},
+        ),
+        gpus=(
+            "scenario",
+            [int(s.gpus) if s.gpus is not None else world for s in scenarios],
+            {"units": "count", "long_name": "ranks"},
+        ),
     )
     out["scenario"].attrs = {"long_name": "what-if scenario"}
     batch = batch_size if batch_size is not None else _batch_size_from_manifest(graph)
     if batch:
         per_step = out["step_time"].mean("rank")
         out["throughput"] = (out["gpus"] * batch / per_step).assign_attrs(
-            units="samples/s", long_name="samples per second: gpus x batch size per rank / mean step time")
+            units="samples/s", long_name="samples per second: gpus x batch size per rank / mean step time"
+        )
     error = identity_error(out)
     out.attrs = {
         "source": f"simulated: replay of {graph.source}",
@@ -555,9 +608,13 @@ def summarize(ds: xr.Dataset) -> xr.Dataset:
     data["change"] = data["step_time"] / data["step_time_measured"] - 1.0
     if "throughput" in ds:
         data["throughput"] = ds["gpus"] * ds.attrs["batch_size"] / data["step_time"]
-    out = xr.Dataset({name: data[name].drop_vars([c for c in data[name].coords if c != "scenario"],
-                                                 errors="ignore")
-                      for name in SUMMARY_VARIABLES if name in data})
+    out = xr.Dataset(
+        {
+            name: data[name].drop_vars([c for c in data[name].coords if c != "scenario"], errors="ignore")
+            for name in SUMMARY_VARIABLES
+            if name in data
+        }
+    )
     factors = ("bandwidth_factor", "latency_factor", "compute_factor", "gpus")
     out = out.assign_coords({c: ds[c] for c in factors})
     for name in out.data_vars:

@@ -113,9 +113,18 @@ def _json_value(value: Any) -> Any:
     return value
 
 
-def whatif_report(trace: Trace | pd.DataFrame | ReplayGraph, *, bandwidth: Any = None, latency: Any = None,
-                  compute: Any = None, gpus: Any = None, batch_size: int | None = None, fmt: str = "table",
-                  per_step: bool = False, fit: str = "auto") -> str:
+def whatif_report(
+    trace: Trace | pd.DataFrame | ReplayGraph,
+    *,
+    bandwidth: Any = None,
+    latency: Any = None,
+    compute: Any = None,
+    gpus: Any = None,
+    batch_size: int | None = None,
+    fmt: str = "table",
+    per_step: bool = False,
+    fit: str = "auto",
+) -> str:
     """The what-if replay of ``trace`` as text (``fmt``: ``table``, ``csv`` or ``json``).
 
     ``bandwidth``, ``latency``, ``compute``: factors as the command line writes them (``"x2"``,
@@ -126,8 +135,15 @@ def whatif_report(trace: Trace | pd.DataFrame | ReplayGraph, *, bandwidth: Any =
     """
     if fmt not in ("table", "csv", "json"):
         raise DlexploreError(f"format must be table, csv or json, got {fmt!r}")
-    ds = whatif(trace, bandwidth=parse_factors(bandwidth), latency=parse_factors(latency),
-                compute=parse_factors(compute), gpus=parse_gpus(gpus), batch_size=batch_size, fit=fit)
+    ds = whatif(
+        trace,
+        bandwidth=parse_factors(bandwidth),
+        latency=parse_factors(latency),
+        compute=parse_factors(compute),
+        gpus=parse_gpus(gpus),
+        batch_size=batch_size,
+        fit=fit,
+    )
     frame = whatif_frame(ds, per_step=per_step)
     title = "what-if replay of a measured trace"
     attrs = ds.attrs
@@ -165,8 +181,11 @@ def whatif_report(trace: Trace | pd.DataFrame | ReplayGraph, *, bandwidth: Any =
             units = "%"
         names[column] = f"{column} [{units}]" if units and units not in ("1", "count") else column
     shown = shown.rename(columns=names)
-    bandwidth_text = ("no bandwidth term" if not math.isfinite(attrs["fit_bandwidth_GBps"])
-                      else f"{attrs['fit_bandwidth_GBps']:.4g} GB/s")
+    bandwidth_text = (
+        "no bandwidth term"
+        if not math.isfinite(attrs["fit_bandwidth_GBps"])
+        else f"{attrs['fit_bandwidth_GBps']:.4g} GB/s"
+    )
     lines = [
         f"# {title}",
         f"# source: {attrs['source']}",

@@ -131,14 +131,20 @@ def _detect_all(entries: list[tuple[Path, bool]], *, warn: bool = True) -> tuple
         found = {p: k for p, k in found.items() if p not in reasons}
     elif reasons and not found:
         first = next(iter(reasons))
-        raise DlexploreError(f"{first.parent}: no trace among its files ("
-                             + "; ".join(f"{p.name}: {r[:80]}" for p, r in list(reasons.items())[:4]) + ")")
+        raise DlexploreError(
+            f"{first.parent}: no trace among its files ("
+            + "; ".join(f"{p.name}: {r[:80]}" for p, r in list(reasons.items())[:4])
+            + ")"
+        )
     skipped = [f"{p.name}: {r}" for p, r in reasons.items()]
     if skipped and warn:
         folder = next(iter(reasons)).parent
-        warnings.warn(f"{folder}: skipped {len(skipped)} file(s) that are not traces of this set: "
-                      + "; ".join(s[:120] for s in skipped[:5]) + (" ..." if len(skipped) > 5 else ""),
-                      stacklevel=3)
+        warnings.warn(
+            f"{folder}: skipped {len(skipped)} file(s) that are not traces of this set: "
+            + "; ".join(s[:120] for s in skipped[:5])
+            + (" ..." if len(skipped) > 5 else ""),
+            stacklevel=3,
+        )
     return found, skipped
 
 
@@ -163,8 +169,9 @@ def load(
     entries = expand_paths(paths)
     kind = format
     if kind is None:
-        kinds = {detect_format(p) for p, listed in entries if not listed} or \
-            _detect_all(entries, warn=False)[0].values()
+        kinds = {detect_format(p) for p, listed in entries if not listed} or _detect_all(entries, warn=False)[
+            0
+        ].values()
         measured = sorted(set(kinds) & (set(MEASURED_FORMATS) | set(_PROFILES)))
         kind = measured[0] if measured and len(set(kinds)) == 1 else None
     if kind in _PROFILES:

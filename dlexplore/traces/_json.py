@@ -196,7 +196,8 @@ class ChromeTraceStream:
             except RecursionError:
                 raise self.error(
                     f"JSON nested too deeply in {what}; expected a Chrome trace",
-                    offset=self._offset(self._pos), event=event,
+                    offset=self._offset(self._pos),
+                    event=event,
                 ) from None
             except json.JSONDecodeError as err:
                 # Only an error at the end of the text (or an open string) may be cured by reading
@@ -206,7 +207,8 @@ class ChromeTraceStream:
                     raise self.error(
                         f"a JSON value in {what} longer than {_MAX_VALUE_CHARS} characters (or not "
                         "closed); expected a Chrome trace",
-                        offset=self._offset(self._pos), event=event,
+                        offset=self._offset(self._pos),
+                        event=event,
                     ) from None
                 if truncated and self._fill(want):
                     want = min(2 * want, 1 << 25)  # fewer retries on a long value, in bounded steps

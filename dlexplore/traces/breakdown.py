@@ -59,8 +59,14 @@ import xarray as xr
 from ..errors import DlexploreError
 from .schema import COLLECTIVES, Trace
 
-__all__ = ["BREAKDOWN_VARIABLES", "DEVICE_STREAM_PREFIXES", "BusyTime", "breakdown", "step_windows",
-           "stragglers"]
+__all__ = [
+    "BREAKDOWN_VARIABLES",
+    "DEVICE_STREAM_PREFIXES",
+    "BusyTime",
+    "breakdown",
+    "step_windows",
+    "stragglers",
+]
 
 #: Streams that are a device's (GPU) queues, as the readers name them.
 DEVICE_STREAM_PREFIXES = ("cuda:", "mtia:", "hpu:")
@@ -179,17 +185,32 @@ def step_windows(events: pd.DataFrame) -> pd.DataFrame:
     end = start + events["duration"].to_numpy(dtype=float)
     has &= np.isfinite(start) & np.isfinite(end)
     if not has.any():
-        return pd.DataFrame({"rank": pd.Series(dtype=np.int64), "step": pd.Series(dtype=np.int64),
-                             "begin": pd.Series(dtype=float), "end": pd.Series(dtype=float)})
+        return pd.DataFrame(
+            {
+                "rank": pd.Series(dtype=np.int64),
+                "step": pd.Series(dtype=np.int64),
+                "begin": pd.Series(dtype=float),
+                "end": pd.Series(dtype=float),
+            }
+        )
     marker = _category_mask(events["category"], ("step",))
-    frame = pd.DataFrame({"rank": events["rank"].to_numpy(dtype=np.int64)[has],
-                          "step": step.to_numpy(dtype=np.int64, na_value=-1)[has],
-                          "start": start[has], "end": end[has], "marker": marker[has]})
+    frame = pd.DataFrame(
+        {
+            "rank": events["rank"].to_numpy(dtype=np.int64)[has],
+            "step": step.to_numpy(dtype=np.int64, na_value=-1)[has],
+            "start": start[has],
+            "end": end[has],
+            "marker": marker[has],
+        }
+    )
     frame["marker_start"] = np.where(frame["marker"], frame["start"], np.nan)
     frame["marker_end"] = np.where(frame["marker"], frame["end"], np.nan)
     grouped = frame.groupby(["rank", "step"], sort=False).agg(
-        first=("start", "min"), last=("end", "max"), marker_start=("marker_start", "min"),
-        marker_end=("marker_end", "max"))
+        first=("start", "min"),
+        last=("end", "max"),
+        marker_start=("marker_start", "min"),
+        marker_end=("marker_end", "max"),
+    )
     grouped["begin"] = grouped["marker_start"].fillna(grouped["first"])
     windows = grouped.reset_index().sort_values(["rank", "begin", "step"], kind="stable")
     rank = windows["rank"].to_numpy()
@@ -255,12 +276,21 @@ def breakdown(trace: Trace | pd.DataFrame, *, steps: Any = None) -> xr.Dataset:
         data["time_data"][cell] = covered(("data",))
         data["time_idle"][cell] = np.maximum(window - covered(_BUSY), 0.0)
     count = _events_per_cell(events, rank_coords, step_coords)
-    return _breakdown_dataset(data, count, rank_coords, step_coords, source, fmt, steps_note,
-                              int(n_all - has_step.sum()) if has_step.any() else 0)
+    return _breakdown_dataset(
+        data,
+        count,
+        rank_coords,
+        step_coords,
+        source,
+        fmt,
+        steps_note,
+        int(n_all - has_step.sum()) if has_step.any() else 0,
+    )
 
 
-def _coverage(events: pd.DataFrame, rank_coords: np.ndarray, w_rank: np.ndarray, begin: np.ndarray,
-              end: np.ndarray):
+def _coverage(
+    events: pd.DataFrame, rank_coords: np.ndarray, w_rank: np.ndarray, begin: np.ndarray, end: np.ndarray
+):
     """A function: category names -> busy time of those categories within each window (s)."""
     start_all = events["start"].to_numpy(dtype=float)
     end_all = start_all + events["duration"].to_numpy(dtype=float)
@@ -278,8 +308,11 @@ def _coverage(events: pd.DataFrame, rank_coords: np.ndarray, w_rank: np.ndarray,
     device_comm_rank = np.bincount(position[on_device & known & is_comm], minlength=len(rank_coords)) > 0
     # host communication that does the work names its collective (MPI_Send, gloo:all_reduce); the
     # host's NCCL calls (nccl:*, c10d::*, record_param_comms) name none: they only launch kernels
-    names_collective = _category_mask(events["collective"], tuple(c for c in COLLECTIVES)) \
-        if "collective" in events.columns else np.zeros(len(events), dtype=bool)
+    names_collective = (
+        _category_mask(events["collective"], tuple(c for c in COLLECTIVES))
+        if "collective" in events.columns
+        else np.zeros(len(events), dtype=bool)
+    )
     host_comm_ok = ~device_comm_rank[where] & (names_collective | ~gpu_rank[where])
     counts_as_device = on_device | np.where(is_comm, host_comm_ok, ~gpu_rank[where])
     origin = float(min(start_all[known].min(), begin.min())) if known.any() else float(begin.min())
@@ -309,9 +342,16 @@ def _events_per_cell(events: pd.DataFrame, rank_coords: np.ndarray, step_coords:
     return np.bincount(r[ok] * len(step_coords) + s[ok], minlength=len(count))
 
 
-def _breakdown_dataset(data: dict[str, np.ndarray], count: np.ndarray, rank_coords: np.ndarray,
-                       step_coords: np.ndarray, source: str, fmt: str, steps_note: str,
-                       outside: int) -> xr.Dataset:
+def _breakdown_dataset(
+    data: dict[str, np.ndarray],
+    count: np.ndarray,
+    rank_coords: np.ndarray,
+    step_coords: np.ndarray,
+    source: str,
+    fmt: str,
+    steps_note: str,
+    outside: int,
+) -> xr.Dataset:
     shape = (len(rank_coords), len(step_coords))
     variables = {}
     for name, (units, long_name) in BREAKDOWN_VARIABLES.items():
@@ -379,8 +419,13 @@ def _robust_z(values: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(values), 0.0, np.nan)
 
 
-def stragglers(trace: Trace | pd.DataFrame | xr.Dataset, *, threshold: float = 0.1,
-               metric: str = "time_work", steps: Any = None) -> pd.DataFrame:
+def stragglers(
+    trace: Trace | pd.DataFrame | xr.Dataset,
+    *,
+    threshold: float = 0.1,
+    metric: str = "time_work",
+    steps: Any = None,
+) -> pd.DataFrame:
     """Ranks slower than the others, one row per rank.
 
     The rule: for each rank, take the mean over steps of ``metric``; its ``reference`` is the
@@ -431,17 +476,25 @@ def stragglers(trace: Trace | pd.DataFrame | xr.Dataset, *, threshold: float = 0
         "steps": ds["step_time"].count("step").values.astype(np.int64),
     }
     means = {}
-    for name, values in (("step_time", ds["step_time"]), ("time_compute", ds["time_compute"]),
-                         ("time_comm_exposed", ds["time_comm_exposed"]), ("time_idle", ds["time_idle"]),
-                         ("time_work", work)):
-        means[name] = values.mean("step", skipna=True).values if ds.sizes["step"] else \
-            np.full(ds.sizes["rank"], np.nan)
+    for name, values in (
+        ("step_time", ds["step_time"]),
+        ("time_compute", ds["time_compute"]),
+        ("time_comm_exposed", ds["time_comm_exposed"]),
+        ("time_idle", ds["time_idle"]),
+        ("time_work", work),
+    ):
+        means[name] = (
+            values.mean("step", skipna=True).values if ds.sizes["step"] else np.full(ds.sizes["rank"], np.nan)
+        )
         columns[name] = means[name]
     if metric in means:
         value = means[metric]
     else:
-        value = ds[metric].mean("step", skipna=True).values if ds.sizes["step"] else \
-            np.full(ds.sizes["rank"], np.nan)
+        value = (
+            ds[metric].mean("step", skipna=True).values
+            if ds.sizes["step"]
+            else np.full(ds.sizes["rank"], np.nan)
+        )
     value = np.asarray(value, dtype=float)
     reference = np.full(len(value), np.nan)
     finite = np.isfinite(value)
@@ -461,8 +514,19 @@ def stragglers(trace: Trace | pd.DataFrame | xr.Dataset, *, threshold: float = 0
         metric=metric,
         threshold=threshold,
         rule=f"straggler when mean {metric} > (1 + {threshold}) x the median of the other ranks' means",
-        units={"rank": "1", "steps": "count", "step_time": "s", "time_compute": "s",
-               "time_comm_exposed": "s", "time_idle": "s", "time_work": "s", "metric": metric_units,
-               "reference": metric_units, "ratio": "1", "zscore": "1", "straggler": "bool"},
+        units={
+            "rank": "1",
+            "steps": "count",
+            "step_time": "s",
+            "time_compute": "s",
+            "time_comm_exposed": "s",
+            "time_idle": "s",
+            "time_work": "s",
+            "metric": metric_units,
+            "reference": metric_units,
+            "ratio": "1",
+            "zscore": "1",
+            "straggler": "bool",
+        },
     )
     return table

@@ -60,7 +60,7 @@ __all__ = ["collect", "MODELS", "MANIFEST_NAME", "build_model"]
 MODELS: dict[str, str] = {
     "mlp": "multilayer perceptron: Linear(256, 512), ReLU, Linear(512, 512), ReLU, Linear(512, 10)",
     "cnn": "small convolutional net on 3x32x32 images: Conv2d(3, 16, 3), ReLU, MaxPool(2), "
-           "Conv2d(16, 32, 3), ReLU, MaxPool(2), Linear(2048, 10)",
+    "Conv2d(16, 32, 3), ReLU, MaxPool(2), Linear(2048, 10)",
 }
 
 #: File name of the run's manifest inside the output folder.
@@ -148,16 +148,34 @@ def collect(
     """
     started = time.perf_counter()
     say: ProgressFn = progress if progress is not None else (lambda message: None)
-    arguments = dict(nproc=nproc, steps=steps, model=model, batch_size=batch_size, warmup=warmup,
-                     port=port, overwrite=overwrite, timeout=timeout, seed=seed)
-    _check_arguments(nproc=nproc, steps=steps, model=model, batch_size=batch_size, warmup=warmup,
-                     port=port, timeout=timeout, fail_rank=_fail_rank)
+    arguments = dict(
+        nproc=nproc,
+        steps=steps,
+        model=model,
+        batch_size=batch_size,
+        warmup=warmup,
+        port=port,
+        overwrite=overwrite,
+        timeout=timeout,
+        seed=seed,
+    )
+    _check_arguments(
+        nproc=nproc,
+        steps=steps,
+        model=model,
+        batch_size=batch_size,
+        warmup=warmup,
+        port=port,
+        timeout=timeout,
+        fail_rank=_fail_rank,
+    )
     target = Path(out).expanduser().absolute()
     _check_target(target, overwrite)
     # torch is imported by the workers only: the calling process (the CLI) stays light and quick.
     if importlib.util.find_spec("torch") is None:
-        raise DlexploreError("collecting traces needs PyTorch, which is not installed: "
-                             "pip install 'dlexplore[torch]'")
+        raise DlexploreError(
+            "collecting traces needs PyTorch, which is not installed: pip install 'dlexplore[torch]'"
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
     # mkdtemp makes the folder private (0700); give it the mode a plain mkdir would have.
@@ -168,11 +186,25 @@ def collect(
     work.mkdir()
     try:
         port = port if port is not None else _free_port()
-        say(f"{nproc} ranks, model {model}, {_WAIT_STEPS}+{warmup}+{steps} steps "
-            f"(skipped+warm-up+profiled), gloo on 127.0.0.1:{port}")
-        config = dict(world_size=nproc, steps=steps, model=model, batch_size=batch_size, warmup=warmup,
-                      wait=_WAIT_STEPS, seed=seed, port=port, out=str(partial), work=str(work),
-                      timeout=timeout, fail_rank=_fail_rank, sys_path=list(sys.path))
+        say(
+            f"{nproc} ranks, model {model}, {_WAIT_STEPS}+{warmup}+{steps} steps "
+            f"(skipped+warm-up+profiled), gloo on 127.0.0.1:{port}"
+        )
+        config = dict(
+            world_size=nproc,
+            steps=steps,
+            model=model,
+            batch_size=batch_size,
+            warmup=warmup,
+            wait=_WAIT_STEPS,
+            seed=seed,
+            port=port,
+            out=str(partial),
+            work=str(work),
+            timeout=timeout,
+            fail_rank=_fail_rank,
+            sys_path=list(sys.path),
+        )
         results = _run_workers(config, nproc, timeout, say)
         shutil.rmtree(work)
         files = []
@@ -180,11 +212,24 @@ def collect(
             path = partial / f"rank{rank}.json.gz"
             if not path.is_file():
                 raise DlexploreError(f"rank {rank} finished without writing its trace {path.name}")
-            files.append({"rank": rank, "path": path.name, "bytes": path.stat().st_size,
-                          "sha256": _sha256(path)})
+            files.append(
+                {"rank": rank, "path": path.name, "bytes": path.stat().st_size, "sha256": _sha256(path)}
+            )
         wall_time = time.perf_counter() - started
-        manifest = _manifest(arguments, results[0]["torch_version"], nproc, model, results[0]["parameters"],
-                             batch_size, steps, warmup, port, results, files, wall_time)
+        manifest = _manifest(
+            arguments,
+            results[0]["torch_version"],
+            nproc,
+            model,
+            results[0]["parameters"],
+            batch_size,
+            steps,
+            warmup,
+            port,
+            results,
+            files,
+            wall_time,
+        )
         with atomic_open(partial / MANIFEST_NAME, "w", encoding="utf-8") as handle:
             json.dump(manifest, handle, indent=1)
             handle.write("\n")
@@ -196,12 +241,25 @@ def collect(
     return target / MANIFEST_NAME
 
 
-def _check_arguments(*, nproc: int, steps: int, model: str, batch_size: int, warmup: int,
-                     port: int | None, timeout: float, fail_rank: int | None) -> None:
+def _check_arguments(
+    *,
+    nproc: int,
+    steps: int,
+    model: str,
+    batch_size: int,
+    warmup: int,
+    port: int | None,
+    timeout: float,
+    fail_rank: int | None,
+) -> None:
     if model not in MODELS:
         raise UnknownNameError("model", model, MODELS)
-    for name, value, least in (("nproc", nproc, 1), ("steps", steps, 1), ("batch_size", batch_size, 1),
-                               ("warmup", warmup, 0)):
+    for name, value, least in (
+        ("nproc", nproc, 1),
+        ("steps", steps, 1),
+        ("batch_size", batch_size, 1),
+        ("warmup", warmup, 0),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise DlexploreError(f"{name} must be an integer >= {least}, got {value!r}")
     if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536):
@@ -216,8 +274,10 @@ def _check_target(target: Path, overwrite: bool) -> None:
     if target.exists() and not target.is_dir():
         raise DlexploreError(f"{target}: exists and is not a folder; choose another --out")
     if target.is_dir() and any(target.iterdir()) and not overwrite:
-        raise DlexploreError(f"{target}: the folder exists and is not empty; choose another --out "
-                             "or allow overwriting it (overwrite=True, --overwrite)")
+        raise DlexploreError(
+            f"{target}: the folder exists and is not empty; choose another --out "
+            "or allow overwriting it (overwrite=True, --overwrite)"
+        )
 
 
 def _free_port() -> int:
@@ -254,18 +314,49 @@ def _publish(partial: Path, target: Path, overwrite: bool) -> None:
     replace_folder(partial, target)
 
 
-def _manifest(arguments: dict[str, Any], torch_version: str, nproc: int, model: str, parameters: int,
-              batch_size: int, steps: int, warmup: int, port: int, results: list[dict[str, Any]],
-              files: list[dict[str, Any]], wall_time: float) -> dict[str, Any]:
-    call_args = ", ".join(f"{k}={v!r}" for k, v in arguments.items()
-                          if k in ("nproc", "steps", "model", "batch_size", "warmup", "seed"))
+def _manifest(
+    arguments: dict[str, Any],
+    torch_version: str,
+    nproc: int,
+    model: str,
+    parameters: int,
+    batch_size: int,
+    steps: int,
+    warmup: int,
+    port: int,
+    results: list[dict[str, Any]],
+    files: list[dict[str, Any]],
+    wall_time: float,
+) -> dict[str, Any]:
+    call_args = ", ".join(
+        f"{k}={v!r}"
+        for k, v in arguments.items()
+        if k in ("nproc", "steps", "model", "batch_size", "warmup", "seed")
+    )
     return {
         "manifest_version": MANIFEST_VERSION,
         "made_by": "dlexplore.traces.collect.collect",
         "call": f"collect(OUT, {call_args})",
-        "command": shlex.join(["dlexplore", "collect", "--nproc", str(nproc), "--steps", str(steps),
-                               "--model", model, "--batch-size", str(batch_size), "--warmup", str(warmup),
-                               "--seed", str(arguments["seed"]), "--out", "OUT"]),
+        "command": shlex.join(
+            [
+                "dlexplore",
+                "collect",
+                "--nproc",
+                str(nproc),
+                "--steps",
+                str(steps),
+                "--model",
+                model,
+                "--batch-size",
+                str(batch_size),
+                "--warmup",
+                str(warmup),
+                "--seed",
+                str(arguments["seed"]),
+                "--out",
+                "OUT",
+            ]
+        ),
         "argv": [os.path.basename(sys.argv[0]), *sys.argv[1:]] if sys.argv else [],
         "arguments": {k: v for k, v in arguments.items() if k != "overwrite"},
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -315,8 +406,8 @@ def _manifest(arguments: dict[str, Any], torch_version: str, nproc: int, model: 
         "steps_trained": _WAIT_STEPS + warmup + steps,
         "notes": {
             "step_times_s": "wall time of every trained step on the rank (time.perf_counter, from the end "
-                            "of the previous step to the end of optimizer.step(), before prof.step()), "
-                            "skipped and warm-up steps included",
+            "of the previous step to the end of optimizer.step(), before prof.step()), "
+            "skipped and warm-up steps included",
             "losses": "training loss of every trained step on the rank",
             "wall_time_s": "the whole collection, from the call to the manifest (rank: from its start)",
         },
@@ -348,7 +439,7 @@ class _Worker:
             line = line.rstrip("\n")
             if line.startswith(_MESSAGE_PREFIX):
                 try:
-                    message = json.loads(line[len(_MESSAGE_PREFIX):])
+                    message = json.loads(line[len(_MESSAGE_PREFIX) :])
                 except ValueError:
                     self.log.append(line)
                     continue
@@ -374,25 +465,40 @@ class _Worker:
 
 def _run_workers(config: dict[str, Any], nproc: int, timeout: float, say: ProgressFn) -> list[dict]:
     env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1",
-               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(config["port"]), WORLD_SIZE=str(nproc))
+    env.update(
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(config["port"]),
+        WORLD_SIZE=str(nproc),
+    )
     loopback = _loopback_interface()
     if loopback and "GLOO_SOCKET_IFNAME" not in env:
         # Gloo otherwise binds to the address the host name resolves to, which need not be local.
         env["GLOO_SOCKET_IFNAME"] = loopback
     messages: queue.Queue = queue.Queue()
     workers: list[_Worker] = []
-    bootstrap = ("import sys, json; config = json.loads(sys.argv[1]); sys.path[:] = config['sys_path']; "
-                 "from dlexplore.traces.collect import _worker_main; _worker_main(config)")
+    bootstrap = (
+        "import sys, json; config = json.loads(sys.argv[1]); sys.path[:] = config['sys_path']; "
+        "from dlexplore.traces.collect import _worker_main; _worker_main(config)"
+    )
     deadline = time.monotonic() + timeout
     try:
         for rank in range(nproc):
             rank_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank))
             process = subprocess.Popen(
                 [sys.executable, "-c", bootstrap, json.dumps(dict(config, rank=rank))],
-                cwd=config["work"], env=rank_env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, text=True, encoding="utf-8", errors="replace",
-                start_new_session=True)
+                cwd=config["work"],
+                env=rank_env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                encoding="utf-8",
+                errors="replace",
+                start_new_session=True,
+            )
             workers.append(_Worker(rank, process, messages))
         say(f"started {nproc} worker processes (pids {', '.join(str(w.process.pid) for w in workers)})")
         while True:
@@ -412,8 +518,10 @@ def _run_workers(config: dict[str, Any], nproc: int, timeout: float, say: Progre
                 for w in workers:
                     w.kill()
                 waiting = [w.rank for w in workers if w.result is None]
-                raise DlexploreError(f"the run took longer than its time limit of {timeout:g} s; "
-                                     f"ranks {waiting} had not finished and were stopped")
+                raise DlexploreError(
+                    f"the run took longer than its time limit of {timeout:g} s; "
+                    f"ranks {waiting} had not finished and were stopped"
+                )
             time.sleep(0.05)
     except BaseException:
         for w in workers:
@@ -461,13 +569,24 @@ def build_model(name: str) -> Any:
     from torch import nn
 
     if name == "mlp":
-        return nn.Sequential(nn.Linear(_MLP_FEATURES, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
-                             nn.Linear(512, _NUM_CLASSES))
+        return nn.Sequential(
+            nn.Linear(_MLP_FEATURES, 512),
+            nn.ReLU(),
+            nn.Linear(512, 512),
+            nn.ReLU(),
+            nn.Linear(512, _NUM_CLASSES),
+        )
     if name == "cnn":
         return nn.Sequential(
-            nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Flatten(), nn.Linear(32 * 8 * 8, _NUM_CLASSES))
+            nn.Conv2d(3, 16, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(32 * 8 * 8, _NUM_CLASSES),
+        )
     raise UnknownNameError("model", name, MODELS)
 
 
@@ -496,12 +615,19 @@ def _train(config: dict[str, Any]) -> dict[str, Any]:
 
     rank, world_size = int(config["rank"]), int(config["world_size"])
     if not dist.is_available() or not dist.is_gloo_available():
-        raise RuntimeError(f"this torch build ({torch.__version__}) has no gloo backend for "
-                           "torch.distributed; install the official one: pip install 'dlexplore[torch]'")
+        raise RuntimeError(
+            f"this torch build ({torch.__version__}) has no gloo backend for "
+            "torch.distributed; install the official one: pip install 'dlexplore[torch]'"
+        )
     torch.set_num_threads(1)
     _send("progress", text="joining the gloo process group")
-    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world_size,
-                            timeout=_dt.timedelta(seconds=float(config["timeout"])))
+    dist.init_process_group(
+        "gloo",
+        init_method="env://",
+        rank=rank,
+        world_size=world_size,
+        timeout=_dt.timedelta(seconds=float(config["timeout"])),
+    )
     try:
         if config.get("fail_rank") == rank:
             raise RuntimeError(f"forced failure of rank {rank} (the _fail_rank test option)")
@@ -519,10 +645,17 @@ def _train(config: dict[str, Any]) -> dict[str, Any]:
         data_rng = torch.Generator().manual_seed(int(config["seed"]) + 1)
         inputs = torch.randn((samples, *shape), generator=data_rng)
         labels = torch.randint(0, _NUM_CLASSES, (samples,), generator=data_rng)
-        sampler = DistributedSampler(TensorDataset(inputs, labels), num_replicas=world_size, rank=rank,
-                                     shuffle=True, seed=int(config["seed"]), drop_last=True)
-        loader = DataLoader(TensorDataset(inputs, labels), batch_size=batch, sampler=sampler,
-                            num_workers=0, drop_last=True)
+        sampler = DistributedSampler(
+            TensorDataset(inputs, labels),
+            num_replicas=world_size,
+            rank=rank,
+            shuffle=True,
+            seed=int(config["seed"]),
+            drop_last=True,
+        )
+        loader = DataLoader(
+            TensorDataset(inputs, labels), batch_size=batch, sampler=sampler, num_workers=0, drop_last=True
+        )
         ddp = DistributedDataParallel(net)
         optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
         loss_fn = torch.nn.CrossEntropyLoss()
@@ -535,8 +668,11 @@ def _train(config: dict[str, Any]) -> dict[str, Any]:
             prof.export_chrome_trace(str(raw))
             final = out / f"rank{rank}.json.gz"
             # mtime=0: the same trace gives the same bytes (and the same sha256) whenever it is written.
-            with atomic_open(final, "wb") as handle, open(raw, "rb") as source, \
-                    gzip.GzipFile(filename="", mode="wb", fileobj=handle, mtime=0, compresslevel=9) as gz:
+            with (
+                atomic_open(final, "wb") as handle,
+                open(raw, "rb") as source,
+                gzip.GzipFile(filename="", mode="wb", fileobj=handle, mtime=0, compresslevel=9) as gz,
+            ):
                 shutil.copyfileobj(source, gz)
             raw.unlink()
             written.append(final)
@@ -545,8 +681,12 @@ def _train(config: dict[str, Any]) -> dict[str, Any]:
         step_times: list[float] = []
         losses: list[float] = []
         _send("progress", text=f"training {total_steps} steps, profiling {active}")
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True,
-                                    schedule=schedule, on_trace_ready=save) as prof:
+        with torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU],
+            record_shapes=True,
+            schedule=schedule,
+            on_trace_ready=save,
+        ) as prof:
             tick = time.perf_counter()
             for x, y in loader:
                 optimizer.zero_grad(set_to_none=True)
@@ -567,6 +707,12 @@ def _train(config: dict[str, Any]) -> dict[str, Any]:
         _send("progress", text=f"wrote {written[0].name} ({written[0].stat().st_size:,} bytes)")
     finally:
         dist.destroy_process_group()
-    return {"rank": rank, "pid": os.getpid(), "torch_version": torch.__version__, "parameters": parameters,
-            "step_times_s": step_times, "losses": losses,
-            "wall_time_s": round(time.perf_counter() - started, 3)}
+    return {
+        "rank": rank,
+        "pid": os.getpid(),
+        "torch_version": torch.__version__,
+        "parameters": parameters,
+        "step_times_s": step_times,
+        "losses": losses,
+        "wall_time_s": round(time.perf_counter() - started, 3),
+    }

@@ -107,11 +107,16 @@ def _collective_events(events: pd.DataFrame) -> pd.DataFrame:
     all_dispatch = pd.Series(dispatcher).groupby([table["rank"], table["collective"]]).transform("min")
     table = table[~(dispatcher & ~all_dispatch.to_numpy(dtype=bool))]
     # enclosing events of the same collective on the same stream: keep the inner one
-    table = table.sort_values(["rank", "stream", "collective", "start", "end"],
-                              ascending=[True, True, True, True, False], kind="stable")
-    same = ((table["rank"].to_numpy()[1:] == table["rank"].to_numpy()[:-1])
-            & (table["stream"].to_numpy()[1:] == table["stream"].to_numpy()[:-1])
-            & (table["collective"].to_numpy()[1:] == table["collective"].to_numpy()[:-1]))
+    table = table.sort_values(
+        ["rank", "stream", "collective", "start", "end"],
+        ascending=[True, True, True, True, False],
+        kind="stable",
+    )
+    same = (
+        (table["rank"].to_numpy()[1:] == table["rank"].to_numpy()[:-1])
+        & (table["stream"].to_numpy()[1:] == table["stream"].to_numpy()[:-1])
+        & (table["collective"].to_numpy()[1:] == table["collective"].to_numpy()[:-1])
+    )
     encloses = np.zeros(len(table), dtype=bool)
     encloses[:-1] = same & (table["end"].to_numpy()[1:] <= table["end"].to_numpy()[:-1])
     return table[~encloses].reset_index(drop=True)
@@ -139,16 +144,26 @@ def _match(table: pd.DataFrame) -> pd.DataFrame:
     if id_column is not None:
         ids = pd.to_numeric(pd.Series(table[id_column]), errors="coerce").to_numpy()
         table = table.assign(op_id=ids)
-        spans = table.groupby(["op_id", "rank"], sort=False).agg(
-            collective=("collective", "first"), start=("start", "min"), end=("end", "max"),
-            bytes=("bytes", "max"), size_key=("size_key", "max"),
-            **({"group_size": ("group_size", "max")} if "group_size" in table.columns else {}),
-        ).reset_index()
+        spans = (
+            table.groupby(["op_id", "rank"], sort=False)
+            .agg(
+                collective=("collective", "first"),
+                start=("start", "min"),
+                end=("end", "max"),
+                bytes=("bytes", "max"),
+                size_key=("size_key", "max"),
+                **({"group_size": ("group_size", "max")} if "group_size" in table.columns else {}),
+            )
+            .reset_index()
+        )
         spans["op"] = pd.factorize(spans.pop("op_id"))[0]
         return spans
     # Order holds within one process group: match within each group when the reader names them.
-    group = (table["process_group"].astype(object).where(table["process_group"].notna(), "").astype(str)
-             if "process_group" in table.columns else pd.Series("", index=table.index))
+    group = (
+        table["process_group"].astype(object).where(table["process_group"].notna(), "").astype(str)
+        if "process_group" in table.columns
+        else pd.Series("", index=table.index)
+    )
     table = table.assign(pg_key=group.to_numpy())
     table = table.sort_values(["rank", "pg_key", "collective", "size_key", "start"], kind="stable")
     k = table.groupby(["rank", "pg_key", "collective", "size_key"], sort=False).cumcount().to_numpy()
@@ -203,7 +218,9 @@ def _prepare(trace: Trace | pd.DataFrame, align: bool) -> tuple[pd.DataFrame, pd
         "offset_unknown": unknown if align else [],
         "offset_method": (
             "offset[r] = median over shared symmetric collectives of (end on r - end on the reference "
-            "rank); aligned time = t - offset[r]" if align else "clocks not aligned (align=False)"
+            "rank); aligned time = t - offset[r]"
+            if align
+            else "clocks not aligned (align=False)"
         ),
     }
     return matched, offsets, info
@@ -216,8 +233,12 @@ def clock_offsets(trace: Trace | pd.DataFrame) -> pd.Series:
     collective shared with the reference get 0 (listed in ``attrs["offset_unknown"]``).
     """
     _, offsets, info = _prepare(trace, True)
-    offsets.attrs.update(units="s", reference_rank=info["reference_rank"],
-                         offset_unknown=info["offset_unknown"], method=info["offset_method"])
+    offsets.attrs.update(
+        units="s",
+        reference_rank=info["reference_rank"],
+        offset_unknown=info["offset_unknown"],
+        method=info["offset_method"],
+    )
     return offsets
 
 
@@ -232,9 +253,23 @@ def collective_ops(trace: Trace | pd.DataFrame, *, align: bool = True) -> pd.Dat
     """
     matched, offsets, info = _prepare(trace, align)
     if matched.empty:
-        ops = pd.DataFrame({name: pd.Series(dtype=float) for name in
-                            ("op", "collective", "bytes", "ranks", "start", "end", "time", "observed",
-                             "time_last_in", "skew")})
+        ops = pd.DataFrame(
+            {
+                name: pd.Series(dtype=float)
+                for name in (
+                    "op",
+                    "collective",
+                    "bytes",
+                    "ranks",
+                    "start",
+                    "end",
+                    "time",
+                    "observed",
+                    "time_last_in",
+                    "skew",
+                )
+            }
+        )
         ops["collective"] = ops["collective"].astype(object)
         ops.attrs.update(info)
         return ops
@@ -307,11 +342,21 @@ def collective_table(trace: Trace | pd.DataFrame, *, align: bool = True) -> pd.D
         table["count"] = table["count"].astype(np.int64)
     else:
         ops = ops.assign(size_key=ops["bytes"].fillna(-1.0))
-        table = ops.groupby(["collective", "size_key"], sort=True).agg(
-            bytes=("bytes", "first"), ranks=("ranks", "max"), count=("op", "size"), time=("time", "mean"),
-            time_min=("time", "min"), time_max=("time", "max"), time_last_in=("time_last_in", "mean"),
-            skew=("skew", "mean"),
-        ).reset_index().drop(columns="size_key")
+        table = (
+            ops.groupby(["collective", "size_key"], sort=True)
+            .agg(
+                bytes=("bytes", "first"),
+                ranks=("ranks", "max"),
+                count=("op", "size"),
+                time=("time", "mean"),
+                time_min=("time", "min"),
+                time_max=("time", "max"),
+                time_last_in=("time_last_in", "mean"),
+                skew=("skew", "mean"),
+            )
+            .reset_index()
+            .drop(columns="size_key")
+        )
         table["ranks"] = table["ranks"].astype(np.int64)
         table["count"] = table["count"].astype(np.int64)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -337,9 +382,15 @@ def collective_table(trace: Trace | pd.DataFrame, *, align: bool = True) -> pd.D
     return table
 
 
-def compare_collectives(table: pd.DataFrame, *, bandwidth: float, latency: float,
-                        algorithm: str | Mapping[str, str] = "ring", gamma: float = 0.0,
-                        **kwargs: Any) -> pd.DataFrame:
+def compare_collectives(
+    table: pd.DataFrame,
+    *,
+    bandwidth: float,
+    latency: float,
+    algorithm: str | Mapping[str, str] = "ring",
+    gamma: float = 0.0,
+    **kwargs: Any,
+) -> pd.DataFrame:
     """The measured collective table beside the alpha-beta prediction for the same sizes and ranks.
 
     Parameters
@@ -377,25 +428,35 @@ def compare_collectives(table: pd.DataFrame, *, bandwidth: float, latency: float
         if collective not in ALGORITHMS:
             continue
         where = out.index.get_indexer(rows)
-        wanted = algorithm.get(collective, ALGORITHMS[collective][0]) if isinstance(algorithm, Mapping) \
+        wanted = (
+            algorithm.get(collective, ALGORITHMS[collective][0])
+            if isinstance(algorithm, Mapping)
             else algorithm
+        )
         choice = wanted if str(wanted) in ALGORITHMS[collective] else ALGORITHMS[collective][0]
         nbytes = out["bytes"].to_numpy(dtype=float)[where]
         ranks = out["ranks"].to_numpy(dtype=float)[where]
         known = np.isfinite(nbytes)
         values = np.full(len(where), np.nan)
         if known.any():
-            values[known] = collective_time(collective, choice, nbytes[known], ranks[known], bandwidth,
-                                            latency, gamma, **kwargs)
+            values[known] = collective_time(
+                collective, choice, nbytes[known], ranks[known], bandwidth, latency, gamma, **kwargs
+            )
         predicted[where] = values
         used[where] = choice
     out["algorithm"] = used
     out["predicted"] = predicted
     with np.errstate(divide="ignore", invalid="ignore"):
-        out["error"] = np.where(predicted > 0, (out["time"].to_numpy(dtype=float) - predicted) / predicted,
-                                np.nan)
+        out["error"] = np.where(
+            predicted > 0, (out["time"].to_numpy(dtype=float) - predicted) / predicted, np.nan
+        )
     units = dict(out.attrs.get("units", {}))
     units.update(algorithm="", predicted="s", error="1")
-    out.attrs.update(units=units, predicted_by="dlexplore.model.collective_time", bandwidth=bandwidth,
-                     latency=latency, gamma=gamma)
+    out.attrs.update(
+        units=units,
+        predicted_by="dlexplore.model.collective_time",
+        bandwidth=bandwidth,
+        latency=latency,
+        gamma=gamma,
+    )
     return out

@@ -62,17 +62,23 @@ def _summary(records: pd.DataFrame, meta: dict, path) -> xr.Dataset:
         # bytes per rank-second spent in read(): the bandwidth one reader saw while reading
         "read_bandwidth_reader": xr.DataArray(
             tot["bytes_read"] / tot["read_time"] / 1e9 if tot["read_time"] > 0 else np.nan,
-            attrs={"units": "GB/s", "long_name": "bytes read / cumulative read time (per reader)"}),
+            attrs={"units": "GB/s", "long_name": "bytes read / cumulative read time (per reader)"},
+        ),
         "read_bandwidth_job": xr.DataArray(
             tot["bytes_read"] / run / 1e9 if run > 0 else np.nan,
-            attrs={"units": "GB/s", "long_name": "bytes read / job run time"}),
+            attrs={"units": "GB/s", "long_name": "bytes read / job run time"},
+        ),
         "meta_fraction": xr.DataArray(
             tot["meta_time"] / io_time if io_time > 0 else np.nan,
-            attrs={"units": "1", "long_name": "share of metadata time in read + metadata time"}),
+            attrs={"units": "1", "long_name": "share of metadata time in read + metadata time"},
+        ),
     }
     ds = xr.Dataset(data)
-    ds.attrs.update(source=f"measured: Darshan log {os.fspath(path)}", kind="measured",
-                    **{k: v for k, v in meta.items() if isinstance(v, (int, float, str))})
+    ds.attrs.update(
+        source=f"measured: Darshan log {os.fspath(path)}",
+        kind="measured",
+        **{k: v for k, v in meta.items() if isinstance(v, (int, float, str))},
+    )
     return ds
 
 
@@ -81,8 +87,10 @@ def read_darshan(path: str | os.PathLike) -> DarshanLog:
     try:
         import darshan
     except ImportError as err:
-        raise DlexploreError("reading Darshan logs needs PyDarshan: pip install darshan "
-                             "(or read darshan-parser's text with read_darshan_parser_text)") from err
+        raise DlexploreError(
+            "reading Darshan logs needs PyDarshan: pip install darshan "
+            "(or read darshan-parser's text with read_darshan_parser_text)"
+        ) from err
     if not os.path.isfile(path):
         raise InputFileError(path, "no such file (expected a Darshan .darshan log)")
     try:
@@ -94,17 +102,23 @@ def read_darshan(path: str | os.PathLike) -> DarshanLog:
     frames = report.records["POSIX"].to_df()
     c, f = frames["counters"], frames["fcounters"]
     names = report.name_records
-    rec = pd.DataFrame({
-        "rank": c["rank"].astype("int64").to_numpy(),
-        "record_id": c["id"].astype("uint64").to_numpy(),
-        "file": [names.get(i, str(i)) for i in c["id"].tolist()],
-    })
+    rec = pd.DataFrame(
+        {
+            "rank": c["rank"].astype("int64").to_numpy(),
+            "record_id": c["id"].astype("uint64").to_numpy(),
+            "file": [names.get(i, str(i)) for i in c["id"].tolist()],
+        }
+    )
     for counter, (col, _) in COUNTERS.items():
         src = f if counter.startswith("POSIX_F_") else c
         rec[col] = src[counter].to_numpy(dtype=float if src is f else "int64")
     job = report.metadata["job"]
-    meta = {"nprocs": int(job["nprocs"]), "run_time": float(job["run_time"]), "jobid": int(job["jobid"]),
-            "log_version": str(job.get("log_ver", ""))}
+    meta = {
+        "nprocs": int(job["nprocs"]),
+        "run_time": float(job["run_time"]),
+        "jobid": int(job["jobid"]),
+        "log_version": str(job.get("log_ver", "")),
+    }
     return DarshanLog(rec, _summary(rec, meta, path), meta)
 
 
@@ -134,17 +148,21 @@ def read_darshan_parser_text(path: str | os.PathLike) -> DarshanLog:
             continue
         cells = line.split("\t")
         if len(cells) < 5:
-            raise InputFileError(path, "expected a tab-separated record '<module> <rank> <record id> "
-                                 f"<counter> <value> <file name> <mount pt> <fs type>', got {line[:80]!r}",
-                                 line=number)
+            raise InputFileError(
+                path,
+                "expected a tab-separated record '<module> <rank> <record id> "
+                f"<counter> <value> <file name> <mount pt> <fs type>', got {line[:80]!r}",
+                line=number,
+            )
         if cells[0] != "POSIX":
             continue
         seen_posix = True
         try:
             rank, rid, value = int(cells[1]), int(cells[2]), float(cells[4])
         except ValueError as err:
-            raise InputFileError(path, f"expected integer rank and record id and a numeric value: {err}",
-                                 line=number) from err
+            raise InputFileError(
+                path, f"expected integer rank and record id and a numeric value: {err}", line=number
+            ) from err
         if cells[3] in COUNTERS and not cells[3].startswith("POSIX_F_"):
             # Integer counters are stored as int64; checked here, on the exact text, because a float
             # beyond 2**63 would wrap silently when the column is cast.
@@ -153,17 +171,24 @@ def read_darshan_parser_text(path: str | os.PathLike) -> DarshanLog:
             except ValueError:
                 exact = value if value.is_integer() else None
             if exact is None or not _INT64_MIN <= exact <= _INT64_MAX:
-                raise InputFileError(path, f"counter {cells[3]} = {cells[4][:40]!r}; expected an integer "
-                                     "that fits 64 bits", line=number)
+                raise InputFileError(
+                    path,
+                    f"counter {cells[3]} = {cells[4][:40]!r}; expected an integer that fits 64 bits",
+                    line=number,
+                )
             value = exact
-        row = rows.setdefault((rank, rid), {"rank": rank, "record_id": rid,
-                                            "file": cells[5] if len(cells) > 5 else str(rid)})
+        row = rows.setdefault(
+            (rank, rid), {"rank": rank, "record_id": rid, "file": cells[5] if len(cells) > 5 else str(rid)}
+        )
         if cells[3] in COUNTERS:
             row[COUNTERS[cells[3]][0]] = value
     if not seen_posix:
         raise InputFileError(path, "no POSIX records (is this darshan-parser output?)")
-    rec = pd.DataFrame(list(rows.values())).reindex(columns=_COLUMNS).fillna(
-        {c: 0.0 for c, _ in COUNTERS.values()})
+    rec = (
+        pd.DataFrame(list(rows.values()))
+        .reindex(columns=_COLUMNS)
+        .fillna({c: 0.0 for c, _ in COUNTERS.values()})
+    )
     try:
         rec["record_id"] = rec["record_id"].astype("uint64")
         for counter, (col, _) in COUNTERS.items():

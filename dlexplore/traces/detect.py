@@ -12,8 +12,18 @@ from ..errors import DlexploreError, InputFileError
 __all__ = ["FORMATS", "MEASURED_FORMATS", "detect_format", "head_text"]
 
 FORMATS = (
-    "pytorch", "horovod", "nsys", "otf2", "netcdf", "nccl-tests", "darshan", "darshan-text", "dlio",
-    "tensorboard", "tau", "nccl-log",
+    "pytorch",
+    "horovod",
+    "nsys",
+    "otf2",
+    "netcdf",
+    "nccl-tests",
+    "darshan",
+    "darshan-text",
+    "dlio",
+    "tensorboard",
+    "tau",
+    "nccl-log",
 )
 
 #: Formats that hold a measured table (a dataset) rather than a trace of events.
@@ -91,8 +101,9 @@ def detect_format(path: str | Path) -> str:
     stripped = text.lstrip("\ufeff \t\r\n")
     # nccl-tests first: under mpirun its lines start with "[1,0]<stdout>:", which looks like JSON
     prefix = r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+:\s|[A-Za-z][\w.-]*:\s)?"
-    if re.search(prefix + r"#\s+(out-of-place|size\s+count)", text, flags=re.M) \
-            or re.search(prefix + r"# nThread \d+ nGpus", text, flags=re.M):
+    if re.search(prefix + r"#\s+(out-of-place|size\s+count)", text, flags=re.M) or re.search(
+        prefix + r"# nThread \d+ nGpus", text, flags=re.M
+    ):
         return "nccl-tests"
     if stripped.startswith("# darshan log version:"):
         return "darshan-text"  # what darshan-parser prints
@@ -101,17 +112,25 @@ def detect_format(path: str | Path) -> str:
             return "pytorch"
         if re.search(r'"(train_au_percentage|num_accelerators|train_throughput_samples_per_second)"', text):
             return "dlio"  # DLIO / MLPerf Storage summary.json
-        raise InputFileError(path, "is a JSON object without \"traceEvents\"; expected a PyTorch "
-                             "profiler trace, a Horovod timeline, an Nsight Systems SQLite export, "
-                             "an OTF2 archive, nccl-tests output, a Darshan log or a DLIO summary")
+        raise InputFileError(
+            path,
+            'is a JSON object without "traceEvents"; expected a PyTorch '
+            "profiler trace, a Horovod timeline, an Nsight Systems SQLite export, "
+            "an OTF2 archive, nccl-tests output, a Darshan log or a DLIO summary",
+        )
     if stripped.startswith("["):
-        if re.search(r'"(NEGOTIATE_|ALLREDUCE|ALLGATHER|BROADCAST|MEMCPY_IN_FUSION_BUFFER|QUEUE|'
-                     r'CYCLE_START|start_time_since_epoch_in_micros)', text) \
-                or stripped.rstrip(", \t\r\n") == "[":
+        if (
+            re.search(
+                r'"(NEGOTIATE_|ALLREDUCE|ALLGATHER|BROADCAST|MEMCPY_IN_FUSION_BUFFER|QUEUE|'
+                r"CYCLE_START|start_time_since_epoch_in_micros)",
+                text,
+            )
+            or stripped.rstrip(", \t\r\n") == "["
+        ):
             return "horovod"  # "[" alone is what Horovod leaves when no operation ran
         if '"ph"' in text:
             return "pytorch"  # a bare Chrome trace array
-        raise InputFileError(path, "is a JSON array but not of trace events (no \"ph\" fields)")
+        raise InputFileError(path, 'is a JSON array but not of trace events (no "ph" fields)')
     if "nccl-tests" in text:
         return "nccl-tests"
     if not stripped:

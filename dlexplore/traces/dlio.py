@@ -76,11 +76,13 @@ def read_dlio_summary(path: str | os.PathLike) -> xr.Dataset:
             if n_epochs is not None and len(values) != n_epochs:
                 raise InputFileError(p, f"metric.{key} has {len(values)} epochs, expected {n_epochs}")
             n_epochs = len(values)
-            data[key] = xr.DataArray(np.asarray(values, float), dims="epoch",
-                                     attrs={"units": units, "long_name": long})
+            data[key] = xr.DataArray(
+                np.asarray(values, float), dims="epoch", attrs={"units": units, "long_name": long}
+            )
         else:
-            data[key] = xr.DataArray(np.asarray(values, float), dims="eval_epoch",
-                                     attrs={"units": units, "long_name": long})
+            data[key] = xr.DataArray(
+                np.asarray(values, float), dims="eval_epoch", attrs={"units": units, "long_name": long}
+            )
     for key, (units, long) in _SCALAR.items():
         if key in metric:
             if not _is_float(metric[key]):
@@ -94,10 +96,19 @@ def read_dlio_summary(path: str | os.PathLike) -> xr.Dataset:
         thr = ds.get("train_throughput_mean_samples_per_second")
         if thr is not None and float(thr) > 0:
             ds["record_length"] = ds["train_io_mean_MB_per_second"] * 2**20 / thr
-            ds["record_length"].attrs.update(units="bytes",
-                                             long_name="bytes per sample (from DLIO's I/O rate)")
-    keys = ("num_accelerators", "num_hosts", "num_files_train", "num_samples_per_file",
-            "epochs", "hostname", "start", "end")
+            ds["record_length"].attrs.update(
+                units="bytes", long_name="bytes per sample (from DLIO's I/O rate)"
+            )
+    keys = (
+        "num_accelerators",
+        "num_hosts",
+        "num_files_train",
+        "num_samples_per_file",
+        "epochs",
+        "hostname",
+        "start",
+        "end",
+    )
     attrs = {k: doc[k] for k in keys if isinstance(doc.get(k), (int, float, str))}
     ds.attrs.update(attrs, source=f"measured: DLIO benchmark summary {p}", kind="measured")
     return ds

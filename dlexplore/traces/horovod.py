@@ -116,12 +116,24 @@ MAX_INFLATED_BYTES = 1 << 34
 
 #: Response types (horovod/common/message.cc ``Response::ResponseType_Name``): the outer range
 #: of an operation.
-OPERATIONS = frozenset({"ALLREDUCE", "ALLGATHER", "BROADCAST", "REDUCESCATTER", "JOIN", "ADASUM",
-                        "ALLTOALL", "BARRIER", "ERROR"})
+OPERATIONS = frozenset(
+    {"ALLREDUCE", "ALLGATHER", "BROADCAST", "REDUCESCATTER", "JOIN", "ADASUM", "ALLTOALL", "BARRIER", "ERROR"}
+)
 _TRANSFER_PREFIXES = ("NCCL_", "MPI_", "GLOO_", "CCL_", "DDL_", "SYCL_")
 #: horovod/common/message.cc ``DataType_Name`` -> bytes per element.
-_ITEMSIZE = {"uint8": 1, "int8": 1, "uint16": 2, "int16": 2, "int32": 4, "int64": 8, "float16": 2,
-             "bfloat16": 2, "float32": 4, "float64": 8, "bool": 1}
+_ITEMSIZE = {
+    "uint8": 1,
+    "int8": 1,
+    "uint16": 2,
+    "int16": 2,
+    "int32": 4,
+    "int64": 8,
+    "float16": 2,
+    "bfloat16": 2,
+    "float32": 4,
+    "float64": 8,
+    "bool": 1,
+}
 _US = 1e-6  # s per µs
 _DIGITS = re.compile(r"(\d+)")
 # Characters of JSON parsed at once: the parsed objects of one chunk are all that is held in memory
@@ -136,8 +148,9 @@ _CATEGORIES = ["annotation", "other", "memcpy", "communication"]
 _ANNOTATION, _OTHER, _MEMCPY, _COMMUNICATION = range(4)
 
 
-def read(paths: Sequence[Path], *, rank: int | Sequence[int] | None = None,
-         steps: str | None = "auto") -> Trace:
+def read(
+    paths: Sequence[Path], *, rank: int | Sequence[int] | None = None, steps: str | None = "auto"
+) -> Trace:
     """Read Horovod timelines into a :class:`~dlexplore.traces.schema.Trace`.
 
     Parameters
@@ -214,8 +227,9 @@ def fused_operations(events: pd.DataFrame) -> pd.DataFrame:
     """
     table = events.copy()
     table["tensors"] = np.ones(len(table), dtype=np.int64)
-    fused = (table["category"].isin(["communication", "memcpy"]).to_numpy()
-             & table["fusion"].notna().to_numpy())
+    fused = (
+        table["category"].isin(["communication", "memcpy"]).to_numpy() & table["fusion"].notna().to_numpy()
+    )
     if not fused.any():
         return table
     parts = table.loc[fused]
@@ -251,14 +265,18 @@ def _ranks_of(paths: list[Path], rank: int | Sequence[int] | None) -> list[int]:
     else:
         how = "the order of the files"
         chosen = list(range(len(paths)))
-    warnings.warn(f"{len(paths)} Horovod timelines: Horovod writes one per job, on rank 0; "
-                  f"taking their ranks from {how}: "
-                  + ", ".join(f"{p.name} -> {r}" for p, r in zip(paths, chosen, strict=True))
-                  + " (pass rank=[...] to say otherwise)", stacklevel=4)
+    warnings.warn(
+        f"{len(paths)} Horovod timelines: Horovod writes one per job, on rank 0; "
+        f"taking their ranks from {how}: "
+        + ", ".join(f"{p.name} -> {r}" for p, r in zip(paths, chosen, strict=True))
+        + " (pass rank=[...] to say otherwise)",
+        stacklevel=4,
+    )
     return chosen
 
 
 # -- the JSON array, terminated or not ---------------------------------------------------------------
+
 
 def _read_data(path: Path) -> bytes:
     """The file's bytes (gunzipped if need be), checked to open a JSON array."""
@@ -272,17 +290,23 @@ def _read_data(path: Path) -> bytes:
     except (OSError, EOFError) as err:
         raise InputFileError(path, f"cannot be read ({err}); expected a Horovod timeline") from None
     start = len(data) - len(data.lstrip(b" \t\r\n"))
-    if data[start:start + 3] == b"\xef\xbb\xbf":  # a byte-order mark
+    if data[start : start + 3] == b"\xef\xbb\xbf":  # a byte-order mark
         start += 3
         start = len(data) - len(data[start:].lstrip(b" \t\r\n"))
     if start == len(data):
-        raise InputFileError(path, "is empty; expected a Horovod timeline (a JSON array). Horovod "
-                             "writes it from the first operation on; a copy taken earlier is empty")
-    if data[start:start + 1] != b"[":
-        shown = data[start:start + 20].decode("utf-8", errors="replace")
-        raise InputFileError(path, f"byte offset {start}: starts with {shown!r}; expected '[' (a "
-                             "Horovod timeline is a JSON array of trace events)",
-                             line=data.count(b"\n", 0, start) + 1)
+        raise InputFileError(
+            path,
+            "is empty; expected a Horovod timeline (a JSON array). Horovod "
+            "writes it from the first operation on; a copy taken earlier is empty",
+        )
+    if data[start : start + 1] != b"[":
+        shown = data[start : start + 20].decode("utf-8", errors="replace")
+        raise InputFileError(
+            path,
+            f"byte offset {start}: starts with {shown!r}; expected '[' (a "
+            "Horovod timeline is a JSON array of trace events)",
+            line=data.count(b"\n", 0, start) + 1,
+        )
     return data
 
 
@@ -292,14 +316,21 @@ def _gunzip(data: bytes, path: Path) -> bytes:
         with gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb") as stream:
             out = stream.read(MAX_INFLATED_BYTES + 1)
     except MemoryError:
-        raise InputFileError(path, "the gzip data inflates to more than fits in memory; expected a "
-                             "Horovod timeline (decompress it and read the .json)") from None
+        raise InputFileError(
+            path,
+            "the gzip data inflates to more than fits in memory; expected a "
+            "Horovod timeline (decompress it and read the .json)",
+        ) from None
     except (OSError, EOFError, zlib.error) as err:
-        raise InputFileError(path, f"corrupt or truncated gzip data ({err}); expected a Horovod "
-                             "timeline") from None
+        raise InputFileError(
+            path, f"corrupt or truncated gzip data ({err}); expected a Horovod timeline"
+        ) from None
     if len(out) > MAX_INFLATED_BYTES:
-        raise InputFileError(path, f"the gzip data inflates to more than {MAX_INFLATED_BYTES} bytes; "
-                             "expected a Horovod timeline (decompress it and read the .json)")
+        raise InputFileError(
+            path,
+            f"the gzip data inflates to more than {MAX_INFLATED_BYTES} bytes; "
+            "expected a Horovod timeline (decompress it and read the .json)",
+        )
     return out
 
 
@@ -307,8 +338,11 @@ def _decode(data: bytes, path: Path) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise InputFileError(path, f"byte offset {err.start}: not UTF-8 text; expected a Horovod "
-                             "timeline (a JSON array)", line=data.count(b"\n", 0, err.start) + 1) from None
+        raise InputFileError(
+            path,
+            f"byte offset {err.start}: not UTF-8 text; expected a Horovod timeline (a JSON array)",
+            line=data.count(b"\n", 0, err.start) + 1,
+        ) from None
 
 
 def _event_chunks(data: bytes, path: Path, info: dict[str, Any]) -> Iterator[list[Any]]:
@@ -320,7 +354,7 @@ def _event_chunks(data: bytes, path: Path, info: dict[str, Any]) -> Iterator[lis
     """
     pos = data.index(b"[") + 1
     body_end = len(data.rstrip())
-    terminated = data[body_end - 1:body_end] == b"]" and body_end - 1 >= pos
+    terminated = data[body_end - 1 : body_end] == b"]" and body_end - 1 >= pos
     stop = body_end - 1 if terminated else body_end
     seen = 0
     while pos < stop:
@@ -342,8 +376,11 @@ def _event_chunks(data: bytes, path: Path, info: dict[str, Any]) -> Iterator[lis
         pos = cut + 1
     info["terminated"] = terminated
     if not seen:
-        raise InputFileError(path, "holds no events (Horovod had written only '['); expected trace "
-                             "events: did any operation run after the timeline was opened?")
+        raise InputFileError(
+            path,
+            "holds no events (Horovod had written only '['); expected trace "
+            "events: did any operation run after the timeline was opened?",
+        )
 
 
 def _scan(text: str, pos: int, path: Path, seen: int, info: dict[str, Any]) -> Iterator[list[Any]]:
@@ -358,43 +395,63 @@ def _scan(text: str, pos: int, path: Path, seen: int, info: dict[str, Any]) -> I
         if text[pos] == "]":
             rest = _skip_space(text, pos + 1)
             if rest < n:
-                raise InputFileError(path, f"byte offset {_byte_offset(text, rest)}: "
-                                     f"{text[rest:rest + 20]!r} after the array's closing ']'; "
-                                     "expected the end of the file", line=_line(text, rest))
+                raise InputFileError(
+                    path,
+                    f"byte offset {_byte_offset(text, rest)}: "
+                    f"{text[rest : rest + 20]!r} after the array's closing ']'; "
+                    "expected the end of the file",
+                    line=_line(text, rest),
+                )
             info["terminated"] = True
             break
         try:
             event, end = decoder.raw_decode(text, pos)
         except RecursionError:
-            raise InputFileError(path, f"byte offset {_byte_offset(text, pos)}: event "
-                                 f"#{seen + len(events)} is nested too deeply; expected a trace event",
-                                 line=_line(text, pos)) from None
+            raise InputFileError(
+                path,
+                f"byte offset {_byte_offset(text, pos)}: event "
+                f"#{seen + len(events)} is nested too deeply; expected a trace event",
+                line=_line(text, pos),
+            ) from None
         except ValueError as err:
             index = seen + len(events)
             offset = _byte_offset(text, pos)
             if not _later_event(text, pos + 1, decoder):
-                warnings.warn(f"{path}: the last event (#{index}, byte offset {offset}) is cut off, "
-                              "as in a timeline copied while Horovod was writing it; dropped",
-                              stacklevel=6)
+                warnings.warn(
+                    f"{path}: the last event (#{index}, byte offset {offset}) is cut off, "
+                    "as in a timeline copied while Horovod was writing it; dropped",
+                    stacklevel=6,
+                )
                 info["partial_event_at"] = offset
                 break
-            raise InputFileError(path, f"event #{index} at byte offset {offset}: not valid JSON "
-                                 f"({err.msg} at byte offset {_byte_offset(text, err.pos)}); "
-                                 "expected a trace event object such as "
-                                 '{"ph": "B", "name": "ALLREDUCE", "ts": 123, "pid": 1} (Horovod '
-                                 "writes tensor names unescaped: a name with '\"' or '\\' breaks "
-                                 "the JSON)", line=_line(text, pos)) from None
+            raise InputFileError(
+                path,
+                f"event #{index} at byte offset {offset}: not valid JSON "
+                f"({err.msg} at byte offset {_byte_offset(text, err.pos)}); "
+                "expected a trace event object such as "
+                '{"ph": "B", "name": "ALLREDUCE", "ts": 123, "pid": 1} (Horovod '
+                "writes tensor names unescaped: a name with '\"' or '\\' breaks "
+                "the JSON)",
+                line=_line(text, pos),
+            ) from None
         events.append(event)
         pos = _skip_space(text, end)
         if pos < n and text[pos] == ",":
             pos += 1
         elif pos < n and text[pos] != "]":
-            raise InputFileError(path, f"byte offset {_byte_offset(text, pos)}: "
-                                 f"{text[pos:pos + 20]!r} after event #{seen + len(events) - 1}; "
-                                 "expected ',' or ']'", line=_line(text, pos))
+            raise InputFileError(
+                path,
+                f"byte offset {_byte_offset(text, pos)}: "
+                f"{text[pos : pos + 20]!r} after event #{seen + len(events) - 1}; "
+                "expected ',' or ']'",
+                line=_line(text, pos),
+            )
     if not seen and not events:
-        raise InputFileError(path, "holds no events (Horovod had written only '['); expected trace "
-                             "events: did any operation run after the timeline was opened?")
+        raise InputFileError(
+            path,
+            "holds no events (Horovod had written only '['); expected trace "
+            "events: did any operation run after the timeline was opened?",
+        )
     yield events
 
 
@@ -447,6 +504,7 @@ def _locate(path: Path, index: int) -> tuple[str, int | None]:
 
 # -- events to rows ----------------------------------------------------------------------------------
 
+
 def _category(name: str) -> int:
     """The category code of an activity (module docstring's table)."""
     if name.startswith("MEMCPY_") or name == "COPY_ALLGATHER_OUTPUT":
@@ -465,7 +523,7 @@ def _tensor_bytes(args: Any) -> tuple[float, str]:
     inner = shape[1:-1].strip()
     dims = [dim.strip() for dim in inner.split(",")] if inner else []
     if not (shape.startswith("[") and shape.endswith("]")) or not all(d.isdigit() for d in dims):
-        raise ValueError(f"shape {shape!r} is not a list of sizes like \"[10, 64]\"")
+        raise ValueError(f'shape {shape!r} is not a list of sizes like "[10, 64]"')
     elements = 1
     for dim in dims:
         elements *= int(dim)
@@ -537,8 +595,9 @@ class _Builder:
             self.ops.append(op)
         return code
 
-    def row(self, pid: int, label: str, kind: int, ts: float, end: float, occurrence: int, op: int,
-            fusion: int) -> int:
+    def row(
+        self, pid: int, label: str, kind: int, ts: float, end: float, occurrence: int, op: int, fusion: int
+    ) -> int:
         self.pid.append(pid)
         self.label.append(self.code(label))
         self.kind.append(kind)
@@ -561,8 +620,9 @@ class _Builder:
                 self.metadata(event, index)
                 continue
             if type(ph) is not str:
-                raise self.fail(index, f"'ph' is {ph!r}; expected the event's phase ('B', 'E', 'X', "
-                                "'i' or 'M')")
+                raise self.fail(
+                    index, f"'ph' is {ph!r}; expected the event's phase ('B', 'E', 'X', 'i' or 'M')"
+                )
             ts = event.get("ts")
             if type(ts) is not int and type(ts) is not float:
                 raise self.fail(index, f"'ts' is {ts!r}; expected the time in µs (a number)")
@@ -577,15 +637,19 @@ class _Builder:
                     continue
                 row = stack.pop()
                 if ts < self.start[row]:
-                    raise self.fail(index, f"ends at {ts} µs, before its range began at "
-                                    f"{self.start[row]:.0f} µs; expected 'ts' not to go back in time")
+                    raise self.fail(
+                        index,
+                        f"ends at {ts} µs, before its range began at "
+                        f"{self.start[row]:.0f} µs; expected 'ts' not to go back in time",
+                    )
                 self.end[row] = ts
                 if self.kind[row] == _OP:
                     try:
                         self.sizes[(pid, self.occurrence[row])] = _tensor_bytes(event.get("args"))
                     except ValueError as err:
-                        raise self.fail(index, f"{err}; expected args {{\"dtype\": ..., \"shape\": "
-                                        "\"[...]\"}") from None
+                        raise self.fail(
+                            index, f'{err}; expected args {{"dtype": ..., "shape": "[...]"}}'
+                        ) from None
                 continue
             if ph == "i" or ph == "I":
                 self.group_name = None
@@ -622,13 +686,21 @@ class _Builder:
                 self.first_start(pid, k, ts)
             elif label.startswith("NEGOTIATE_"):
                 self.group_name = None
-                op = current_op[pid] = self.op_code(label[len("NEGOTIATE_"):].lower())
+                op = current_op[pid] = self.op_code(label[len("NEGOTIATE_") :].lower())
                 row = self.row(pid, label, _NEGOTIATION, ts, nan, k, op, -1)
                 self.first_start(pid, k, ts)
             else:
                 self.group_name = None
-                row = self.row(pid, label, _ACTIVITY, ts, nan, k - 1 if k else 0,
-                               current_op.get(pid, 0), self.current_fusion.get(pid, -1))
+                row = self.row(
+                    pid,
+                    label,
+                    _ACTIVITY,
+                    ts,
+                    nan,
+                    k - 1 if k else 0,
+                    current_op.get(pid, 0),
+                    self.current_fusion.get(pid, -1),
+                )
             stack = open_ranges.get(pid)
             if stack is None:
                 stack = open_ranges[pid] = []
@@ -644,8 +716,11 @@ class _Builder:
         elif "start_time_since_epoch_in_micros" in args:
             value = args["start_time_since_epoch_in_micros"]
             if not _finite_number(value):
-                raise self.fail(index, f"'start_time_since_epoch_in_micros' is {str(value)[:40]!r}; "
-                                "expected a number of µs since the epoch")
+                raise self.fail(
+                    index,
+                    f"'start_time_since_epoch_in_micros' is {str(value)[:40]!r}; "
+                    "expected a number of µs since the epoch",
+                )
             self.start_epoch = float(value) * _US
 
     def pid_of(self, event: dict, index: int) -> int:
@@ -668,8 +743,11 @@ class _Builder:
         end = np.frombuffer(self.end, dtype=np.float64) * _US
         keep = ~np.isnan(end)
         if not keep.any():
-            raise InputFileError(self.path, "holds no trace events, only metadata or ranges never "
-                                 "closed; expected the ranges of at least one negotiation or operation")
+            raise InputFileError(
+                self.path,
+                "holds no trace events, only metadata or ranges never "
+                "closed; expected the ranges of at least one negotiation or operation",
+            )
         self.warn_about_leftovers(keep)
         pid = np.frombuffer(self.pid, dtype=np.int64)
         label = np.frombuffer(self.label, dtype=np.int64)
@@ -679,8 +757,9 @@ class _Builder:
         n = len(start)
 
         label_category = np.array([_category(lab) for lab in self.labels], dtype=np.int64)
-        category = np.where(kind == _ACTIVITY, label_category[label],
-                            np.where(kind == _NEGOTIATION, _OTHER, _ANNOTATION))
+        category = np.where(
+            kind == _ACTIVITY, label_category[label], np.where(kind == _NEGOTIATION, _OTHER, _ANNOTATION)
+        )
         # The operation, its transfers and its copies move the tensor; waits and negotiations do not.
         carries = (kind == _OP) | (category == _MEMCPY) | (category == _COMMUNICATION)
         size = np.full(n, np.nan)
@@ -714,15 +793,19 @@ class _Builder:
         cycle = np.full(n, -1)
         if self.markers:
             cycle = np.searchsorted(np.sort(np.array(self.markers) * _US), start, side="right") - 1
-        ready = np.array([int(lab) if lab.isascii() and lab.isdigit() and len(lab) < 19 else -1
-                          for lab in self.labels], dtype=np.int64)
+        ready = np.array(
+            [int(lab) if lab.isascii() and lab.isdigit() and len(lab) < 19 else -1 for lab in self.labels],
+            dtype=np.int64,
+        )
         ready_rank = np.where(kind == _TICK, ready[label], -1)
 
         pids = np.unique(pid)
         streams = [self.tensor_names.get(int(p), f"pid {p}") if p >= 0 else "cycles" for p in pids]
         stream_codes = np.searchsorted(pids, pid)
-        collectives_of = [normalize_collective_name(lab) if c == _COMMUNICATION else ""
-                          for lab, c in zip(self.labels, label_category, strict=True)]
+        collectives_of = [
+            normalize_collective_name(lab) if c == _COMMUNICATION else ""
+            for lab, c in zip(self.labels, label_category, strict=True)
+        ]
         collective_names = list(dict.fromkeys(["", *collectives_of]))
         collective_code = np.array([collective_names.index(c) for c in collectives_of], dtype=np.int64)
         collective = np.where(category == _COMMUNICATION, collective_code[label], 0)
@@ -772,25 +855,39 @@ class _Builder:
     def warn_about_leftovers(self, keep: np.ndarray) -> None:
         still_open = np.flatnonzero(~keep)
         if len(still_open):
-            shown = sorted({f"{self.tensor_names.get(self.pid[r], self.pid[r])} "
-                            f"({self.labels[self.label[r]]})" for r in still_open})
-            warnings.warn(f"{self.path}: {len(still_open)} range(s) still open at the end of the "
-                          "timeline, as Horovod leaves it while running or when killed; dropped: "
-                          + ", ".join(shown[:5]) + (" ..." if len(shown) > 5 else ""), stacklevel=5)
+            shown = sorted(
+                {
+                    f"{self.tensor_names.get(self.pid[r], self.pid[r])} ({self.labels[self.label[r]]})"
+                    for r in still_open
+                }
+            )
+            warnings.warn(
+                f"{self.path}: {len(still_open)} range(s) still open at the end of the "
+                "timeline, as Horovod leaves it while running or when killed; dropped: "
+                + ", ".join(shown[:5])
+                + (" ..." if len(shown) > 5 else ""),
+                stacklevel=5,
+            )
         if self.unmatched_end:
-            warnings.warn(f"{self.path}: {self.unmatched_end} 'E' event(s) without an open range on "
-                          "their pid (a timeline started mid-operation); ignored", stacklevel=5)
+            warnings.warn(
+                f"{self.path}: {self.unmatched_end} 'E' event(s) without an open range on "
+                "their pid (a timeline started mid-operation); ignored",
+                stacklevel=5,
+            )
         if self.skipped:
-            warnings.warn(f"{self.path}: events with phases Horovod does not write were ignored: "
-                          + ", ".join(f"{k!r} x{v}" for k, v in sorted(self.skipped.items())),
-                          stacklevel=5)
+            warnings.warn(
+                f"{self.path}: events with phases Horovod does not write were ignored: "
+                + ", ".join(f"{k!r} x{v}" for k, v in sorted(self.skipped.items())),
+                stacklevel=5,
+            )
 
 
 def _categorical(codes: np.ndarray, categories: list[str]) -> pd.Categorical:
     """A categorical from codes; categories that repeat (two pids, one name) are merged."""
     # A lone surrogate (a "\\ud800" escape in the JSON) cannot be hashed as UTF-8: keep it visible.
-    categories = [c.encode("utf-8", "backslashreplace").decode("utf-8") if isinstance(c, str) else c
-                  for c in categories]
+    categories = [
+        c.encode("utf-8", "backslashreplace").decode("utf-8") if isinstance(c, str) else c for c in categories
+    ]
     if len(set(categories)) == len(categories):
         return pd.Categorical.from_codes(codes, categories=categories)
     return pd.Categorical(np.asarray(categories, dtype=object)[codes])

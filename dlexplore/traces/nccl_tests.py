@@ -185,11 +185,14 @@ def read_tests(path: str | os.PathLike, *, gpus: int | None = None, by: str = "b
     names = set().union(*(t.data_vars for t in tests))
     filled = []
     for test in tests:  # old and new formats differ in their check column: give each the other's
-        missing = {n: xr.full_like(test["time"], np.nan).assign_attrs(tests[0].get(n, test["time"]).attrs)
-                   for n in names - set(test.data_vars)}
+        missing = {
+            n: xr.full_like(test["time"], np.nan).assign_attrs(tests[0].get(n, test["time"]).attrs)
+            for n in names - set(test.data_vars)
+        }
         filled.append(test.assign(missing))
-    ds = xr.concat(filled, dim="test", join="outer", coords="different", compat="equals",
-                   combine_attrs="drop_conflicts")
+    ds = xr.concat(
+        filled, dim="test", join="outer", coords="different", compat="equals", combine_attrs="drop_conflicts"
+    )
     ds = ds.assign_coords(test=("test", np.arange(len(tests)), {"long_name": "result in the file"}))
     first_lines = ", ".join(str(t.attrs.get("first_line")) for t in tests)
     kinds = ", ".join(str(t.collective.item()) for t in tests)
@@ -301,8 +304,11 @@ def _parse(path: Path) -> list[_Test]:
                 try:
                     current.avg_busbw = float(match.group(1))
                 except ValueError:  # "5e": the pattern admits what float() does not
-                    raise InputFileError(path, f"'# Avg bus bandwidth' is {match.group(1)!r}; expected "
-                                         "a number of GB/s", line=number) from None
+                    raise InputFileError(
+                        path,
+                        f"'# Avg bus bandwidth' is {match.group(1)!r}; expected a number of GB/s",
+                        line=number,
+                    ) from None
                 current.closed = True
                 continue
             continue
@@ -416,9 +422,11 @@ def _dataset(path: Path, test: _Test, *, collective: str | None, gpus: int | Non
     if name is None:
         named = normalize_collective_name(path.stem)
         if named in COLLECTIVE_OF_BINARY.values():
-            warnings.warn(f"{path}: no nccl-tests binary name (e.g. all_reduce_perf) before line "
-                          f"{test.first_line}; the collective {named!r} is taken from the file name",
-                          stacklevel=3)
+            warnings.warn(
+                f"{path}: no nccl-tests binary name (e.g. all_reduce_perf) before line "
+                f"{test.first_line}; the collective {named!r} is taken from the file name",
+                stacklevel=3,
+            )
             name = named
         else:
             warnings.warn(
@@ -467,7 +475,8 @@ def _dataset(path: Path, test: _Test, *, collective: str | None, gpus: int | Non
     aggregated = ""
     if by == "bytes" and len(np.unique(size_array)) < len(size_array):
         size_array, rows, values, counts, extra, aggregated = _aggregate(
-            size_array, values, counts, extra, [line for line, _ in test.rows], check)
+            size_array, values, counts, extra, [line for line, _ in test.rows], check
+        )
     data_vars = {
         "time": (
             (dim, "placement"),
@@ -498,8 +507,11 @@ def _dataset(path: Path, test: _Test, *, collective: str | None, gpus: int | Non
             {"units": "1", "long_name": "largest error found by the check (older nccl-tests)"},
         )
     if by == "bytes":
-        data_vars["rows"] = (("bytes",), rows, {
-            "units": "count", "long_name": "result rows of this size (repeated sizes are means)"})
+        data_vars["rows"] = (
+            ("bytes",),
+            rows,
+            {"units": "count", "long_name": "result rows of this size (repeated sizes are means)"},
+        )
     coords: dict[str, object] = {
         "placement": ("placement", list(test.placements), {"long_name": "output buffer placement"}),
         "count": (
@@ -553,12 +565,19 @@ def _dataset(path: Path, test: _Test, *, collective: str | None, gpus: int | Non
     return ds
 
 
-def _aggregate(sizes: np.ndarray, values: dict[str, np.ndarray], counts: list, extra: dict[str, list],
-               lines: list[int], check: str) -> tuple:
+def _aggregate(
+    sizes: np.ndarray,
+    values: dict[str, np.ndarray],
+    counts: list,
+    extra: dict[str, list],
+    lines: list[int],
+    check: str,
+) -> tuple:
     """Rows of repeated sizes as one row per size (first appearance order): time, algbw, busbw
     means; wrong elements summed; the largest error kept. Returns the new columns and a note."""
-    unique, first, inverse, repeats = np.unique(sizes, return_index=True, return_inverse=True,
-                                                return_counts=True)
+    unique, first, inverse, repeats = np.unique(
+        sizes, return_index=True, return_inverse=True, return_counts=True
+    )
     order = np.argsort(first, kind="stable")
     position = np.empty(len(order), dtype=np.int64)
     position[order] = np.arange(len(order))
@@ -571,7 +590,16 @@ def _aggregate(sizes: np.ndarray, values: dict[str, np.ndarray], counts: list, e
         else:
             out[name] = frame.mean().to_numpy(float)
     keep = first[order]
-    notes = [f"{int(unique[i])} B: lines {', '.join(str(lines[j]) for j in np.flatnonzero(inverse == i))}"
-             for i in order if repeats[i] > 1]
-    return (unique[order], repeats[order], out, [counts[i] for i in keep],
-            {k: [v[i] for i in keep] for k, v in extra.items()}, "; ".join(notes))
+    notes = [
+        f"{int(unique[i])} B: lines {', '.join(str(lines[j]) for j in np.flatnonzero(inverse == i))}"
+        for i in order
+        if repeats[i] > 1
+    ]
+    return (
+        unique[order],
+        repeats[order],
+        out,
+        [counts[i] for i in keep],
+        {k: [v[i] for i in keep] for k, v in extra.items()},
+        "; ".join(notes),
+    )

@@ -68,14 +68,16 @@ def to_dataset(trace: Trace) -> xr.Dataset:
         data[name] = xr.Variable("event", values, attrs)
     data.update(_memory_variables(trace.memory))
     ds = xr.Dataset(data, coords=coords)
-    ds.attrs.update({
-        "source": trace.source,
-        "kind": "measured",
-        "format": trace.format,
-        "files": json.dumps(list(trace.files)),
-        "world_size": -1 if trace.world_size is None else int(trace.world_size),
-        "meta": json.dumps(trace.meta, default=str),
-    })
+    ds.attrs.update(
+        {
+            "source": trace.source,
+            "kind": "measured",
+            "format": trace.format,
+            "files": json.dumps(list(trace.files)),
+            "world_size": -1 if trace.world_size is None else int(trace.world_size),
+            "meta": json.dumps(trace.meta, default=str),
+        }
+    )
     return ds
 
 
@@ -111,7 +113,7 @@ def _memory_table(ds: xr.Dataset) -> pd.DataFrame | None:
         return None
     table = {}
     for name in names:
-        column = str(name)[len(_MEMORY_PREFIX):]
+        column = str(name)[len(_MEMORY_PREFIX) :]
         values = _decode_nullable(ds, name) if _NA_ATTR in ds[name].attrs else ds[name].values
         table[column] = values
     frame = pd.DataFrame(table)
@@ -141,8 +143,10 @@ def _encode_nullable(column: pd.Series) -> tuple[np.ndarray, int]:
     for candidate in (info.min, info.max):
         if not (present == candidate).any():
             return column.to_numpy(dtype=dtype, na_value=candidate), int(candidate)
-    raise DlexploreError(f"column {column.name!r} holds both {info.min} and {info.max}, so neither can "
-                         "mark its missing values in netCDF")
+    raise DlexploreError(
+        f"column {column.name!r} holds both {info.min} and {info.max}, so neither can "
+        "mark its missing values in netCDF"
+    )
 
 
 def _decode_nullable(ds: xr.Dataset, name: str) -> Any:
@@ -167,15 +171,22 @@ def _decode_categorical(ds: xr.Dataset, name: str) -> Any:
 #: The pandas dtypes a column may be restored to, by the kind it is stored as: labels become strings
 #: or objects; floats with NaN become nullable integers (a fraction is an error, not rounded).
 _NULLABLE = {"Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64", "boolean"}
-_RESTORABLE = {"category": {"category", "object", "str", "string"},
-               "f": _NULLABLE, "i": _NULLABLE, "u": _NULLABLE, "b": {"boolean"}}
+_RESTORABLE = {
+    "category": {"category", "object", "str", "string"},
+    "f": _NULLABLE,
+    "i": _NULLABLE,
+    "u": _NULLABLE,
+    "b": {"boolean"},
+}
 
 
 def _restore_dtype(column: pd.Series, dtype: str) -> pd.Series:
     stored = "category" if isinstance(column.dtype, pd.CategoricalDtype) else column.dtype.kind
     if dtype not in _RESTORABLE.get(stored, set()):
-        raise ValueError(f"column {column.name!r} is stored as {column.dtype} but its pandas_dtype "
-                         f"attribute says {dtype!r}")
+        raise ValueError(
+            f"column {column.name!r} is stored as {column.dtype} but its pandas_dtype "
+            f"attribute says {dtype!r}"
+        )
     if dtype == "object":  # missing as None, as a reader building Python objects leaves it
         return column.astype(object).where(column.notna(), None)
     return column.astype(dtype)
@@ -183,8 +194,7 @@ def _restore_dtype(column: pd.Series, dtype: str) -> pd.Series:
 
 def from_dataset(ds: xr.Dataset, origin: str = "dataset") -> Trace:
     """The :class:`Trace` that :func:`to_dataset` made (``origin`` names it in errors)."""
-    missing = [name for name in ("rank", "stream", "name", "category", "start", "duration")
-               if name not in ds]
+    missing = [name for name in ("rank", "stream", "name", "category", "start", "duration") if name not in ds]
     if missing or "event" not in ds.dims and ds.sizes:
         raise DlexploreError(f"{origin}: not a dlexplore trace (missing {missing or 'event dim'})")
     columns: dict[str, Any] = {}
@@ -209,8 +219,14 @@ def from_dataset(ds: xr.Dataset, origin: str = "dataset") -> Trace:
     files = tuple(json.loads(ds.attrs.get("files", "[]")))
     world = int(ds.attrs.get("world_size", -1))
     meta = json.loads(ds.attrs.get("meta", "{}"))
-    return Trace(events, str(ds.attrs.get("format", "netcdf")), files, None if world < 0 else world, meta,
-                 _memory_table(ds))
+    return Trace(
+        events,
+        str(ds.attrs.get("format", "netcdf")),
+        files,
+        None if world < 0 else world,
+        meta,
+        _memory_table(ds),
+    )
 
 
 def netcdf_encoding(ds: xr.Dataset) -> dict[str, dict[str, Any]]:
@@ -224,13 +240,20 @@ def netcdf_encoding(ds: xr.Dataset) -> dict[str, dict[str, Any]]:
     if not events:
         return {}
     chunk = (min(events, _CHUNK_EVENTS),)
-    encoding = {name: {"zlib": True, "complevel": 1, "shuffle": True, "chunksizes": chunk}
-                for name, variable in ds.data_vars.items() if variable.dims == ("event",)}
+    encoding = {
+        name: {"zlib": True, "complevel": 1, "shuffle": True, "chunksizes": chunk}
+        for name, variable in ds.data_vars.items()
+        if variable.dims == ("event",)
+    }
     if ds.sizes.get("memory_event", 0):
         memory_chunk = (min(ds.sizes["memory_event"], _CHUNK_EVENTS),)
-        encoding.update({name: {"zlib": True, "complevel": 1, "shuffle": True, "chunksizes": memory_chunk}
-                         for name, variable in ds.data_vars.items() if variable.dims == ("memory_event",)
-                         and variable.dtype.kind != "U"})
+        encoding.update(
+            {
+                name: {"zlib": True, "complevel": 1, "shuffle": True, "chunksizes": memory_chunk}
+                for name, variable in ds.data_vars.items()
+                if variable.dims == ("memory_event",) and variable.dtype.kind != "U"
+            }
+        )
     return encoding
 
 

@@ -125,7 +125,8 @@ _MPI_THREAD = re.compile(r"^MPI Rank (\d+)$")
 _MPI_SETUP = re.compile(
     r"^MPI_(?:Init|Init_thread|Initialized|Finalize|Finalized|Abort|Query_thread|Pcontrol|Wtime|Wtick|"
     r"Get_\w+|Comm_\w+|Group_\w+|Type_\w+|Op_\w+|Info_\w+|Errhandler_\w+|Error_\w+|Attr_\w+|"
-    r"Keyval_\w+|Cart_\w+|Graph_\w+|Dims_create|Alloc_mem|Free_mem|Win_(?:create|allocate|free)\w*)$")
+    r"Keyval_\w+|Cart_\w+|Graph_\w+|Dims_create|Alloc_mem|Free_mem|Win_(?:create|allocate|free)\w*)$"
+)
 _DYNAMIC = re.compile(r"^DYNAMIC_NVTXPAYLOAD_DATATYPE_(\d+)_(\d+)_(\d+)$")
 
 _REQUIRED = {
@@ -309,10 +310,18 @@ def _read_file(path: Path, *, kernel_names: str, runtime: bool, nvtx: bool) -> _
             mpi = {int(g) // _GLOBAL_ID_SHIFT: int(r) for g, r in rows if g is not None and r is not None}
         elif "ThreadNames" in columns and "StringIds" in columns:
             # nsys --trace=mpi names each process's main thread "MPI Rank <n>"
-            rows = _query(path, db, "SELECT t.globalTid, s.value FROM ThreadNames AS t JOIN StringIds AS s "
-                          "ON s.id = t.nameId WHERE s.value LIKE 'MPI Rank %'", "ThreadNames")
-            mpi = {int(g) // _GLOBAL_ID_SHIFT: int(m.group(1)) for g, v in rows
-                   if g is not None and (m := _MPI_THREAD.match(str(v)))}
+            rows = _query(
+                path,
+                db,
+                "SELECT t.globalTid, s.value FROM ThreadNames AS t JOIN StringIds AS s "
+                "ON s.id = t.nameId WHERE s.value LIKE 'MPI Rank %'",
+                "ThreadNames",
+            )
+            mpi = {
+                int(g) // _GLOBAL_ID_SHIFT: int(m.group(1))
+                for g, v in rows
+                if g is not None and (m := _MPI_THREAD.match(str(v)))
+            }
         meta = _file_meta(path, db, columns)
     events = (
         pd.concat([p for p in parts if len(p)], ignore_index=True)
@@ -670,16 +679,24 @@ def _nvtx(
     )
     nccl = (domain_names == "NCCL") | np.array([bool(_NCCL_API.match(n)) and not domains for n in names])
     # MPI calls that nsys's MPI interposition records (domain "MPI"): communication, except set-up
-    mpi = ((domain_names == "MPI") | np.array([n.startswith("MPI_") and not domains for n in names],
-                                               dtype=bool)) & np.array([n.startswith("MPI_") for n in names],
-                                                                       dtype=bool)
+    mpi = (
+        (domain_names == "MPI") | np.array([n.startswith("MPI_") and not domains for n in names], dtype=bool)
+    ) & np.array([n.startswith("MPI_") for n in names], dtype=bool)
     mpi_comm = mpi & ~np.array([bool(_MPI_SETUP.match(n)) for n in names], dtype=bool)
     steps = [_STEP.match(n) for n in names]
-    category = np.array(["step" if s else "communication" if c else "annotation"
-                         for s, c in zip(steps, mpi_comm, strict=True)], dtype=object)
+    category = np.array(
+        [
+            "step" if s else "communication" if c else "annotation"
+            for s, c in zip(steps, mpi_comm, strict=True)
+        ],
+        dtype=object,
+    )
     collective = np.array(
-        [normalize_collective_name(n) if k or c else ""
-         for n, k, c in zip(names, nccl, mpi_comm, strict=True)], dtype=object
+        [
+            normalize_collective_name(n) if k or c else ""
+            for n, k, c in zip(names, nccl, mpi_comm, strict=True)
+        ],
+        dtype=object,
     )
     frame_out = _cpu_part(
         {

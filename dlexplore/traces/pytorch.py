@@ -191,9 +191,7 @@ def rank_from_filename(path: str | Path) -> int | None:
 class _RankFile:
     """The columns read from one file (one rank)."""
 
-    def __init__(
-        self, path: Path, names: Labels, cats: Labels, streams: Labels, chunk_chars: int | None
-    ):
+    def __init__(self, path: Path, names: Labels, cats: Labels, streams: Labels, chunk_chars: int | None):
         self.path = path
         self.names, self.cats, self.streams = names, cats, streams
         self.reader = ChromeTraceStream(path, **({"chunk_chars": chunk_chars} if chunk_chars else {}))
@@ -328,7 +326,9 @@ class _RankFile:
             (
                 i
                 for i, v in enumerate(values)
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v
+                if isinstance(v, bool)
+                or not isinstance(v, (int, float))
+                or v != v
                 or (isinstance(v, int) and abs(v) >= 2**1023)  # beyond a float
             ),
             None,
@@ -361,8 +361,11 @@ class _RankFile:
             array = np.asarray(values, dtype=object)
         if array.dtype.kind in "iu":
             return array.astype(np.int64, copy=False)
-        bad = next(i for i, v in enumerate(values)
-                   if isinstance(v, bool) or not isinstance(v, int) or not -(2**63) <= v < 2**63)
+        bad = next(
+            i
+            for i, v in enumerate(values)
+            if isinstance(v, bool) or not isinstance(v, int) or not -(2**63) <= v < 2**63
+        )
         raise self._fail(
             int(index[bad]),
             f"event {events[bad].get('name')!r} has args {field!r} = {values[bad]!r}; expected an integer id",
@@ -383,8 +386,10 @@ class _RankFile:
             labels = [f"{_DEVICE_KINDS[u & 3]}:{u >> 34}:{(u >> 2) & 0xFFFFFFFF}" for u in uniques.tolist()]
         else:
             # 2021 releases write string ids: tid "stream 7" on devices, "25738" on host threads
-            keys = [f"{_DEVICE_KINDS[k]}:{a}:{_thread_id(b)}"
-                    for k, a, b in zip(kind.tolist(), pid, tid, strict=True)]
+            keys = [
+                f"{_DEVICE_KINDS[k]}:{a}:{_thread_id(b)}"
+                for k, a, b in zip(kind.tolist(), pid, tid, strict=True)
+            ]
             local, uniques = pd.factorize(np.asarray(keys, dtype=object))
             labels = list(uniques)
         table = np.fromiter((self.streams.code(s) for s in labels), dtype=np.int32, count=len(labels))
@@ -395,8 +400,12 @@ class _RankFile:
         cache = getattr(self, "_wanted", None)
         if cache is None or len(cache) < len(self.names.values):
             cache = np.fromiter(
-                (_NCCL_KERNEL.match(v) is not None or v == RPC or v.startswith(("gloo:", *HOST_COMM_PREFIXES))
-                 for v in self.names.values),
+                (
+                    _NCCL_KERNEL.match(v) is not None
+                    or v == RPC
+                    or v.startswith(("gloo:", *HOST_COMM_PREFIXES))
+                    for v in self.names.values
+                ),
                 dtype=bool,
                 count=len(self.names.values),
             )
@@ -413,12 +422,21 @@ class _RankFile:
                 continue
             args = event.get("args")
             row = (event.get("ts"), *(args.get(k) for k in _MEMORY_ARGS)) if isinstance(args, dict) else ()
-            if not row or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                  for v in (row[0], row[1], row[3])) or any(
-                    v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))) for v in row):
-                raise self._fail(start + i, f"memory event {str(event)[:80]!r}: expected a ts and args with "
-                                 "numbers Device Type, Device Id, Bytes (Total Allocated, Total Reserved, "
-                                 "Addr)")
+            if (
+                not row
+                or not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) for v in (row[0], row[1], row[3])
+                )
+                or any(
+                    v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))) for v in row
+                )
+            ):
+                raise self._fail(
+                    start + i,
+                    f"memory event {str(event)[:80]!r}: expected a ts and args with "
+                    "numbers Device Type, Device Id, Bytes (Total Allocated, Total Reserved, "
+                    "Addr)",
+                )
             self.memory.append(row)
 
     def _metadata(self, events: Iterable[dict]) -> None:
@@ -469,8 +487,9 @@ def _table(strings: Labels, test) -> np.ndarray:
 def _device_table(cats: Labels) -> np.ndarray:
     """Per category code: the device kind of its rows (0 host, else an index in _DEVICE_KINDS)."""
     kinds = (_DEVICE_CATS.get(canonical_category(c)) for c in cats.values)
-    return np.fromiter((_DEVICE_KINDS.index(k) if k else 0 for k in kinds), dtype=np.int64,
-                       count=len(cats.values))
+    return np.fromiter(
+        (_DEVICE_KINDS.index(k) if k else 0 for k in kinds), dtype=np.int64, count=len(cats.values)
+    )
 
 
 def _copy_cat_table(cats: Labels) -> np.ndarray:
@@ -531,10 +550,15 @@ def _assign_ranks(files: list[_RankFile], allow_missing: bool, ranks: Any = None
     size and the ranks missing from it. See the module docstring."""
     if ranks is not None:
         given = list(ranks) if not isinstance(ranks, (str, bytes)) else None
-        if given is None or len(given) != len(files) or not all(
-                isinstance(r, (int, np.integer)) and not isinstance(r, bool) and r >= 0 for r in given):
-            raise DlexploreError(f"ranks= must give one rank (an integer >= 0) per file, in the order of the "
-                                 f"files ({len(files)}); got {ranks!r}")
+        if (
+            given is None
+            or len(given) != len(files)
+            or not all(isinstance(r, (int, np.integer)) and not isinstance(r, bool) and r >= 0 for r in given)
+        ):
+            raise DlexploreError(
+                f"ranks= must give one rank (an integer >= 0) per file, in the order of the "
+                f"files ({len(files)}); got {ranks!r}"
+            )
         for file, rank in zip(files, given, strict=True):
             file.rank = int(rank)
     for file in files:
@@ -548,11 +572,16 @@ def _assign_ranks(files: list[_RankFile], allow_missing: bool, ranks: Any = None
                     "the file name (rank3, rank_3, rank-3); pass ranks=[...] (one per file, in order)"
                 )
             file.rank, file.rank_known = 0, False
-            warnings.warn(f"{file.path}: the rank is unknown (no distributedInfo in the trace, no rank in "
-                          "the file name); shown as rank 0", stacklevel=4)
+            warnings.warn(
+                f"{file.path}: the rank is unknown (no distributedInfo in the trace, no rank in "
+                "the file name); shown as rank 0",
+                stacklevel=4,
+            )
             continue
-        warnings.warn(f"{file.path}: no distributedInfo in the trace; rank {rank} taken from the file name",
-                      stacklevel=4)
+        warnings.warn(
+            f"{file.path}: no distributedInfo in the trace; rank {rank} taken from the file name",
+            stacklevel=4,
+        )
         file.rank = rank
     sizes = {f.world_size for f in files if f.world_size is not None}
     if len(sizes) > 1:
@@ -571,8 +600,10 @@ def _assign_ranks(files: list[_RankFile], allow_missing: bool, ranks: Any = None
     world_size = sizes.pop() if sizes else max(by_rank) + 1
     if world_size > _MAX_WORLD:
         big = max(files, key=lambda f: max(f.rank or 0, f.world_size or 0))
-        raise DlexploreError(f"{big.path}: rank {big.rank} of world size {world_size}; expected fewer than "
-                             f"{_MAX_WORLD:,} ranks")
+        raise DlexploreError(
+            f"{big.path}: rank {big.rank} of world size {world_size}; expected fewer than "
+            f"{_MAX_WORLD:,} ranks"
+        )
     beyond = sorted(r for r in by_rank if r >= world_size)
     if beyond:
         raise DlexploreError(
@@ -590,9 +621,7 @@ def _assign_ranks(files: list[_RankFile], allow_missing: bool, ranks: Any = None
     return world_size, missing
 
 
-def _assemble(
-    files: list[_RankFile], world_size: int, names: Labels, cats: Labels, streams: Labels
-) -> Trace:
+def _assemble(files: list[_RankFile], world_size: int, names: Labels, cats: Labels, streams: Labels) -> Trace:
     counts = [f.rows for f in files]
     total = int(sum(counts))
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -629,16 +658,30 @@ def _assemble(
 
     gpu_trace = any(canonical_category(cats.values[c]) in _KERNEL_CATS for c in np.unique(cat_code).tolist())
     category, collective, step_of_name = _classify(cat_code, name_code, cats, names, gpu_trace)
-    on_device = _table(streams, lambda v: not v.startswith("cpu:"))[stream_code] if total else \
-        np.zeros(0, bool)
+    on_device = (
+        _table(streams, lambda v: not v.startswith("cpu:"))[stream_code] if total else np.zeros(0, bool)
+    )
     infos = []
     for file, offset in zip(files, offsets[:-1], strict=True):
         for info in file.comm:
             info.row += offset
             infos.append(info)
     comm = resolve_communication(
-        EventColumns(rank, start, start + duration, category, collective, name_code, names, cat_code, cats,
-                     stream_code, on_device, corr, ext),
+        EventColumns(
+            rank,
+            start,
+            start + duration,
+            category,
+            collective,
+            name_code,
+            names,
+            cat_code,
+            cats,
+            stream_code,
+            on_device,
+            corr,
+            ext,
+        ),
         infos,
         kernel_cats=frozenset(c for c in cats.values if canonical_category(c) in _KERNEL_CATS),
         runtime_cats=frozenset(c for c in cats.values if canonical_category(c) in _RUNTIME_CATS),
@@ -694,8 +737,16 @@ def _assemble(
 
 
 #: c10::DeviceType numbers in ``[memory]`` events -> device names.
-_DEVICE_TYPES = {0: "cpu", 1: "cuda", 6: "hip", 12: "xpu", 13: "mps", 15: "hpu", 19: "mtia",
-                 20: "privateuse1"}
+_DEVICE_TYPES = {
+    0: "cpu",
+    1: "cuda",
+    6: "hip",
+    12: "xpu",
+    13: "mps",
+    15: "hpu",
+    19: "mtia",
+    20: "privateuse1",
+}
 
 
 def _memory_table(files: list[_RankFile], shift: np.ndarray) -> pd.DataFrame | None:
@@ -706,16 +757,26 @@ def _memory_table(files: list[_RankFile], shift: np.ndarray) -> pd.DataFrame | N
             continue
         ts, kind, device, delta, allocated, reserved, address = (
             np.asarray([np.nan if v is None else v for v in column], dtype=np.float64)
-            for column in zip(*file.memory, strict=True))
+            for column in zip(*file.memory, strict=True)
+        )
         names = [_DEVICE_TYPES.get(int(k), f"device{int(k)}") for k in kind]
         ids = np.nan_to_num(device)
         labels = [n if n == "cpu" else f"{n}:{int(d)}" for n, d in zip(names, ids, strict=True)]
-        parts.append(pd.DataFrame({
-            "rank": np.full(len(ts), file.rank, dtype=np.int32), "device": labels,
-            "time": (ts - file.ts_origin) * 1e-6 + offset, "bytes": delta, "allocated": allocated,
-            "reserved": reserved,
-            "address": pd.array(np.where(np.isnan(address), 0, address).astype(np.int64), dtype="Int64"),
-        }))
+        parts.append(
+            pd.DataFrame(
+                {
+                    "rank": np.full(len(ts), file.rank, dtype=np.int32),
+                    "device": labels,
+                    "time": (ts - file.ts_origin) * 1e-6 + offset,
+                    "bytes": delta,
+                    "allocated": allocated,
+                    "reserved": reserved,
+                    "address": pd.array(
+                        np.where(np.isnan(address), 0, address).astype(np.int64), dtype="Int64"
+                    ),
+                }
+            )
+        )
         parts[-1].loc[np.isnan(address), "address"] = pd.NA
     if not parts:
         return None
@@ -736,8 +797,9 @@ def _sorted_categorical(codes: np.ndarray, strings: Labels) -> pd.Categorical:
 
 def _thread_stream(key: str, streams: Labels) -> str:
     """The stream name of a ``pid:tid`` thread_name record (a device's row if events ran there)."""
-    return next((f"{kind}:{key}" for kind in _DEVICE_KINDS[1:] if f"{kind}:{key}" in streams.codes),
-                f"cpu:{key}")
+    return next(
+        (f"{kind}:{key}" for kind in _DEVICE_KINDS[1:] if f"{kind}:{key}" in streams.codes), f"cpu:{key}"
+    )
 
 
 def _classify(

@@ -40,8 +40,12 @@ _SCHEDULERS = ("threads", "processes", "sync")
 _MAX_BATCH = 16  # files per task at most: keeps the progress bar moving on big folders
 
 
-def _summarize_one(path: str, format: str | None, steps: list[int] | None,  # noqa: A002
-                   options: dict[str, Any]) -> dict[str, Any]:
+def _summarize_one(
+    path: str,
+    format: str | None,
+    steps: list[int] | None,  # noqa: A002
+    options: dict[str, Any],
+) -> dict[str, Any]:
     """One file's breakdown as plain arrays (cheap to send between processes), or the error it raised.
 
     Errors come back as values rather than exceptions: dlexplore's exceptions take keyword
@@ -67,12 +71,20 @@ def _summarize_one(path: str, format: str | None, steps: list[int] | None,  # no
         }
     except Exception as error:  # noqa: BLE001 - every failure is reported with the file's name
         message = str(error)
-        return {"path": path, "error": message, "error_type": type(error).__name__,
-                "user_error": isinstance(error, (DlexploreError, OSError, EOFError))}
+        return {
+            "path": path,
+            "error": message,
+            "error_type": type(error).__name__,
+            "user_error": isinstance(error, (DlexploreError, OSError, EOFError)),
+        }
 
 
-def _summarize_batch(paths: list[str], format: str | None, steps: list[int] | None,  # noqa: A002
-                     options: dict[str, Any]) -> list[dict[str, Any]]:
+def _summarize_batch(
+    paths: list[str],
+    format: str | None,
+    steps: list[int] | None,  # noqa: A002
+    options: dict[str, Any],
+) -> list[dict[str, Any]]:
     """:func:`_summarize_one` for each of a few files, one after another."""
     return [_summarize_one(path, format, steps, options) for path in paths]
 
@@ -131,9 +143,16 @@ def summarize(
     workers = n_workers or os.cpu_count() or 1
     batch = max(1, min(_MAX_BATCH, len(files) // (8 * workers)))
     task = dask.delayed(_summarize_batch)
-    tasks = [task([str(p) for p in files[i:i + batch]], format, wanted, dict(options),
-                  dask_key_name=f"summarize-{i}")
-             for i in range(0, len(files), batch)]
+    tasks = [
+        task(
+            [str(p) for p in files[i : i + batch]],
+            format,
+            wanted,
+            dict(options),
+            dask_key_name=f"summarize-{i}",
+        )
+        for i in range(0, len(files), batch)
+    ]
     if client is not None:
         futures = client.compute(tasks)
         if progress and progress_enabled():
@@ -162,8 +181,9 @@ def _events_of_file(path: str, format: str | None, options: dict[str, Any]) -> A
     return events[list(COLUMNS)]
 
 
-def load_events_lazily(paths: str | os.PathLike | Iterable[str | os.PathLike], *,
-                       format: str | None = None, **options: Any) -> Any:  # noqa: A002
+def load_events_lazily(
+    paths: str | os.PathLike | Iterable[str | os.PathLike], *, format: str | None = None, **options: Any
+) -> Any:  # noqa: A002
     """The event table of per-rank trace files as a ``dask.dataframe.DataFrame``, one partition per file.
 
     Nothing is read until a result is computed (``df.groupby("rank").duration.sum().compute()``);
@@ -183,8 +203,9 @@ def load_events_lazily(paths: str | os.PathLike | Iterable[str | os.PathLike], *
         raise DlexploreError(f"no trace files in {paths!r}")
     meta = clear_known_categories(empty_events())
     task = dask.delayed(_events_of_file)
-    parts = [task(str(path), format, dict(options), dask_key_name=f"events-{i}")
-             for i, path in enumerate(files)]
+    parts = [
+        task(str(path), format, dict(options), dask_key_name=f"events-{i}") for i, path in enumerate(files)
+    ]
     return dd.from_delayed(parts, meta=meta, verify_meta=False)
 
 
@@ -197,8 +218,9 @@ def _assemble(results: list[dict[str, Any]], allow_missing: bool) -> xr.Dataset:
                 if result["error"].startswith(result["path"]):  # the reader named the file already
                     error.args = (result["error"],)
                 raise error
-            raise DlexploreError(f"{result['path']}: could not be summarised "
-                                 f"({result['error_type']}: {result['error']})")
+            raise DlexploreError(
+                f"{result['path']}: could not be summarised ({result['error_type']}: {result['error']})"
+            )
     formats = sorted({r["format"] for r in results})
     if len(formats) > 1:
         listing = "; ".join(f"{Path(r['path']).name}: {r['format']}" for r in results[:6])
@@ -206,21 +228,25 @@ def _assemble(results: list[dict[str, Any]], allow_missing: bool) -> xr.Dataset:
     sizes = {r["world_size"] for r in results if r["world_size"] is not None}
     if len(sizes) > 1:
         listing = "; ".join(f"{Path(r['path']).name}: {r['world_size']}" for r in results[:6])
-        raise DlexploreError(f"these traces come from runs of different world sizes ({listing}); "
-                             "expected the files of one run")
+        raise DlexploreError(
+            f"these traces come from runs of different world sizes ({listing}); expected the files of one run"
+        )
     owner: dict[int, str] = {}
     for result in results:
         for rank in result["rank"].tolist():
             if rank in owner:
-                raise DlexploreError(f"{owner[rank]} and {result['path']} both hold rank {rank}; "
-                                     "expected one file per rank")
+                raise DlexploreError(
+                    f"{owner[rank]} and {result['path']} both hold rank {rank}; expected one file per rank"
+                )
             owner[rank] = result["path"]
     world_size = sizes.pop() if sizes else (max(owner) + 1 if owner else 0)
     missing = sorted(set(range(world_size)) - set(owner))
     if missing and len(results) > 1 and not allow_missing:
         shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
-        raise DlexploreError(f"rank(s) {shown} of {world_size} missing from the traces given "
-                             f"({len(results)} files); pass allow_missing_ranks=True to read them anyway")
+        raise DlexploreError(
+            f"rank(s) {shown} of {world_size} missing from the traces given "
+            f"({len(results)} files); pass allow_missing_ranks=True to read them anyway"
+        )
 
     # load_trace(folder).breakdown() numbers every rank's whole trace as step 0 only when no file
     # marks steps; when some do, the unmarked ranks' events are outside steps there, so here too.
@@ -238,11 +264,13 @@ def _assemble(results: list[dict[str, Any]], allow_missing: bool) -> xr.Dataset:
     step_coords = np.unique(np.concatenate([r["step"] for r in results])).astype(np.int64)
     row_of = np.searchsorted(rank_coords, np.concatenate([r["rank"] for r in results]))
     shape = (len(rank_coords), len(step_coords))
-    arrays = {name: np.zeros(shape, np.int64) if name == "events" else np.full(shape, np.nan)
-              for name in BREAKDOWN_VARIABLES}
+    arrays = {
+        name: np.zeros(shape, np.int64) if name == "events" else np.full(shape, np.nan)
+        for name in BREAKDOWN_VARIABLES
+    }
     row = 0
     for result in results:
-        rows = row_of[row:row + len(result["rank"])]
+        rows = row_of[row : row + len(result["rank"])]
         row += len(result["rank"])
         cols = np.searchsorted(step_coords, result["step"])
         for name, values in result["data"].items():
@@ -251,15 +279,23 @@ def _assemble(results: list[dict[str, Any]], allow_missing: bool) -> xr.Dataset:
         name: (("rank", "step"), arrays[name], {"units": units, "long_name": long_name})
         for name, (units, long_name) in BREAKDOWN_VARIABLES.items()
     }
-    ds = xr.Dataset(variables, coords={
-        "rank": ("rank", rank_coords, {"units": "1", "long_name": "process rank"}),
-        "step": ("step", step_coords, {"units": "1", "long_name": "training step"}),
-    })
-    ordered = [results[i]["path"] for i in np.argsort([r["rank"].min() if len(r["rank"]) else -1
-                                                       for r in results], kind="stable")]
+    ds = xr.Dataset(
+        variables,
+        coords={
+            "rank": ("rank", rank_coords, {"units": "1", "long_name": "process rank"}),
+            "step": ("step", step_coords, {"units": "1", "long_name": "training step"}),
+        },
+    )
+    ordered = [
+        results[i]["path"]
+        for i in np.argsort([r["rank"].min() if len(r["rank"]) else -1 for r in results], kind="stable")
+    ]
     attrs = dict(first["attrs"])
-    attrs.update(source=_source(formats[0], ordered), events_outside_steps=outside,
-                 computed="one file at a time on Dask (dlexplore.traces.scale.summarize)")
+    attrs.update(
+        source=_source(formats[0], ordered),
+        events_outside_steps=outside,
+        computed="one file at a time on Dask (dlexplore.traces.scale.summarize)",
+    )
     ds.attrs.update(attrs)
     return ds
 
@@ -291,9 +327,16 @@ _DUR = re.compile(rf'("dur"\s*:\s*)({_NUMBER})')
 _INFO = re.compile(r'"distributedInfo"\s*:\s*')
 
 
-def replicate_traces(sources: Sequence[str | os.PathLike], out_dir: str | os.PathLike, n_ranks: int, *,
-                     jitter: float = 0.02, shift: float = 5e-3, seed: int = 0,
-                     compresslevel: int = 1) -> list[Path]:
+def replicate_traces(
+    sources: Sequence[str | os.PathLike],
+    out_dir: str | os.PathLike,
+    n_ranks: int,
+    *,
+    jitter: float = 0.02,
+    shift: float = 5e-3,
+    seed: int = 0,
+    compresslevel: int = 1,
+) -> list[Path]:
     """Make ``n_ranks`` PyTorch profiler traces from a few real ones, with jitter (benchmarks, tests).
 
     Rank ``r`` is a copy of ``sources[r % len(sources)]`` with ``distributedInfo`` saying rank ``r``
@@ -321,12 +364,16 @@ def replicate_traces(sources: Sequence[str | os.PathLike], out_dir: str | os.Pat
         info.update(rank=rank, world_size=n_ranks)
         for group in info.get("pg_config", []):
             group.update(pg_size=n_ranks, ranks=list(range(n_ranks)))
-        text = text[:found.end()] + json.dumps(info) + text[end:]
+        text = text[: found.end()] + json.dumps(info) + text[end:]
         scale = 1.0 + jitter * float(rng.standard_normal())
         offset_us = shift * 1e6 * float(rng.random())
         t0 = min(float(m.group(2)) for m in _TS.finditer(text))
-        text = _TS.sub(lambda m, t0=t0, k=scale, dt=offset_us:
-                       f"{m.group(1)}{t0 + (float(m.group(2)) - t0) * k + dt:.3f}", text)
+        text = _TS.sub(
+            lambda m, t0=t0, k=scale, dt=offset_us: (
+                f"{m.group(1)}{t0 + (float(m.group(2)) - t0) * k + dt:.3f}"
+            ),
+            text,
+        )
         text = _DUR.sub(lambda m, k=scale: f"{m.group(1)}{float(m.group(2)) * k:.3f}", text)
         path = out / f"rank{rank}.json.gz"
         with gzip.open(path, "wt", encoding="utf-8", compresslevel=compresslevel) as handle:

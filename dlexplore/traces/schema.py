@@ -244,8 +244,10 @@ class Trace:
         return len(self.events)
 
     def __repr__(self) -> str:
-        return (f"<dlexplore.Trace format={self.format!r} ranks={len(self.ranks)} "
-                f"world_size={self.world_size} events={len(self.events):,} files={len(self.files)}>")
+        return (
+            f"<dlexplore.Trace format={self.format!r} ranks={len(self.ranks)} "
+            f"world_size={self.world_size} events={len(self.events):,} files={len(self.files)}>"
+        )
 
     # Analyses live in their own modules; these are the doors to them.
 
@@ -314,8 +316,13 @@ class Trace:
 
         return stragglers(self, **kwargs)
 
-    def select(self, *, ranks: Iterable[int] | None = None, steps: Iterable[int] | None = None,
-               categories: Sequence[str] | None = None) -> Trace:
+    def select(
+        self,
+        *,
+        ranks: Iterable[int] | None = None,
+        steps: Iterable[int] | None = None,
+        categories: Sequence[str] | None = None,
+    ) -> Trace:
         """A new trace with only some ranks, steps or categories (the original is unchanged)."""
         keep = np.ones(len(self.events), dtype=bool)
         if ranks is not None:
@@ -339,8 +346,12 @@ _COMPANION_SUFFIXES = {".txt", ".md", ".log", ".csv", ".yaml", ".yml", ".sha256"
 
 def _companion(path: Path) -> bool:
     name = path.name.lower()
-    return (name.startswith(".") or name in _COMPANIONS or name.startswith("readme")
-            or path.suffix.lower() in _COMPANION_SUFFIXES)
+    return (
+        name.startswith(".")
+        or name in _COMPANIONS
+        or name.startswith("readme")
+        or path.suffix.lower() in _COMPANION_SUFFIXES
+    )
 
 
 def expand_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[tuple[Path, bool]]:
@@ -359,9 +370,11 @@ def expand_paths(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list
                 continue
             files = sorted(p for p in path.iterdir() if p.is_file() and not _companion(p))
             if not files:
-                raise DlexploreError(f"{text}: the folder holds no trace file (expected per-rank "
-                                     "traces such as rank0.json.gz, a Horovod timeline, an Nsight "
-                                     "export or an OTF2 archive)")
+                raise DlexploreError(
+                    f"{text}: the folder holds no trace file (expected per-rank "
+                    "traces such as rank0.json.gz, a Horovod timeline, an Nsight "
+                    "export or an OTF2 archive)"
+                )
             found.extend((p, True) for p in files)
         elif any(ch in text for ch in "*?[") and not path.exists():
             import glob

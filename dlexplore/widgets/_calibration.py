@@ -165,12 +165,20 @@ class CalibrationSide:
             else ""
         )
         p = self.prediction
-        interval = p is not None and "throughput_lower" in p and bool(
-            np.isfinite(p["throughput_lower"].values).any()
+        interval = (
+            p is not None
+            and "throughput_lower" in p
+            and bool(np.isfinite(p["throughput_lower"].values).any())
         )
         level = f"{cal.level:.0%} " if getattr(cal, "level", None) else ""
-        parts = ([f"the calibration's {level}prediction interval (from the residuals and the fitted "
-                  "parameters' covariance)"] if interval else [])
+        parts = (
+            [
+                f"the calibration's {level}prediction interval (from the residuals and the fitted "
+                "parameters' covariance)"
+            ]
+            if interval
+            else []
+        )
         parts += ["the largest error on held-out points"] if self._band is not None else []
         band = (
             "the shaded band holds " + " and ".join(parts)

@@ -91,8 +91,10 @@ def _menus(v: dict[str, Any], menu: dict[str, Any]) -> dict[str, w.Widget]:
         "intra_link": w.Dropdown(options=intra, value=v["intra_link"], description="Intra-node link", **menu),
         "algorithm": w.Dropdown(
             # NCCL's choice first: the default, and what data-parallel GPU training runs
-            options=[(_ALGORITHM_LABELS.get(a, a), a)
-                     for a in sorted(ALGORITHMS["allreduce"], key=lambda a: a != "nccl")],
+            options=[
+                (_ALGORITHM_LABELS.get(a, a), a)
+                for a in sorted(ALGORITHMS["allreduce"], key=lambda a: a != "nccl")
+            ],
             value=v["algorithm"],
             description="Algorithm",
             **menu,

@@ -58,6 +58,8 @@ DEFAULTS = {
     # NCCL's own choice of ring or tree, as dlexplore.predict: what DDP and Horovod run on GPUs
     "algorithm": "nccl",
 }
+
+
 class Explorer(MeasuredSide):
     """Interactive predicted-vs-measured explorer of data-parallel training.
 
@@ -162,8 +164,9 @@ class Explorer(MeasuredSide):
         )
         self.figures = ExplorerFigures(GPU_COUNTS)
         # a fifth panel (add_panel): time to accuracy over the same GPU counts and batch size
-        self.time_to_accuracy = TimeToAccuracyFigure(width=None, height=self.figures.throughput.height,
-                                                     min_width=MIN_WIDTH)
+        self.time_to_accuracy = TimeToAccuracyFigure(
+            width=None, height=self.figures.throughput.height, min_width=MIN_WIDTH
+        )
         self.sources = self.figures.sources
         self.headline = w.HTML(layout=w.Layout())
         self.headline.add_class("dlx-headline")
@@ -473,8 +476,10 @@ class Explorer(MeasuredSide):
             # the calibrated curve carries its prediction interval (dlexplore.fit.band), which the
             # band drawn includes (_show_band)
             ds = self.calibration.add_band(
-                ds, lambda **p: predict(*where, **{**args, "buckets": False, **p}),
-                workload=workload, precision=c["precision"].value,
+                ds,
+                lambda **p: predict(*where, **{**args, "buckets": False, **p}),
+                workload=workload,
+                precision=c["precision"].value,
             )
         return ds
 
@@ -510,7 +515,8 @@ class Explorer(MeasuredSide):
             self.time_to_accuracy.show(time_to_accuracy(self.prediction, energy=self._energy))
         except DlexploreError:
             self.time_to_accuracy.show_nothing(
-                f"no convergence parameters for {self.controls['workload'].value}")
+                f"no convergence parameters for {self.controls['workload'].value}"
+            )
 
     def _select(self) -> None:
         if self.prediction is None:

@@ -118,8 +118,9 @@ class TraceView:
         self.index = TimelineIndex(trace, offsets=offsets)
         self.breakdown = breakdown if breakdown is not None else self._try("breakdown", trace.breakdown)
         self._given_collectives = collectives is not None
-        self.collectives = collectives if collectives is not None else self._try(
-            "collective table", trace.collectives)
+        self.collectives = (
+            collectives if collectives is not None else self._try("collective table", trace.collectives)
+        )
         self._collectives_by_step: dict[int | None, pd.DataFrame | None] = {None: self.collectives}
         self.figures = TraceFigures(self.index, width=width)
         self._analyses_init(compare, width)
@@ -163,8 +164,13 @@ class TraceView:
         x_range = self.figures.timeline.x_range
         return float(x_range.start), float(x_range.end)
 
-    def set(self, *, ranks: Iterable[int] | None = None, step: int | None | str = "keep",
-            categories: Iterable[str] | None = None) -> TraceView:
+    def set(
+        self,
+        *,
+        ranks: Iterable[int] | None = None,
+        step: int | None | str = "keep",
+        categories: Iterable[str] | None = None,
+    ) -> TraceView:
         """Set several controls at once (one redraw): ``set(ranks=[0, 1], step=3)``.
 
         ``step=None`` shows all steps; leaving it out keeps the current one.
@@ -174,22 +180,28 @@ class TraceView:
                 wanted = [int(r) for r in ranks]
                 unknown = sorted(set(wanted) - set(self.index.ranks.tolist()))
                 if unknown:
-                    raise DlexploreError(f"TraceView.set: no rank(s) {unknown} in the trace; "
-                                         f"ranks: {self.index.ranks.tolist()}")
+                    raise DlexploreError(
+                        f"TraceView.set: no rank(s) {unknown} in the trace; "
+                        f"ranks: {self.index.ranks.tolist()}"
+                    )
                 self.controls["ranks"].value = tuple(wanted)
             if step != "keep":
                 options = [value for _, value in self.controls["step"].options]
                 value = _ALL if step is None else int(step)
                 if value not in options:
-                    raise DlexploreError(f"TraceView.set: no step {step} in the trace; steps: "
-                                         f"{[v for v in options if v != _ALL]}")
+                    raise DlexploreError(
+                        f"TraceView.set: no step {step} in the trace; steps: "
+                        f"{[v for v in options if v != _ALL]}"
+                    )
                 self.controls["step"].value = value
             if categories is not None:
                 chosen = set(categories)
                 unknown = sorted(chosen - set(self.controls["categories"]))
                 if unknown:
-                    raise DlexploreError(f"TraceView.set: no {unknown} events in the trace; "
-                                         f"categories: {sorted(self.controls['categories'])}")
+                    raise DlexploreError(
+                        f"TraceView.set: no {unknown} events in the trace; "
+                        f"categories: {sorted(self.controls['categories'])}"
+                    )
                 for name, box in self.controls["categories"].items():
                     box.value = name in chosen
         return self
@@ -224,13 +236,23 @@ class TraceView:
     def _make_controls(self) -> dict[str, Any]:
         index = self.index
         ranks = [int(r) for r in index.ranks]
-        steps = sorted(set(index.steps.tolist()) | (
-            set(int(s) for s in self.breakdown["step"].values) if self.breakdown is not None else set()))
-        rank_select = w.SelectMultiple(options=[(f"rank {r}", r) for r in ranks], value=tuple(ranks),
-                                       rows=min(6, max(2, len(ranks))), description="Ranks",
-                                       layout=w.Layout(width="200px"))
-        step_select = w.Dropdown(options=[("all steps (mean)", _ALL), *((f"step {s}", s) for s in steps)],
-                                 value=_ALL, description="Step", layout=w.Layout(width="220px"))
+        steps = sorted(
+            set(index.steps.tolist())
+            | (set(int(s) for s in self.breakdown["step"].values) if self.breakdown is not None else set())
+        )
+        rank_select = w.SelectMultiple(
+            options=[(f"rank {r}", r) for r in ranks],
+            value=tuple(ranks),
+            rows=min(6, max(2, len(ranks))),
+            description="Ranks",
+            layout=w.Layout(width="200px"),
+        )
+        step_select = w.Dropdown(
+            options=[("all steps (mean)", _ALL), *((f"step {s}", s) for s in steps)],
+            value=_ALL,
+            description="Step",
+            layout=w.Layout(width="220px"),
+        )
         boxes = {}
         for name in index.categories:
             box = w.Checkbox(value=True, description=name, indent=False, layout=w.Layout(width="130px"))
@@ -242,17 +264,37 @@ class TraceView:
 
     def _layout(self) -> w.Widget:
         swatches = [
-            w.HBox([w.HTML(f"<span style='display:inline-block;width:12px;height:12px;margin-top:6px;"
-                           f"background:{CATEGORY_COLORS[name]}'></span>"), box],
-                   layout=w.Layout(width="auto"))
+            w.HBox(
+                [
+                    w.HTML(
+                        f"<span style='display:inline-block;width:12px;height:12px;margin-top:6px;"
+                        f"background:{CATEGORY_COLORS[name]}'></span>"
+                    ),
+                    box,
+                ],
+                layout=w.Layout(width="auto"),
+            )
             for name, box in self.controls["categories"].items()
         ]
-        categories = w.VBox([w.HTML("<b>Timeline shows</b>"),
-                             w.HBox(swatches, layout=w.Layout(flex_flow="row wrap", width="520px"))])
-        panel = w.HBox([self.controls["ranks"], self.controls["step"], categories],
-                       layout=w.Layout(flex_flow="row wrap", align_items="flex-start"))
-        box = w.VBox([self.header, panel, self.status, BokehModel(self.figures.layout),
-                      BokehModel(self.analysis_figures.layout)])
+        categories = w.VBox(
+            [
+                w.HTML("<b>Timeline shows</b>"),
+                w.HBox(swatches, layout=w.Layout(flex_flow="row wrap", width="520px")),
+            ]
+        )
+        panel = w.HBox(
+            [self.controls["ranks"], self.controls["step"], categories],
+            layout=w.Layout(flex_flow="row wrap", align_items="flex-start"),
+        )
+        box = w.VBox(
+            [
+                self.header,
+                panel,
+                self.status,
+                BokehModel(self.figures.layout),
+                BokehModel(self.analysis_figures.layout),
+            ]
+        )
         box.add_class("dlx-traceview")
         return box
 
@@ -343,14 +385,21 @@ class TraceView:
             return self.collectives
         if step not in self._collectives_by_step:
             self._collectives_by_step[step] = self._try(
-                f"collective table for step {step}", lambda: self.trace.select(steps=[step]).collectives())
+                f"collective table for step {step}", lambda: self.trace.select(steps=[step]).collectives()
+            )
         return self._collectives_by_step[step]
 
     def _draw_timeline(self) -> None:
         x0, x1 = self.window
-        data, view = timeline_columns(self.index, x0, x1, ranks=self.ranks, categories=self.categories,
-                                      max_events=self.max_events,
-                                      bins=default_bins(self.figures.timeline.width))
+        data, view = timeline_columns(
+            self.index,
+            x0,
+            x1,
+            ranks=self.ranks,
+            categories=self.categories,
+            max_events=self.max_events,
+            bins=default_bins(self.figures.timeline.width),
+        )
         self.view = view
         self.figures.show_timeline(data, view)
         self.redraws += 1
@@ -362,8 +411,11 @@ class TraceView:
     def _analyses_init(self, compare: Any, width: int) -> None:
         """Compute what does not depend on the controls once: launches, queues, memory, the diff."""
         trace = self.trace
-        self.launches = self._try("kernel launch statistics", trace.launch_stats) \
-            if "correlation" in trace.events.columns else None
+        self.launches = (
+            self._try("kernel launch statistics", trace.launch_stats)
+            if "correlation" in trace.events.columns
+            else None
+        )
         self.queues = None
         if self.launches is not None:
             self.queues = self._try("stream queues", lambda: queue_length(self.launches))
@@ -386,19 +438,29 @@ class TraceView:
         figures = self.analysis_figures
         key = (rank, step)
         if key not in self._paths:
-            self._paths[key] = self._try(f"critical path of rank {rank}",
-                                         lambda: self._path_summary(rank, step))
+            self._paths[key] = self._try(
+                f"critical path of rank {rank}", lambda: self._path_summary(rank, step)
+            )
         summary = self._paths[key]
         if summary is not None:
-            figures.show_path(critical_path_columns(summary), title=(
-                f"Critical path of step {summary.attrs['step']} on rank {summary.attrs['rank']}: "
-                f"{float(summary.step_time) * 1e3:,.3f} ms, {summary.attrs['events_on_path']:,} events"))
+            figures.show_path(
+                critical_path_columns(summary),
+                title=(
+                    f"Critical path of step {summary.attrs['step']} on rank {summary.attrs['rank']}: "
+                    f"{float(summary.step_time) * 1e3:,.3f} ms, {summary.attrs['events_on_path']:,} events"
+                ),
+            )
         figures.show_launches(launch_columns(self.launches, ranks=ranks or None))
-        figures.show_queue(queue_columns(self.queues, rank=rank, origin=origin),
-                           title=f"Operations queued per stream on rank {rank} (launched, not finished)")
-        figures.show_memory(memory_columns(self.memory, rank=rank, origin=origin),
-                            title=f"Memory allocated per device on rank {rank}" if self.memory is not None
-                            else "Memory: the trace has no memory events (profile_memory=True records them)")
+        figures.show_queue(
+            queue_columns(self.queues, rank=rank, origin=origin),
+            title=f"Operations queued per stream on rank {rank} (launched, not finished)",
+        )
+        figures.show_memory(
+            memory_columns(self.memory, rank=rank, origin=origin),
+            title=f"Memory allocated per device on rank {rank}"
+            if self.memory is not None
+            else "Memory: the trace has no memory events (profile_memory=True records them)",
+        )
 
     def _path_summary(self, rank: int | None, step: int | None):
         from ..traces.critical_path import critical_path, critical_path_summary

@@ -25,8 +25,14 @@ VENV_BIN = Path(sys.executable).parent
 # Playwright's bundled browsers cannot be downloaded here: Debian's chromium is driven instead.
 # --no-sandbox because the tests run as root; the rest keeps a headless browser from phoning home.
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 
 
@@ -60,8 +66,10 @@ def install_chromium(log_path: Path, say) -> tuple[str | None, str]:
     if prefix is None:
         return None, "Chromium is missing and installing it needs root or passwordless sudo"
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    say(f"browser tests: Chromium is missing; installing Debian's chromium with apt-get "
-        f"(a minute or two; log in {log_path})")
+    say(
+        f"browser tests: Chromium is missing; installing Debian's chromium with apt-get "
+        f"(a minute or two; log in {log_path})"
+    )
     steps = [
         [*prefix, apt, "update"],
         [*prefix, apt, "install", "-y", "--no-install-recommends", "chromium"],
@@ -92,8 +100,12 @@ def private_home_env(home: Path) -> dict[str, str]:
     """The environment with HOME and the XDG folders in ``home`` (Chromium keeps crash reports and
     a dconf cache there)."""
     env = {**os.environ, "HOME": str(home)}
-    for name, sub in (("XDG_CONFIG_HOME", ".config"), ("XDG_CACHE_HOME", ".cache"),
-                      ("XDG_DATA_HOME", ".local/share"), ("XDG_RUNTIME_DIR", "run")):
+    for name, sub in (
+        ("XDG_CONFIG_HOME", ".config"),
+        ("XDG_CACHE_HOME", ".cache"),
+        ("XDG_DATA_HOME", ".local/share"),
+        ("XDG_RUNTIME_DIR", "run"),
+    ):
         (home / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
         env[name] = str(home / sub)
     return env
@@ -114,8 +126,10 @@ def jupyter_env(home: Path) -> dict[str, str]:
     """
     # HOME too: tools the servers run write there (JupyterLab's language-server probe runs npm,
     # which logs to ~/.npm).
-    dirs = {name: home / name.lower() for name in
-            ("JUPYTER_RUNTIME_DIR", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "IPYTHONDIR", "HOME")}
+    dirs = {
+        name: home / name.lower()
+        for name in ("JUPYTER_RUNTIME_DIR", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "IPYTHONDIR", "HOME")
+    }
     for path in dirs.values():
         path.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **{k: str(v) for k, v in dirs.items()}}
@@ -123,8 +137,13 @@ def jupyter_env(home: Path) -> dict[str, str]:
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONUNBUFFERED"] = "1"
     # A user's JUPYTER_PATH/JUPYTER_CONFIG_PATH would add their extensions and config to the test.
-    for name in ("JUPYTER_PATH", "JUPYTER_CONFIG_PATH", "JUPYTERLAB_SETTINGS_DIR",
-                 "JUPYTERLAB_WORKSPACES_DIR", "JUPYTER_PREFER_ENV_PATH"):
+    for name in (
+        "JUPYTER_PATH",
+        "JUPYTER_CONFIG_PATH",
+        "JUPYTERLAB_SETTINGS_DIR",
+        "JUPYTERLAB_WORKSPACES_DIR",
+        "JUPYTER_PREFER_ENV_PATH",
+    ):
         env.pop(name, None)
     return env
 
@@ -157,8 +176,9 @@ def _group_alive(pgid: int) -> bool:
 class Server:
     """A Jupyter server (Voila or JupyterLab) running as a subprocess in its own session."""
 
-    def __init__(self, name: str, argv: list[str], *, port: int, cwd: Path, env: dict[str, str],
-                 log_path: Path):
+    def __init__(
+        self, name: str, argv: list[str], *, port: int, cwd: Path, env: dict[str, str], log_path: Path
+    ):
         self.name = name
         self.argv = argv
         self.port = port
@@ -168,9 +188,15 @@ class Server:
         self._log = open(log_path, "w", encoding="utf-8")  # noqa: SIM115 - closed in stop()
         # Its own session: stopping its process group cannot touch pytest, and a kernel the
         # server starts gets a session of its own too (jupyter_client does that), see stop().
-        self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=self._log,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def log_tail(self, chars: int = 6000) -> str:
         try:
@@ -184,8 +210,10 @@ class Server:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with status {self.proc.returncode} before "
-                                   f"answering:\n$ {' '.join(self.argv)}\n{self.log_tail()}")
+                raise RuntimeError(
+                    f"{self.name} exited with status {self.proc.returncode} before "
+                    f"answering:\n$ {' '.join(self.argv)}\n{self.log_tail()}"
+                )
             try:
                 with urllib.request.urlopen(self.url + path, timeout=5):
                     return
@@ -193,8 +221,10 @@ class Server:
                 return
             except OSError:
                 time.sleep(0.25)
-        raise RuntimeError(f"{self.name} did not answer on {self.url} within {timeout:.0f} s:\n"
-                           f"$ {' '.join(self.argv)}\n{self.log_tail()}")
+        raise RuntimeError(
+            f"{self.name} did not answer on {self.url} within {timeout:.0f} s:\n"
+            f"$ {' '.join(self.argv)}\n{self.log_tail()}"
+        )
 
     def stop(self) -> None:
         # Kernels live in sessions of their own (jupyter_client starts them so): note them before
@@ -356,8 +386,7 @@ def wait_settled(page, names: list[str], quiet_ms: float = 200, timeout_ms: floa
 
 def canvas_sizes(page) -> list[list[int]]:
     """Sizes of the canvases Bokeh drew into (a CSS selector reaches into its shadow roots)."""
-    return page.locator(".bk-Canvas canvas").evaluate_all(
-        "cs => cs.map(c => [c.width, c.height])")
+    return page.locator(".bk-Canvas canvas").evaluate_all("cs => cs.map(c => [c.width, c.height])")
 
 
 def timed_change(page, name: str, columns: list[str], act, timeout_ms: float = 15000) -> dict:

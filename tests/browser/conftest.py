@@ -64,9 +64,13 @@ def _artifacts() -> Path:
 
 
 def _summarise(samples: list[float]) -> dict:
-    return {"n": len(samples), "median_ms": round(statistics.median(samples), 1),
-            "p95_ms": round(percentile(samples, 95), 1), "max_ms": round(max(samples), 1),
-            "samples_ms": [round(s, 1) for s in samples]}
+    return {
+        "n": len(samples),
+        "median_ms": round(statistics.median(samples), 1),
+        "p95_ms": round(percentile(samples, 95), 1),
+        "max_ms": round(max(samples), 1),
+        "samples_ms": [round(s, 1) for s in samples],
+    }
 
 
 def pytest_terminal_summary(terminalreporter, config):
@@ -81,7 +85,8 @@ def pytest_terminal_summary(terminalreporter, config):
         if "median_ms" in summary:
             terminalreporter.write_line(
                 f"{name}: median {summary['median_ms']:.0f} ms, p95 {summary['p95_ms']:.0f} ms, "
-                f"n={summary['n']} ({entry.get('what', '')})")
+                f"n={summary['n']} ({entry.get('what', '')})"
+            )
         else:
             terminalreporter.write_line(f"{name}: {json.dumps(entry)}")
     path = _artifacts() / "timings.json"
@@ -115,8 +120,12 @@ def pytest_runtest_makereport(item, call):
 def artifacts_dir() -> Path:
     path = _artifacts()
     # Only what this suite writes: the folder may be one the caller chose, holding other things.
-    stale = [*path.glob("test_*.png"), path / "voila-server.log", path / "lab-server.log",
-             path / "timings.json"]
+    stale = [
+        *path.glob("test_*.png"),
+        path / "voila-server.log",
+        path / "lab-server.log",
+        path / "timings.json",
+    ]
     for old in stale:
         old.unlink(missing_ok=True)
     return path
@@ -164,8 +173,9 @@ def browser(chromium, tmp_path_factory):
         _unavailable(f"playwright is not installed ({err}); it comes with the test extra")
     with sync_playwright() as playwright:
         home = tmp_path_factory.mktemp("chromium-home")
-        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS,
-                                             headless=True, env=private_home_env(home))
+        browser = playwright.chromium.launch(
+            executable_path=chromium, args=CHROMIUM_ARGS, headless=True, env=private_home_env(home)
+        )
         yield browser
         browser.close()
 
@@ -236,9 +246,14 @@ def voila_server(tmp_path_factory, artifacts_dir):
     home = tmp_path_factory.mktemp("voila-home")
     port = free_port()
     exe = VENV_BIN / "dlexplore"
-    server = Server("dlexplore explore", [str(exe), "explore", "--no-browser", "--port", str(port)],
-                    port=port, cwd=home, env=jupyter_env(home),
-                    log_path=artifacts_dir / "voila-server.log")
+    server = Server(
+        "dlexplore explore",
+        [str(exe), "explore", "--no-browser", "--port", str(port)],
+        port=port,
+        cwd=home,
+        env=jupyter_env(home),
+        log_path=artifacts_dir / "voila-server.log",
+    )
     try:
         server.wait_ready()
         # The command prints the URL to open (with a token, should it ever use one).
@@ -253,8 +268,11 @@ def write_explorer_notebook(path: Path, source: str = EXPLORER_SOURCE) -> Path:
     notebook = nbformat.v4.new_notebook()
     notebook.cells.append(nbformat.v4.new_code_cell(source))
     # Without a kernelspec JupyterLab opens a kernel chooser dialog that blocks the page.
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                                       "language": "python"}
+    notebook.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3 (ipykernel)",
+        "language": "python",
+    }
     notebook.metadata["language_info"] = {"name": "python"}
     nbformat.write(notebook, path)
     return path
@@ -268,7 +286,8 @@ def _check_lab_overrides(url: str) -> None:
         applied = {key: schema[key].get("default") for key in values}
         assert applied == values, (
             f"JupyterLab ignored --LabApp.app_settings_dir/overrides.json for {plugin}: "
-            f"defaults are {applied}, wanted {values}")
+            f"defaults are {applied}, wanted {values}"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -283,14 +302,28 @@ def lab_server(tmp_path_factory, artifacts_dir):
     (settings / "overrides.json").write_text(json.dumps(LAB_OVERRIDES), encoding="utf-8")
     port = free_port()
     argv = [
-        str(VENV_BIN / "jupyter-lab"), "--no-browser", f"--port={port}", "--ServerApp.port_retries=0",
-        "--ServerApp.ip=127.0.0.1", "--allow-root", "--IdentityProvider.token=",
-        "--ServerApp.password=", "--LabApp.extension_manager=readonly", "--LabApp.news_url=",
+        str(VENV_BIN / "jupyter-lab"),
+        "--no-browser",
+        f"--port={port}",
+        "--ServerApp.port_retries=0",
+        "--ServerApp.ip=127.0.0.1",
+        "--allow-root",
+        "--IdentityProvider.token=",
+        "--ServerApp.password=",
+        "--LabApp.extension_manager=readonly",
+        "--LabApp.news_url=",
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        f"--ServerApp.root_dir={root}", f"--LabApp.app_settings_dir={settings}",
+        f"--ServerApp.root_dir={root}",
+        f"--LabApp.app_settings_dir={settings}",
     ]
-    server = Server("jupyter lab", argv, port=port, cwd=root, env=jupyter_env(home),
-                    log_path=artifacts_dir / "lab-server.log")
+    server = Server(
+        "jupyter lab",
+        argv,
+        port=port,
+        cwd=root,
+        env=jupyter_env(home),
+        log_path=artifacts_dir / "lab-server.log",
+    )
     server.root = root
     try:
         server.wait_ready()

@@ -62,8 +62,9 @@ def wait_for_plots(tab, timeout: float = FIRST_PLOT_MS) -> float:
     page = tab.page
     start = time.monotonic()
     deadline = start + timeout / 1000
-    traceback = page.locator("[data-mime-type='application/vnd.jupyter.error'], "
-                             "[data-mime-type='application/vnd.jupyter.stderr']")
+    traceback = page.locator(
+        "[data-mime-type='application/vnd.jupyter.error'], [data-mime-type='application/vnd.jupyter.stderr']"
+    )
     # ipywidgets puts this box where a widget's view failed to render; a click reveals the error.
     broken_widget = page.locator(".jupyter-widgets-error-widget")
     while not has_sources(page, EXPLORER_SOURCES, 1000):
@@ -75,8 +76,10 @@ def wait_for_plots(tab, timeout: float = FIRST_PLOT_MS) -> float:
         if any(e.startswith("pageerror") for e in tab.errors):
             pytest.fail("JavaScript error in the page:\n" + "\n".join(tab.errors))
         if time.monotonic() > deadline:
-            pytest.fail(f"no explorer plots after {timeout / 1000:.0f} s; Bokeh sources in the page: "
-                        f"{source_names(page)}")
+            pytest.fail(
+                f"no explorer plots after {timeout / 1000:.0f} s; Bokeh sources in the page: "
+                f"{source_names(page)}"
+            )
     page.locator(".bk-Canvas canvas").first.wait_for(state="attached", timeout=timeout)
     return time.monotonic() - start
 
@@ -94,7 +97,8 @@ def assert_drawn(page) -> None:
             const px = ctx.getImageData(0, 0, c.width, c.height).data;
             for (let i = 3; i < px.length; i += 4) if (px[i] !== 0) return true;
             return false;
-        }).length""")
+        }).length"""
+    )
     assert painted >= 1, "every Bokeh canvas is blank"
 
 
@@ -113,8 +117,10 @@ def test_voila_dashboard_plots_and_follows_the_gpu_slider(voila_server, tab, tim
     start = time.monotonic()
     page.goto(voila_server.page_url)
     waited = wait_for_plots(tab)
-    timings["voila_first_plot"] = {"seconds": round(time.monotonic() - start, 2),
-                                   "what": "page load to all explorer sources in BokehJS"}
+    timings["voila_first_plot"] = {
+        "seconds": round(time.monotonic() - start, 2),
+        "what": "page load to all explorer sources in BokehJS",
+    }
     assert_drawn(page)
     headline = page.locator(".dlx-headline")
     headline.first.wait_for(state="visible")
@@ -139,18 +145,23 @@ def test_voila_dashboard_plots_and_follows_the_gpu_slider(voila_server, tab, tim
         if len(samples) == 1:
             for name, before in others.items():
                 wait_changed(page, name, before)
-            page.wait_for_function("([sel, old]) => document.querySelector(sel).innerText !== old",
-                                   arg=[".dlx-headline", headline_before])
+            page.wait_for_function(
+                "([sel, old]) => document.querySelector(sel).innerText !== old",
+                arg=[".dlx-headline", headline_before],
+            )
         # Each move starts from a settled page, as a person's next move does; a queue of presses
         # would time the backlog, not the response.
         assert wait_settled(page, EXPLORER_SOURCES), "the page kept changing after a slider move"
 
     timings["voila_gpu_slider_to_plot"] = {
-        "samples_ms": samples, "first_plot_wait_s": round(waited, 2),
+        "samples_ms": samples,
+        "first_plot_wait_s": round(waited, 2),
         "what": "Voila: ArrowRight/Left on the GPUs slider to throughput_selected changed in BokehJS",
     }
-    print(f"\nVoila GPU slider -> plot data: median {statistics.median(samples):.0f} ms, "
-          f"max {max(samples):.0f} ms, n={len(samples)}")
+    print(
+        f"\nVoila GPU slider -> plot data: median {statistics.median(samples):.0f} ms, "
+        f"max {max(samples):.0f} ms, n={len(samples)}"
+    )
     assert statistics.median(samples) < LATENCY_BOUND_MS, samples
 
     # The batch slider calls the model (one vectorised predict over every GPU count).
@@ -159,15 +170,16 @@ def test_voila_dashboard_plots_and_follows_the_gpu_slider(voila_server, tab, tim
     batch_samples = []
     for key in ["ArrowRight", "ArrowLeft"] * 5:
         batch.focus()
-        change = timed_change(page, "throughput_predicted", ["throughput"],
-                              lambda key=key: page.keyboard.press(key))
+        change = timed_change(
+            page, "throughput_predicted", ["throughput"], lambda key=key: page.keyboard.press(key)
+        )
         assert change["ms"] is not None, f"{key} on the batch slider did not change the prediction"
         batch_samples.append(change["ms"])
         assert wait_settled(page, EXPLORER_SOURCES), "the page kept changing after a slider move"
     timings["voila_batch_slider_to_plot"] = {
         "samples_ms": batch_samples,
         "what": "Voila: ArrowRight/Left on the Batch/GPU slider (a model call) to throughput_predicted "
-                "changed in BokehJS",
+        "changed in BokehJS",
     }
     assert statistics.median(batch_samples) < LATENCY_BOUND_MS, batch_samples
     tab.shot("after")
@@ -203,8 +215,9 @@ def run_all_cells(page) -> None:
         first_prompt.click()
         page.get_by_role("menuitem", name="Run", exact=True).click()
         page.locator("[data-command='runmenu:run-all']").click()
-        if becomes_true(page, r"(el) => !/^\[\s*\]:?$/.test(el.innerText.trim())",
-                        first_prompt.element_handle(), 10_000):
+        if becomes_true(
+            page, r"(el) => !/^\[\s*\]:?$/.test(el.innerText.trim())", first_prompt.element_handle(), 10_000
+        ):
             return
     pytest.fail(f"Run All Cells did not start the notebook; first prompt: {first_prompt.inner_text()!r}")
 
@@ -216,8 +229,10 @@ def test_jupyterlab_notebook_runs_the_explorer(lab_server, tab, timings):
     run_all_cells(page)
     start = time.monotonic()
     wait_for_plots(tab)
-    timings["jupyterlab_first_plot"] = {"seconds": round(time.monotonic() - start, 2),
-                                        "what": "Run All to all explorer sources in BokehJS"}
+    timings["jupyterlab_first_plot"] = {
+        "seconds": round(time.monotonic() - start, 2),
+        "what": "Run All to all explorer sources in BokehJS",
+    }
     assert_drawn(page)
     handle = gpu_slider(page)
     assert handle.count() == 1, "expected one slider labelled GPUs"
@@ -225,8 +240,9 @@ def test_jupyterlab_notebook_runs_the_explorer(lab_server, tab, timings):
     assert change["ms"] is not None, "ArrowRight on the GPU slider did not change throughput_selected"
     assert change["after"]["gpus"] == [g * 2 for g in change["before"]["gpus"]], change
     timings["jupyterlab_gpu_slider_to_plot"] = {
-        "ms": round(change["ms"], 1), "what": "JupyterLab: one ArrowRight on the GPUs slider to "
-        "throughput_selected changed in BokehJS"}
+        "ms": round(change["ms"], 1),
+        "what": "JupyterLab: one ArrowRight on the GPUs slider to throughput_selected changed in BokehJS",
+    }
     page.locator(".bk-Canvas").first.scroll_into_view_if_needed()
     tab.shot("after")
     # Saved as a student saves it: BokehJS came from the server (dlexplore's extension), so the
@@ -240,8 +256,10 @@ def test_jupyterlab_notebook_runs_the_explorer(lab_server, tab, timings):
     assert saved.stat().st_mtime_ns != before, "Ctrl+S did not save the notebook"
     text = saved.read_text(encoding="utf-8")
     assert "dlexplore/bokehjs/" in text and "BEGIN bokeh.min.js" not in text
-    timings["jupyterlab_saved_notebook"] = {"bytes": len(text.encode()),
-                                            "what": "explorer notebook saved after Run All"}
+    timings["jupyterlab_saved_notebook"] = {
+        "bytes": len(text.encode()),
+        "what": "explorer notebook saved after Run All",
+    }
     assert len(text.encode()) < 1_000_000, f"the saved notebook weighs {len(text.encode()):,} bytes"
     tab.assert_clean()
 
@@ -255,8 +273,22 @@ GPU_AXIS = [2**k for k in range(11)]
 
 def test_static_report_draws_offline(tmp_path, tab):
     out = tmp_path / "report.html"
-    argv = [str(VENV_BIN / "dlexplore"), "report", "--workload", "resnet50", "--gpu", "V100-16GB",
-            "--network", "25GbE", "--gpus", "8", "--batch-size", "64", "-o", str(out)]
+    argv = [
+        str(VENV_BIN / "dlexplore"),
+        "report",
+        "--workload",
+        "resnet50",
+        "--gpu",
+        "V100-16GB",
+        "--network",
+        "25GbE",
+        "--gpus",
+        "8",
+        "--batch-size",
+        "64",
+        "-o",
+        str(out),
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=180, cwd=tmp_path)
     assert done.returncode == 0, f"$ {' '.join(argv)}\n{done.stdout}\n{done.stderr}"
     assert out.is_file()

@@ -75,8 +75,11 @@ def _kernels(server: Server) -> list[int]:
 def _memory(server: Server) -> dict:
     kernels = _kernels(server)
     everything = [server.proc.pid, *descendants(server.proc.pid)]
-    return {"kernels": len(kernels), "kernel_mib": round(sum(_rss_mib(p) for p in kernels), 1),
-            "server_tree_mib": round(sum(_rss_mib(p) for p in everything), 1)}
+    return {
+        "kernels": len(kernels),
+        "kernel_mib": round(sum(_rss_mib(p) for p in kernels), 1),
+        "server_tree_mib": round(sum(_rss_mib(p) for p in everything), 1),
+    }
 
 
 def _cpu_seconds(pids: list[int]) -> float:
@@ -113,10 +116,25 @@ def _wait_warm(server: Server, timeout: float = 180) -> None:
 def classroom_server(tmp_path_factory, artifacts_dir):
     home = tmp_path_factory.mktemp("classroom-home")
     port = free_port()
-    argv = [str(VENV_BIN / "dlexplore"), "explore", "--no-browser", "--port", str(port),
-            "--pool-size", str(POOL_SIZE), "--cull-idle", str(CULL_IDLE_S)]
-    server = Server("dlexplore explore (classroom)", argv, port=port, cwd=home, env=jupyter_env(home),
-                    log_path=artifacts_dir / "classroom-server.log")
+    argv = [
+        str(VENV_BIN / "dlexplore"),
+        "explore",
+        "--no-browser",
+        "--port",
+        str(port),
+        "--pool-size",
+        str(POOL_SIZE),
+        "--cull-idle",
+        str(CULL_IDLE_S),
+    ]
+    server = Server(
+        "dlexplore explore (classroom)",
+        argv,
+        port=port,
+        cwd=home,
+        env=jupyter_env(home),
+        log_path=artifacts_dir / "classroom-server.log",
+    )
     try:
         server.wait_ready()
         _wait_warm(server)
@@ -155,7 +173,8 @@ def test_first_paint_on_a_warm_server(classroom_server, browser, artifacts_dir, 
     timings["voila_first_paint"] = {
         "samples_ms": [s * 1e3 for s in samples],
         "what": "warm `dlexplore explore` (pool of 1): page request to the first figure drawn, "
-                "fresh browser context each time"}
+        "fresh browser context each time",
+    }
     assert statistics.median(samples) < FIRST_PAINT_BOUND_S, samples
 
 
@@ -180,9 +199,13 @@ def test_ten_pages_opened_and_closed_give_their_kernels_back(classroom_server, b
     _wait_warm(server)  # the pool's new kernel has run the notebook, as the one before had
     after = _memory(server)
     timings["classroom_kernel_memory"] = {
-        "before": before, "peak": peak, "after": after, "pages": 10,
+        "before": before,
+        "peak": peak,
+        "after": after,
+        "pages": 10,
         "what": "dlexplore explore --pool-size 1: RSS of the kernels and of the whole server "
-                "before, at most during and after 10 pages opened and closed (MiB)"}
+        "before, at most during and after 10 pages opened and closed (MiB)",
+    }
     assert "'_xsrf' argument missing" not in server.log_tail(200_000), "Voila refused a page's shutdown"
     assert after["kernels"] == POOL_SIZE, (before, peak, after)
     one = before["kernel_mib"] / POOL_SIZE

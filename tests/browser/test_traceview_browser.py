@@ -83,7 +83,8 @@ def assert_painted(page) -> None:
             const px = ctx.getImageData(0, 0, c.width, c.height).data;
             for (let i = 3; i < px.length; i += 4) if (px[i] !== 0) return true;
             return false;
-        }).length""")
+        }).length"""
+    )
     assert painted >= 2, "the timeline and the breakdown should both be painted"
 
 
@@ -98,8 +99,9 @@ def wheel_on_timeline(page, clicks: int = 1, delta: float = -120) -> None:
 def totals(data: dict) -> dict:
     """Busy time (ms) per (rank, stream, category) in timeline columns."""
     out: dict = collections.defaultdict(float)
-    for rank, stream, category, busy in zip(data["rank"], data["stream"], data["category"],
-                                            data["duration_ms"], strict=True):
+    for rank, stream, category, busy in zip(
+        data["rank"], data["stream"], data["category"], data["duration_ms"], strict=True
+    ):
         out[(int(rank), stream, category)] += busy
     return out
 
@@ -107,15 +109,32 @@ def totals(data: dict) -> dict:
 def assert_same_bars(page_data: dict, python: dict) -> None:
     """The page's bars are Python's (order aside): rectangles, names and busy totals."""
     assert len(page_data["left"]) == len(python["left"])
-    key = lambda d: np.lexsort((np.asarray(d["category"], str),  # noqa: E731
-                                np.round(np.asarray(d["bottom"], float), 5),
-                                np.round(np.asarray(d["top"], float), 5), np.asarray(d["left"], float)))
+
+    def key(d):
+        return np.lexsort(
+            (
+                np.asarray(d["category"], str),
+                np.round(np.asarray(d["bottom"], float), 5),
+                np.round(np.asarray(d["top"], float), 5),
+                np.asarray(d["left"], float),
+            )
+        )
+
     # positions in the lane travel as float32 from Python; times are float64 on both sides
-    for column, tolerance in (("left", 1e-9), ("right", 1e-9), ("duration_ms", 1e-9), ("top", 1e-6),
-                              ("bottom", 1e-6)):
-        np.testing.assert_allclose(np.asarray(page_data[column], float)[key(page_data)],
-                                   np.asarray(python[column], float)[key(python)], rtol=tolerance,
-                                   atol=tolerance, err_msg=column)
+    for column, tolerance in (
+        ("left", 1e-9),
+        ("right", 1e-9),
+        ("duration_ms", 1e-9),
+        ("top", 1e-6),
+        ("bottom", 1e-6),
+    ):
+        np.testing.assert_allclose(
+            np.asarray(page_data[column], float)[key(page_data)],
+            np.asarray(python[column], float)[key(python)],
+            rtol=tolerance,
+            atol=tolerance,
+            err_msg=column,
+        )
     assert collections.Counter(page_data["name"]) == collections.Counter(python["name"])
     ours, theirs = totals(page_data), totals(python)
     assert ours.keys() == theirs.keys()
@@ -210,8 +229,11 @@ def test_trace_report_zooms_filters_and_steps_offline(tmp_path, tab, timings):
 def _notebook(path: Path, source: str) -> Path:
     notebook = nbformat.v4.new_notebook()
     notebook.cells.append(nbformat.v4.new_code_cell(source))
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                                       "language": "python"}
+    notebook.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3 (ipykernel)",
+        "language": "python",
+    }
     nbformat.write(notebook, path)
     return path
 
@@ -275,11 +297,24 @@ def traceview_voila(tmp_path_factory, artifacts_dir):
     # Voila's own lab template links CDN stylesheets; dlexplore's leaves them out
     env["JUPYTER_PATH"] = str(TEMPLATES)
     port = free_port()
-    argv = [str(VENV_BIN / "voila"), str(root), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1",
-            "--Voila.port_retries=0", "--VoilaConfiguration.show_tracebacks=True",
-            "--VoilaConfiguration.template=dlexplore"]
-    server = Server("voila (TraceView)", argv, port=port, cwd=root, env=env,
-                    log_path=artifacts_dir / "voila-traceview-server.log")
+    argv = [
+        str(VENV_BIN / "voila"),
+        str(root),
+        "--no-browser",
+        f"--port={port}",
+        "--Voila.ip=127.0.0.1",
+        "--Voila.port_retries=0",
+        "--VoilaConfiguration.show_tracebacks=True",
+        "--VoilaConfiguration.template=dlexplore",
+    ]
+    server = Server(
+        "voila (TraceView)",
+        argv,
+        port=port,
+        cwd=root,
+        env=env,
+        log_path=artifacts_dir / "voila-traceview-server.log",
+    )
     try:
         server.wait_ready()
         yield server
@@ -292,8 +327,9 @@ def open_dashboard(tab, url: str) -> float:
     start = time.monotonic()
     page.goto(url)
     deadline = start + FIRST_PLOT_MS / 1000
-    traceback = page.locator("[data-mime-type='application/vnd.jupyter.error'], "
-                             "[data-mime-type='application/vnd.jupyter.stderr']")
+    traceback = page.locator(
+        "[data-mime-type='application/vnd.jupyter.error'], [data-mime-type='application/vnd.jupyter.stderr']"
+    )
     while not has_sources(page, TRACE_SOURCES, 1000):
         if traceback.count():
             pytest.fail("the notebook wrote an error:\n" + "\n".join(traceback.all_inner_texts()))
@@ -329,9 +365,10 @@ def test_voila_traceview_zooms_and_follows_its_controls(traceview_voila, tab, ti
             break
     assert "each drawn" in status(page), f"zooming in never drew single events: {status(page)}"
     timings["voila_traceview_wheel_to_plot"] = {
-        "samples_ms": samples, "first_plot_wait_s": round(waited, 2),
+        "samples_ms": samples,
+        "first_plot_wait_s": round(waited, 2),
         "what": f"Voila, sample trace ({len(trace):,} events): one wheel click to trace_timeline "
-                "redrawn by the kernel and changed in BokehJS",
+        "redrawn by the kernel and changed in BokehJS",
     }
     page.mouse.move(0, 0)
     tab.shot("zoomed")
@@ -341,8 +378,9 @@ def test_voila_traceview_zooms_and_follows_its_controls(traceview_voila, tab, ti
     timeline = read_source(page, "trace_timeline", ["left"])
     page.locator(".widget-dropdown select").select_option(label="step 3")
     changed = wait_changed(page, "trace_breakdown", bars)
-    np.testing.assert_allclose(changed["step_time"], trace.breakdown().sel(step=3)["step_time"].values * 1e3,
-                               rtol=1e-9)
+    np.testing.assert_allclose(
+        changed["step_time"], trace.breakdown().sel(step=3)["step_time"].values * 1e3, rtol=1e-9
+    )
     wait_changed(page, "trace_timeline", timeline)
     assert read_source(page, "trace_collectives", ["count"])["count"] == [1, 1]
     cells = page.locator(".slick-row").first.locator(".slick-cell").all_inner_texts()
@@ -379,9 +417,10 @@ def test_voila_a_million_events_stay_responsive(traceview_voila, tab, timings):
             break
     assert "each drawn" in status(page), status(page)
     timings["voila_million_events"] = {
-        "samples_ms": samples, "first_plot_s": round(waited, 2),
+        "samples_ms": samples,
+        "first_plot_s": round(waited, 2),
         "what": "Voila, 1e6 synthetic events: page load to plots (first_plot_s, kernel start and "
-                "trace generation included) and one wheel click to trace_timeline redrawn",
+        "trace generation included) and one wheel click to trace_timeline redrawn",
     }
     print("\n1e6 events in Voila: " + json.dumps(timings["voila_million_events"]))
     assert float(np.median(samples)) < LATENCY_BOUND_MS, samples

@@ -94,8 +94,9 @@ RECORDS: list[tuple] = [
 ]
 
 
-def _event(out: list[str], tensors: dict[str, int], tensor: str, phase: str, op_name: str,
-           args: str, ts_micros: int) -> None:
+def _event(
+    out: list[str], tensors: dict[str, int], tensor: str, phase: str, op_name: str, args: str, ts_micros: int
+) -> None:
     """``TimelineWriter::DoWriteEvent`` before v0.20.1, one ``file_ <<`` per ``out.append``."""
     tensor_idx = tensors.get(tensor, 0)
     if tensor_idx == 0:

@@ -5,6 +5,7 @@
 TINY_STEPS (default 4) training steps; TINY_PAUSE_S (default 0) seconds of sleep per step, so that a
 copy of the timeline can be taken while the run is going.
 """
+
 import os
 import time
 

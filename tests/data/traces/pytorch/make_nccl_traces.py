@@ -163,7 +163,7 @@ class Rank:
                 f'"correlation": {corr},\n      "registers per thread": {96 if kind == "nccl" else 32},\n'
                 f'      "shared memory": {89296 if kind == "nccl" else 4096},\n      "blocks per SM": '
                 f'{0.018519 if kind == "nccl" else 0.074074},\n      "warps per SM": '
-                f'{0.314815 if kind == "nccl" else 0.296296},\n      '
+                f"{0.314815 if kind == 'nccl' else 0.296296},\n      "
                 f'"grid": [{2 if kind == "nccl" else 8}, 1, 1],'
                 f'\n      "block": [{544 if kind == "nccl" else 128}, 1, 1],\n      '
                 f'"est. achieved occupancy %": 0'
