@@ -150,3 +150,28 @@ def test_import_registers_the_accessor_and_loads_nothing_heavy():
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {"dlx": True, "heavy": [], "predict": True}
 
+
+def test_without_the_plots_extra_the_core_works_and_plots_say_what_to_install():
+    # A None entry in sys.modules is how Python marks a module as not importable: as in a core
+    # install (pip install dlexplore), which has no bokeh or ipywidgets since the plots extra.
+    code = (
+        "import json, sys\n"
+        "sys.modules['bokeh'] = sys.modules['ipywidgets'] = None\n"
+        "import dlexplore\n"
+        "ds = dlexplore.predict('resnet50', 'V100-16GB', '25GbE', gpus=[1, 8], batch_size=64)\n"
+        "out = {'breakdown': float(ds.dlx.breakdown().compute_only.sel(gpus=1))}\n"
+        "for name, call in (('plot', ds.dlx.plot), ('explorer', lambda: dlexplore.Explorer)):\n"
+        "    try:\n"
+        "        call()\n"
+        "    except ModuleNotFoundError as err:\n"
+        "        out[name] = [str(err), err.name]\n"
+        "print(json.dumps(out))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["breakdown"] > 0
+    assert out["plot"][1] == "bokeh" and "pip install 'dlexplore[plots]'" in out["plot"][0]
+    assert out["explorer"][1] == "bokeh" and out["explorer"][0].startswith("dlexplore.widgets needs bokeh")

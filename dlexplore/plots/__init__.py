@@ -11,6 +11,20 @@
   into the notebook (:mod:`~dlexplore.plots.notebook`).
 """
 
+# ruff: noqa: E402 - the check below comes before the imports it guards
+from importlib import import_module
+
+for _package in ("bokeh",):
+    try:
+        import_module(_package)
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError(
+            f"dlexplore.plots needs {_package}, which dlexplore installs only with an extra: "
+            "pip install 'dlexplore[plots]' (or 'dlexplore[explore]' for the dashboard too)",
+            name=_package,
+        ) from None
+
+
 from ._advice import advice, bottleneck, headline
 from ._columns import (
     GPU_COUNTS,
