@@ -10,6 +10,9 @@ Formats, detected from the files' contents: PyTorch profiler Chrome traces (``.j
 extra ``otf2``). nccl-tests output, Darshan logs and DLIO / MLPerf Storage summaries are measured
 tables rather than traces: :func:`load` reads every format and gives those as datasets
 (:func:`read_nccl_tests`, :func:`read_darshan`, :func:`read_dlio_summary` read one kind each).
+
+Each format is a :class:`Reader` in :mod:`.registry`; other packages add theirs through the
+``dlexplore.readers`` entry point (:func:`readers` lists what is registered; CONTRIBUTING.md).
 """
 
 from __future__ import annotations
@@ -66,9 +69,9 @@ def load_trace(
 ) -> Trace:
     """Read a trace: one file, a folder of per-rank files, a glob pattern, or a list of these.
 
-    ``format`` (``pytorch``, ``horovod``, ``nsys``, ``otf2``, ``netcdf`` for a converted trace)
-    skips detection; otherwise every file's format is detected from its contents and all must
-    agree. Files of a folder that are not traces (a run's configuration, a metadata JSON, a
+    ``format`` (``pytorch``, ``horovod``, ``nsys``, ``otf2``, ``netcdf`` for a converted trace,
+    or a plug-in's format) skips detection; otherwise every file's format is detected from its
+    contents (:func:`dlexplore.traces.registry.detect`) and all must agree. Files of a folder that are not traces (a run's configuration, a metadata JSON, a
     benchmark table) are skipped with a warning naming them (``trace.meta["skipped_files"]``);
     files named directly are never skipped. ``allow_missing_ranks=True`` reads a set of per-rank
     files that leaves ranks of the world out (``trace.meta["missing_ranks"]``). Every problem with
