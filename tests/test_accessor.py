@@ -160,7 +160,9 @@ def test_without_the_plots_extra_the_core_works_and_plots_say_what_to_install():
         "import dlexplore\n"
         "ds = dlexplore.predict('resnet50', 'V100-16GB', '25GbE', gpus=[1, 8], batch_size=64)\n"
         "out = {'breakdown': float(ds.dlx.breakdown().compute_only.sel(gpus=1))}\n"
-        "for name, call in (('plot', ds.dlx.plot), ('explorer', lambda: dlexplore.Explorer)):\n"
+        "calls = (('plot', ds.dlx.plot), ('explorer', lambda: dlexplore.Explorer),\n"
+        "         ('report', lambda: dlexplore.report))\n"
+        "for name, call in calls:\n"
         "    try:\n"
         "        call()\n"
         "    except ModuleNotFoundError as err:\n"
@@ -175,3 +177,6 @@ def test_without_the_plots_extra_the_core_works_and_plots_say_what_to_install():
     assert out["breakdown"] > 0
     assert out["plot"][1] == "bokeh" and "pip install 'dlexplore[plots]'" in out["plot"][0]
     assert out["explorer"][1] == "bokeh" and out["explorer"][0].startswith("dlexplore.widgets needs bokeh")
+    assert (
+        out["report"][0].startswith("dlexplore.report needs bokeh") and "dlexplore[plots]" in out["report"][0]
+    )

@@ -12,18 +12,9 @@
 """
 
 # ruff: noqa: E402 - the check below comes before the imports it guards
-from importlib import import_module
+from ..errors import require_extra
 
-for _package in ("bokeh",):
-    try:
-        import_module(_package)
-    except ModuleNotFoundError:
-        raise ModuleNotFoundError(
-            f"dlexplore.plots needs {_package}, which dlexplore installs only with an extra: "
-            "pip install 'dlexplore[plots]' (or 'dlexplore[explore]' for the dashboard too)",
-            name=_package,
-        ) from None
-
+require_extra("dlexplore.plots", ("bokeh",))
 
 from ._advice import advice, bottleneck, headline
 from ._columns import (

@@ -8,18 +8,9 @@
 """
 
 # ruff: noqa: E402 - the check below comes before the imports it guards
-from importlib import import_module
+from ..errors import require_extra
 
-for _package in ("bokeh", "ipywidgets", "jupyter_bokeh"):
-    try:
-        import_module(_package)
-    except ModuleNotFoundError:
-        raise ModuleNotFoundError(
-            f"dlexplore.widgets needs {_package}, which dlexplore installs only with an extra: "
-            "pip install 'dlexplore[plots]' (or 'dlexplore[explore]' for the dashboard too)",
-            name=_package,
-        ) from None
-
+require_extra("dlexplore.widgets", ("bokeh", "ipywidgets", "jupyter_bokeh"))
 
 from .explorer import BATCH_SIZES, DEFAULTS, GPUS_PER_NODE, Explorer, load_bokehjs
 from .traceview import TraceView
