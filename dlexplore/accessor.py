@@ -43,8 +43,8 @@ class DlxAccessor:
         ds, said = self._ds, self._ds.attrs.get("kind")
         if said == "comparison" or {"measured", "predicted"} <= set(ds.data_vars):
             return "comparison"
-        if {"rank", "step"} <= set(ds.dims) and "step_time" in ds and "time_compute" in ds:
-            return "breakdown"
+        if "step_time" in ds and set(ds["step_time"].dims) == {"rank", "step"} and "time_compute" in ds:
+            return "breakdown"  # a trace's own, not a what-if over it (more dims) nor a prediction
         if said == "predicted" or str(ds.attrs.get("source", "")).startswith("predicted"):
             return "prediction"
         if said == "measured" or str(ds.attrs.get("source", "")).startswith("measured"):

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
+from _public_datasets import DATASETS, quiet
 
 import dlexplore as dlx
 from dlexplore.errors import DlexploreError
@@ -180,3 +181,19 @@ def test_without_the_plots_extra_the_core_works_and_plots_say_what_to_install():
     assert (
         out["report"][0].startswith("dlexplore.report needs bokeh") and "dlexplore[plots]" in out["report"][0]
     )
+
+
+@pytest.mark.parametrize("label", sorted(DATASETS))
+def test_every_public_dataset_plots_or_says_why_not(label):
+    from bokeh.models import ColumnDataSource
+
+    ds = quiet(DATASETS[label])
+    try:
+        drawn = ds.dlx.plot()
+    except DlexploreError as err:  # one number, nothing numeric, an empty table: said in words
+        assert any(
+            w in str(err) for w in ("one number", "no numeric variable", "to plot against", "is empty")
+        ), err
+        return
+    sizes = [len(next(iter(s.data.values()))) for s in drawn.select({"type": ColumnDataSource}) if s.data]
+    assert sizes and max(sizes) > 0, f"{label}: a figure with nothing in it"

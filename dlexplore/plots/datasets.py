@@ -63,6 +63,9 @@ def _main(ds: xr.Dataset) -> str:
 def _line_figure(ds: xr.Dataset, kind: str, width: int, height: int):
     name = _main(ds)
     var = ds[name]
+    if var.size == 0:
+        note = f" ({ds.attrs['note']})" if ds.attrs.get("note") else ""
+        raise DlexploreError(f"{name} is empty{note}: there is nothing to plot")
     if "point" in var.dims:  # a measured table: x is its first numeric coordinate along point
         xs = [c for c in ("gpus", "bytes", "batch_size", "global_batch") if c in ds.coords]
         if not xs:
