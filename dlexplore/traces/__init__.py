@@ -71,9 +71,10 @@ def load_trace(
 
     ``format`` (``pytorch``, ``horovod``, ``nsys``, ``otf2``, ``netcdf`` for a converted trace,
     or a plug-in's format) skips detection; otherwise every file's format is detected from its
-    contents (:func:`dlexplore.traces.registry.detect`) and all must agree. Files of a folder that are not traces (a run's configuration, a metadata JSON, a
-    benchmark table) are skipped with a warning naming them (``trace.meta["skipped_files"]``);
-    files named directly are never skipped. ``allow_missing_ranks=True`` reads a set of per-rank
+    contents (:func:`dlexplore.traces.registry.detect`) and all must agree. Files of a folder
+    that are not traces (a run's configuration, a metadata JSON, a benchmark table) are skipped
+    with a warning naming them (``trace.meta["skipped_files"]``); files named directly are never
+    skipped. ``allow_missing_ranks=True`` reads a set of per-rank
     files that leaves ranks of the world out (``trace.meta["missing_ranks"]``). Every problem with
     the input is a :class:`~dlexplore.errors.DlexploreError` naming the file and the position or
     event.
