@@ -10,9 +10,14 @@ Install size (``--install``): a fresh virtual environment in a temporary folder,
 this checkout (not editable, with the extras named by ``--extras``), then every installed
 distribution's files summed (pip and setuptools, which the venv brings itself, left out).
 
+Before and after (``--before DIR``): ``import dlexplore`` from another checkout (``git worktree add
+DIR <commit>``) against this one, alternating, both with ``python -S`` and this environment's
+site-packages on PYTHONPATH (an editable install's finder would otherwise always find this one).
+
 Run::
 
     python benchmarks/bench_import.py [--repeat 15] [--install] [--extras plots] [--json out.json]
+    python benchmarks/bench_import.py --before /tmp/dlexplore-main
 
 Figures from a shared machine are only comparable within one run; give ``os.getloadavg()`` with
 them (printed).
@@ -50,7 +55,9 @@ t0, c0 = time.perf_counter(), time.process_time()
 import {module}
 t1, c1 = time.perf_counter(), time.process_time()
 heavy = [m for m in {heavy!r} if m in sys.modules]
-print(json.dumps({{"wall": t1 - t0, "cpu": c1 - c0, "modules": len(sys.modules), "heavy": heavy}}))
+file = getattr(sys.modules[{module!r}], "__file__", "")
+row = {{"wall": t1 - t0, "cpu": c1 - c0, "modules": len(sys.modules), "heavy": heavy, "file": file}}
+print(json.dumps(row))
 """
 
 
@@ -76,6 +83,41 @@ def bench_import(python: str, repeat: int) -> dict:
             "heavy_imported": rows[-1]["heavy"],
         }
     result["ratio_wall_vs_xarray"] = result["dlexplore"]["wall_median_s"] / result["xarray"]["wall_median_s"]
+    return result
+
+
+def bench_before_after(before: Path, repeat: int) -> dict:
+    """Median wall and CPU seconds of ``import dlexplore`` from the checkout ``before`` and from
+    this one, alternating, in the same environment."""
+    site = next(p for p in sys.path if p.endswith("site-packages"))
+    code = _PROBE.format(module="dlexplore", heavy=HEAVY)
+    roots = {"before": Path(before).resolve(), "after": ROOT}
+    runs: dict[str, list[dict]] = {name: [] for name in roots}
+    for turn in range(repeat + 1):
+        for name, root in roots.items():
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), site]))
+            out = subprocess.run(
+                [sys.executable, "-S", "-c", code],
+                env=env,
+                cwd=root,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout  # cwd: "-c" puts the working folder first on sys.path
+            if turn:  # the first turn byte-compiles
+                runs[name].append(json.loads(out.strip().splitlines()[-1]))
+    result = {
+        name: {
+            "checkout": str(roots[name]),
+            "file": rows[-1]["file"],
+            "wall_median_s": statistics.median(r["wall"] for r in rows),
+            "cpu_median_s": statistics.median(r["cpu"] for r in rows),
+            "modules": rows[-1]["modules"],
+            "heavy_imported": rows[-1]["heavy"],
+        }
+        for name, rows in runs.items()
+    }
+    result["speedup_wall"] = result["before"]["wall_median_s"] / result["after"]["wall_median_s"]
     return result
 
 
@@ -123,10 +165,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=15, help="fresh processes per module")
     parser.add_argument("--install", action="store_true", help="also measure a fresh core install")
     parser.add_argument("--extras", default="", help="extras for --install, e.g. plots")
+    parser.add_argument("--before", type=Path, help="another checkout to compare import times with")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
     result = {"load_average": os.getloadavg(), "python": sys.version.split()[0]}
     result["import"] = bench_import(sys.executable, args.repeat)
+    if args.before:
+        result["before_after"] = bench_before_after(args.before, args.repeat)
     if args.install:
         result["install"] = bench_install(args.extras)
     result["load_average_after"] = os.getloadavg()
