@@ -8,8 +8,16 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from importlib import import_module
 
-__all__ = ["DlexploreError", "UnknownNameError", "InputFileError", "InvalidValueError", "suggest"]
+__all__ = [
+    "DlexploreError",
+    "UnknownNameError",
+    "InputFileError",
+    "InvalidValueError",
+    "require_extra",
+    "suggest",
+]
 
 
 class DlexploreError(ValueError):
@@ -94,3 +102,17 @@ def suggest(name: str, known: Iterable[str], n: int = 3) -> list[str]:
         if k_low not in hits and (k_low.startswith(key) or (len(key) >= 3 and key in k_low)):
             hits.append(k_low)
     return [lowered[h] for h in hits[:n]]
+
+
+def require_extra(what: str, packages: Iterable[str], extra: str = "plots") -> None:
+    """Import ``packages`` or raise a ``ModuleNotFoundError`` saying which of dlexplore's extras
+    installs them: ``what`` (``dlexplore.plots``) needs bokeh, which a core install lacks."""
+    for package in packages:
+        try:
+            import_module(package)
+        except ModuleNotFoundError:
+            raise ModuleNotFoundError(
+                f"{what} needs {package}, which dlexplore installs only with an extra: "
+                f"pip install 'dlexplore[{extra}]' (or 'dlexplore[explore]' for the dashboard too)",
+                name=package,
+            ) from None

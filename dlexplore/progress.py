@@ -8,6 +8,7 @@ terminal; never under CI (``CI=true``) or when output goes to a file or pipe. Wo
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from typing import Any
@@ -51,7 +52,8 @@ def progress_bar(
 
     Use it as tqdm: ``with progress_bar(total=n, desc="traces") as bar: ... bar.update(1)``.
     """
-    if progress_enabled(enabled) and in_notebook():
+    # the notebook widget needs ipywidgets (the plots extra); without it tqdm.auto would warn
+    if progress_enabled(enabled) and in_notebook() and importlib.util.find_spec("ipywidgets") is not None:
         from tqdm.auto import tqdm
     else:
         from tqdm import tqdm

@@ -11,6 +11,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .errors import require_extra
+
+require_extra("dlexplore.report", ("bokeh",))
+
+# ruff: noqa: E402 - after the check above, which says which extra installs bokeh
 import xarray as xr
 from bokeh.embed import file_html
 from bokeh.layouts import column

@@ -192,6 +192,11 @@ def test_the_tour_says_what_it_does(workdir):
         assert namespace["ds"].throughput.dims == ("algorithm", "gpus")
         assert namespace["ds"].attrs["source"].startswith("predicted: dlexplore")
         assert namespace["mine"].throughput.values.tolist() == [219.0, 422.0, 852.0, 1734.0]
+        ring = namespace["ring"]
+        assert (ring.dlx.kind, ring.dlx.units["throughput"]) == ("prediction", "samples/s")
+        parts = ring.dlx.breakdown()
+        total = sum(parts[name] for name in ("compute_only", "comm_overlapped", "comm_exposed", "io_exposed"))
+        assert abs(total - ring.step_time).max() < 1e-12
         assert dlx.catalog.gpu("L40S").memory_bytes == 48 * 2**30
     finally:
         if "L40S" in dlx.catalog.GPUS:

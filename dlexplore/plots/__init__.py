@@ -11,6 +11,11 @@
   into the notebook (:mod:`~dlexplore.plots.notebook`).
 """
 
+# ruff: noqa: E402 - the check below comes before the imports it guards
+from ..errors import require_extra
+
+require_extra("dlexplore.plots", ("bokeh",))
+
 from ._advice import advice, bottleneck, headline
 from ._columns import (
     GPU_COUNTS,

@@ -10,11 +10,13 @@ Formats, detected from the files' contents: PyTorch profiler Chrome traces (``.j
 extra ``otf2``). nccl-tests output, Darshan logs and DLIO / MLPerf Storage summaries are measured
 tables rather than traces: :func:`load` reads every format and gives those as datasets
 (:func:`read_nccl_tests`, :func:`read_darshan`, :func:`read_dlio_summary` read one kind each).
+
+Each format is a :class:`Reader` in :mod:`.registry`; other packages add theirs through the
+``dlexplore.readers`` entry point (:func:`readers` lists what is registered; CONTRIBUTING.md).
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import warnings
 from collections.abc import Iterable
@@ -22,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DlexploreError
+from . import registry
 from .cache import cached
 from .detect import FORMATS, MEASURED_FORMATS, detect_format
 from .netcdf import write_netcdf
+from .registry import Reader, get_reader, readers, register_reader, unregister_reader
 from .schema import CATEGORIES, COLLECTIVES, COLUMNS, Trace, expand_paths, make_events
 
 __all__ = [
@@ -40,6 +44,11 @@ __all__ = [
     "read_nccl_log",
     "nccl_log_table",
     "detect_format",
+    "Reader",
+    "readers",
+    "register_reader",
+    "unregister_reader",
+    "get_reader",
     "Trace",
     "FORMATS",
     "MEASURED_FORMATS",
@@ -49,15 +58,6 @@ __all__ = [
     "make_events",
     "write_netcdf",
 ]
-
-# format -> module with ``read(paths, **options) -> Trace``
-_READERS = {
-    "pytorch": ".pytorch",
-    "horovod": ".horovod",
-    "nsys": ".nsys",
-    "otf2": ".otf2",
-    "netcdf": ".netcdf",
-}
 
 
 @cached
@@ -69,11 +69,12 @@ def load_trace(
 ) -> Trace:
     """Read a trace: one file, a folder of per-rank files, a glob pattern, or a list of these.
 
-    ``format`` (``pytorch``, ``horovod``, ``nsys``, ``otf2``, ``netcdf`` for a converted trace)
-    skips detection; otherwise every file's format is detected from its contents and all must
-    agree. Files of a folder that are not traces (a run's configuration, a metadata JSON, a
-    benchmark table) are skipped with a warning naming them (``trace.meta["skipped_files"]``);
-    files named directly are never skipped. ``allow_missing_ranks=True`` reads a set of per-rank
+    ``format`` (``pytorch``, ``horovod``, ``nsys``, ``otf2``, ``netcdf`` for a converted trace,
+    or a plug-in's format) skips detection; otherwise every file's format is detected from its
+    contents (:func:`dlexplore.traces.registry.detect`) and all must agree. Files of a folder
+    that are not traces (a run's configuration, a metadata JSON, a benchmark table) are skipped
+    with a warning naming them (``trace.meta["skipped_files"]``); files named directly are never
+    skipped. ``allow_missing_ranks=True`` reads a set of per-rank
     files that leaves ranks of the world out (``trace.meta["missing_ranks"]``). Every problem with
     the input is a :class:`~dlexplore.errors.DlexploreError` naming the file and the position or
     event.
@@ -89,22 +90,21 @@ def load_trace(
             listing = "; ".join(f"{p.name}: {k}" for p, k in list(found.items())[:6])
             raise DlexploreError(f"these files hold different formats ({', '.join(kinds)}): {listing}")
         format = kinds[0]
-    if format in MEASURED_FORMATS:
+    reader = get_reader(format)
+    if reader is not None and reader.kind == "measured":
+        also = " (or dlexplore.traces.read_nccl_tests, read_darshan, read_dlio_summary)"
         raise DlexploreError(
             f"{files[0]}: this is {format} output, a measured table rather than a trace; read it with "
-            "dlexplore.load(path) (or dlexplore.traces.read_nccl_tests, read_darshan, read_dlio_summary)"
+            f"dlexplore.load(path){also if format in MEASURED_FORMATS else ''}"
         )
-    if format in _PROFILES:
-        raise DlexploreError(
-            f"{files[0]}: this is {_PROFILES[format][0]}, not an event trace; read it with "
-            f"dlexplore.traces.{_PROFILES[format][1]}(path)"
-        )
-    if format not in _READERS:
-        raise DlexploreError(f"unknown trace format {format!r}; expected one of {sorted(_READERS)}")
-    if format != "pytorch":
-        options.pop("allow_missing_ranks", None)  # other readers take whatever ranks they are given
-    reader = importlib.import_module(_READERS[format], __name__)
-    trace = reader.read(files, **options)
+    if reader is not None and reader.kind == "profile":
+        how = f"dlexplore.traces.{_PROFILES[format]}" if format in _PROFILES else "dlexplore.load"
+        what = reader.description or format
+        raise DlexploreError(f"{files[0]}: this is {what}, not an event trace; read it with {how}(path)")
+    if reader is None:
+        known = sorted(name for name, r in readers().items() if r.kind == "trace")
+        raise DlexploreError(f"unknown trace format {format!r}; expected one of {known}")
+    trace = registry.read(format, files, **options)
     if skipped:
         trace.meta["skipped_files"] = skipped
     return trace
@@ -117,16 +117,16 @@ def _detect_all(entries: list[tuple[Path, bool]], *, warn: bool = True) -> tuple
     reasons: dict[Path, str] = {}
     for path, listed in entries:
         try:
-            found[path] = detect_format(path)
+            found[path] = registry.detect(path)
         except DlexploreError as err:
             if not listed:
                 raise
             reasons[path] = str(err).replace(f"{path}: ", "").replace(f"{path}", "").strip(" :")
-    traces = {p: k for p, k in found.items() if k not in MEASURED_FORMATS}
+    traces = {p: k for p, k in found.items() if not _measured(k)}
     if traces:
         listed = {p for p, flag in entries if flag}
         for path, kind in found.items():
-            if kind in MEASURED_FORMATS and path in listed:
+            if _measured(kind) and path in listed:
                 reasons[path] = f"{kind} output, not a trace"
         found = {p: k for p, k in found.items() if p not in reasons}
     elif reasons and not found:
@@ -169,40 +169,27 @@ def load(
     entries = expand_paths(paths)
     kind = format
     if kind is None:
-        kinds = {detect_format(p) for p, listed in entries if not listed} or _detect_all(entries, warn=False)[
-            0
-        ].values()
-        measured = sorted(set(kinds) & (set(MEASURED_FORMATS) | set(_PROFILES)))
-        kind = measured[0] if measured and len(set(kinds)) == 1 else None
-    if kind in _PROFILES:
-        readers = {"tensorboard": read_tensorboard, "tau": read_tau_profile, "nccl-log": read_nccl_log}
-        return readers[kind](paths, **options)
-    if kind not in MEASURED_FORMATS:
+        kinds = {registry.detect(p) for p, listed in entries if not listed} or _detect_all(
+            entries, warn=False
+        )[0].values()
+        tables = sorted(k for k in set(kinds) if _measured(k))
+        kind = tables[0] if tables and len(set(kinds)) == 1 else None
+    reader = None if kind is None else get_reader(kind)
+    if reader is None or reader.kind == "trace":
         return load_trace(paths, format=kind, **options)
-    if len(entries) != 1:
-        raise DlexploreError(f"{kind} output is read one file at a time; got {len(entries)} files")
-    path = entries[0][0]
-    if kind == "nccl-tests":
-        from .nccl_tests import read_tests
-
-        return read_tests(path, **options)
-    if options:
-        raise DlexploreError(f"{kind} files take no options, got {sorted(options)}")
-    if kind == "darshan":
-        return read_darshan(path)
-    if kind == "darshan-text":
-        from .darshan import read_darshan_parser_text
-
-        return read_darshan_parser_text(path)
-    return read_dlio_summary(path)
+    if reader.kind == "profile":  # a profile reader takes the paths as given: TAU's are folders
+        return registry.read(kind, paths, **options)
+    return registry.read(kind, [path for path, _ in entries], **options)
 
 
-# Formats that are not event traces (no start times): their own readers give datasets or tables.
-_PROFILES = {
-    "tensorboard": ("a TensorBoard event file (logged scalars)", "read_tensorboard"),
-    "tau": ("a TAU profile (per-function totals)", "read_tau_profile"),
-    "nccl-log": ("an NCCL debug log (collectives as called)", "read_nccl_log"),
-}
+def _measured(kind: str) -> bool:
+    """Whether the format holds a table (measured or profile) rather than a trace of events."""
+    reader = get_reader(kind)
+    return reader is not None and reader.kind != "trace"
+
+
+# Built-in formats that are not event traces (no start times): the function that reads each.
+_PROFILES = {"tensorboard": "read_tensorboard", "tau": "read_tau_profile", "nccl-log": "read_nccl_log"}
 
 
 def read_tensorboard(paths: Any, **options: Any) -> Any:

@@ -7,6 +7,11 @@
   rank and the collective table.
 """
 
+# ruff: noqa: E402 - the check below comes before the imports it guards
+from ..errors import require_extra
+
+require_extra("dlexplore.widgets", ("bokeh", "ipywidgets", "jupyter_bokeh"))
+
 from .explorer import BATCH_SIZES, DEFAULTS, GPUS_PER_NODE, Explorer, load_bokehjs
 from .traceview import TraceView
 

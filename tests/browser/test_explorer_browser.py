@@ -210,6 +210,11 @@ def run_all_cells(page) -> None:
     """Run > Run All Cells, until the first cell's prompt shows that it was queued or has run."""
     first_prompt = page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").first
     for _ in range(3):
+        # On a loaded machine JupyterLab may open the notebook before it has listed the kernel
+        # specs and ask which kernel to start: its preselected choice is the notebook's own.
+        dialog = page.locator(".jp-Dialog")
+        if dialog.count() and "Select Kernel" in dialog.first.inner_text():
+            dialog.first.get_by_role("button", name="Select", exact=True).click()
         # Run All acts on the current notebook, which the one just opened is not always yet when
         # its kernel first reports idle: a click on a cell makes it current.
         first_prompt.click()
