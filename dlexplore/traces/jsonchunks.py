@@ -109,9 +109,9 @@ class EventChunks:
             magic = self._raw.read(2)
             self._raw.seek(0)
         except FileNotFoundError:
-            raise self.error("no such file; expected a trace (.json or .json.gz)") from None
+            raise self.error("no such file; expected a PyTorch profiler trace (.json or .json.gz)") from None
         except IsADirectoryError:
-            raise self.error("is a folder; expected a trace file") from None
+            raise self.error("is a folder; expected a PyTorch profiler trace file") from None
         except OSError as err:
             raise self.error(f"cannot be read ({err})") from None
         self.compressed = magic == b"\x1f\x8b"
@@ -244,10 +244,13 @@ class EventChunks:
         elif first == ord("{"):
             yield from self._object(fast, events)
         elif first == -1:
-            raise self.error("is empty; expected a trace (JSON)")
+            raise self.error("is empty; expected a PyTorch profiler trace (JSON)")
         else:
-            raise self._expected(
-                "a JSON object with a traceEvents array (a PyTorch profiler trace)", "the start of the file"
+            found = bytes(self._buf[self._pos : self._pos + 20]).decode("utf-8", "replace")
+            raise self.error(
+                f"starts with {found!r}; expected a JSON object with a traceEvents array (a PyTorch "
+                "profiler trace)",
+                offset=self._offset(),
             )
         if self._skip_ws() != -1:
             found = bytes(self._buf[self._pos : self._pos + 20]).decode("utf-8", "replace")
