@@ -27,7 +27,9 @@ from __future__ import annotations
 import codecs
 import gzip
 import json
+import queue
 import re
+import threading
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -62,6 +64,7 @@ class EventChunks:
         self.bare_array = False
         self._raw: BinaryIO | None = None
         self._stream: BinaryIO | None = None
+        self._ahead: _ReadAhead | None = None
         self._utf8 = codecs.getincrementaldecoder("utf-8")()
         self._buf = bytearray()
         self._pos = 0
@@ -87,10 +90,12 @@ class EventChunks:
             self.close()
 
     def close(self) -> None:
+        if self._ahead is not None:
+            self._ahead.close()  # first: its thread may be reading the stream
         for handle in (self._stream, self._raw):
             if handle is not None:
                 handle.close()
-        self._stream = self._raw = None
+        self._stream = self._raw = self._ahead = None
 
     def error(self, message: str, *, offset: int | None = None, event: int | None = None) -> DlexploreError:
         """A :class:`DlexploreError` naming this file, the byte offset and the event index."""
@@ -116,6 +121,7 @@ class EventChunks:
             raise self.error(f"cannot be read ({err})") from None
         self.compressed = magic == b"\x1f\x8b"
         self._stream = gzip.GzipFile(fileobj=self._raw, mode="rb") if self.compressed else self._raw
+        self._ahead = _ReadAhead(self._stream, _BLOCK)
 
     def _fill(self) -> bool:
         """Append a block to the buffer (first dropping what was consumed); False at the end."""
@@ -127,7 +133,7 @@ class EventChunks:
             self._pos = 1
         at = self._base + len(self._buf)
         try:
-            data = self._stream.read(_BLOCK)
+            data = self._ahead.read()
         except EOFError:
             raise self.error(
                 "the gzip stream is truncated (the file ends before its end-of-stream "
@@ -395,3 +401,51 @@ class EventChunks:
             if self._offset() - start >= self.chunk_bytes or len(batch) >= 65536:
                 yield events(batch, first)
                 return False
+
+
+class _ReadAhead:
+    """Blocks of a stream read (and gunzipped) in a thread while the caller decodes the ones before.
+
+    zlib and file reads release the GIL, so on two cores or more decompression costs no wall time
+    beside decoding (0.2 s of a 54 MB trace's 0.8 s here). At most ``depth`` blocks wait, so memory
+    stays bounded; an exception of the stream is raised by :meth:`read`, in the caller's thread.
+    """
+
+    def __init__(self, stream: BinaryIO, block: int, depth: int = 2):
+        self._queue: queue.Queue = queue.Queue(depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(stream, block), daemon=True)
+        self._thread.start()
+
+    def _run(self, stream: BinaryIO, block: int) -> None:
+        try:
+            while not self._stop.is_set():
+                data = stream.read(block)
+                self._put((True, data))
+                if not data:
+                    return
+        except BaseException as err:  # noqa: BLE001 - raised again where the caller reads
+            self._put((False, err))
+
+    def _put(self, item: tuple[bool, Any]) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.05)
+                return
+            except queue.Full:
+                continue
+
+    def read(self) -> bytes:
+        """The next block (b"" at the end); the stream's exception, if reading it failed."""
+        ok, value = self._queue.get()
+        if not ok:
+            raise value
+        return value
+
+    def close(self) -> None:
+        self._stop.set()
+        while self._thread.is_alive():
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                self._thread.join(0.01)

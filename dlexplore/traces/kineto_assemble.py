@@ -149,7 +149,7 @@ def assemble(files: list[RankFile], world_size: int, names: Labels, cats: Labels
         "backend": backends[0] if len(backends) == 1 else (backends or None),
         "device": "cuda" if gpu_trace else "cpu",
         "epoch_ns": epoch_ns,
-        "parser": PARSER,
+        "parser": files[0].parser if files else PARSER,
     }
     return Trace(events, "pytorch", paths, world_size, meta, memory=_memory_table(files, shift))
 

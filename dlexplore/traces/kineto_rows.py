@@ -99,6 +99,7 @@ class RankFile:
         self.path = Path(columns.path)
         self.meta = columns.meta
         self.events_read = len(columns)
+        self.parser = columns.parser  # "msgspec", or "json" (the standard library)
         self.rank: int | None = None
         self.rank_known = True
         self.world_size: int | None = None
