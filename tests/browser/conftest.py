@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import statistics
 import sys
 import urllib.request
 from pathlib import Path
@@ -30,12 +29,10 @@ from _browser import (
     free_port,
     install_chromium,
     jupyter_env,
-    percentile,
     private_home_env,
 )
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-TIMINGS = pytest.StashKey[dict]()
 
 # JupyterLab virtualises long notebooks by default: cells below the fold are not in the DOM, and
 # neither are their outputs. The news toast would cover the plots in screenshots. The overrides are
@@ -49,49 +46,15 @@ LAB_OVERRIDES = {
 EXPLORER_SOURCE = "from dlexplore.widgets import Explorer\n\nExplorer()"
 
 
-def pytest_configure(config):
-    config.stash[TIMINGS] = {}
-
-
 # ---------------------------------------------------------------------------------------------
-# reporting
+# reporting (the timings the tests measure are summarised by tests/conftest.py, which also runs
+# in pytest-xdist's controller, where the workers' timings come together)
 
 
 def _artifacts() -> Path:
     path = Path(os.environ.get("DLX_TEST_ARTIFACTS") or REPO / "tests" / "browser" / "artifacts")
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def _summarise(samples: list[float]) -> dict:
-    return {
-        "n": len(samples),
-        "median_ms": round(statistics.median(samples), 1),
-        "p95_ms": round(percentile(samples, 95), 1),
-        "max_ms": round(max(samples), 1),
-        "samples_ms": [round(s, 1) for s in samples],
-    }
-
-
-def pytest_terminal_summary(terminalreporter, config):
-    timings = config.stash.get(TIMINGS, {})
-    if not timings:
-        return
-    out = {}
-    terminalreporter.section("browser timings")
-    for name, entry in timings.items():
-        summary = {**entry, **_summarise(entry["samples_ms"])} if entry.get("samples_ms") else entry
-        out[name] = summary
-        if "median_ms" in summary:
-            terminalreporter.write_line(
-                f"{name}: median {summary['median_ms']:.0f} ms, p95 {summary['p95_ms']:.0f} ms, "
-                f"n={summary['n']} ({entry.get('what', '')})"
-            )
-        else:
-            terminalreporter.write_line(f"{name}: {json.dumps(entry)}")
-    path = _artifacts() / "timings.json"
-    path.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
-    terminalreporter.write_line(f"written to {path}")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -129,12 +92,6 @@ def artifacts_dir() -> Path:
     for old in stale:
         old.unlink(missing_ok=True)
     return path
-
-
-@pytest.fixture(scope="session")
-def timings(pytestconfig) -> dict:
-    """name -> {"samples_ms": [...], "what": "..."}, summarised at the end of the session."""
-    return pytestconfig.stash[TIMINGS]
 
 
 def _unavailable(reason: str):
