@@ -222,17 +222,22 @@ def _pair_ranges(builder, columns, cls, rows, kind, occurrence, start, end) -> b
         return False
     end[row_of] = ts[ends]
     op = kind[row_of] == OP
-    known: dict[tuple, tuple[float, str]] = {}  # the same tensors come back every step
-    for e, r in sorted(zip(ends[op].tolist(), row_of[op].tolist(), strict=True)):
-        args = columns.args.get(e)
-        key = (args.get("dtype"), args.get("shape")) if isinstance(args, dict) and len(args) == 2 else None
-        size = known.get(key) if key is not None and all(isinstance(v, str) for v in key) else None
-        if size is None:
-            try:
+    op_ends, op_rows = ends[op], row_of[op]
+    order = np.argsort(op_ends, kind="stable")  # sizes in the order of their E events
+    op_ends, op_rows = op_ends[order], op_rows[order]
+    sizes, known = [], {}  # the same tensors come back every step: each (dtype, shape) read once
+    try:
+        for args in map(columns.args.get, op_ends.tolist()):
+            if type(args) is dict and len(args) == 2 and type(shape := args.get("shape")) is str:
+                key = (args.get("dtype"), shape)
+                size = known.get(key)
+                if size is None:
+                    size = known[key] = tensor_bytes(args)
+            else:
                 size = tensor_bytes(args)
-            except ValueError:
-                return False
-            if key is not None and all(isinstance(v, str) for v in key):
-                known[key] = size
-        builder.sizes[(int(col["pid"][e]), int(occurrence[r]))] = size
+            sizes.append(size)
+    except (ValueError, TypeError):  # TypeError: a dtype that cannot be a key (a list)
+        return False
+    keys = zip(col["pid"][op_ends].tolist(), occurrence[op_rows].tolist(), strict=True)
+    builder.sizes.update(zip(keys, sizes, strict=True))
     return True
