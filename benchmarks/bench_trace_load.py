@@ -59,7 +59,14 @@ def rss():
 
 parts = {}
 if tool in ("dlexplore", "cached"):
+    import importlib, pkgutil
     import dlexplore.traces as traces
+    for module in pkgutil.iter_modules(traces.__path__):  # what load_trace imports when first used
+        try:
+            importlib.import_module(f"dlexplore.traces.{module.name}")
+        except ImportError:  # an optional extra that is not installed
+            pass
+    import tqdm
     # what a first load or reload imports: h5py; xarray's first Variable imports dask.array when
     # installed, as the breakdown's Dataset does (imports are excluded)
     import h5netcdf, numpy, xarray

@@ -1,4 +1,5 @@
-"""Fixtures for the real-browser tests: one Chromium per session, one server per module.
+"""Fixtures for the real-browser tests: one Chromium and one Voila server per session, JupyterLab
+per module.
 
 Chromium: Debian's package (or ``$DLX_CHROMIUM``), driven by Playwright through
 ``executable_path``. When it is missing and we may use apt-get, it is installed (Playwright's own
@@ -197,9 +198,10 @@ def tab(browser, request, artifacts_dir):
 # servers
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def voila_server(tmp_path_factory, artifacts_dir):
-    """``dlexplore explore`` as a user starts it: the Voila dashboard of the explorer."""
+    """``dlexplore explore`` as a user starts it: the Voila dashboard of the explorer (one for the
+    session: every page opened gets its own kernel, so the tests that share it cannot meet)."""
     home = tmp_path_factory.mktemp("voila-home")
     port = free_port()
     exe = VENV_BIN / "dlexplore"
@@ -249,7 +251,8 @@ def _check_lab_overrides(url: str) -> None:
 
 @pytest.fixture(scope="module")
 def lab_server(tmp_path_factory, artifacts_dir):
-    """JupyterLab on a folder that holds explorer.ipynb (an Explorer as its last expression)."""
+    """JupyterLab on a folder that holds explorer.ipynb (an Explorer as its last expression); one
+    per module, since a test saves the notebook (with its outputs) and the next module wants it new."""
     home = tmp_path_factory.mktemp("lab-home")
     root = home / "notebooks"
     root.mkdir()
