@@ -177,9 +177,11 @@ def _memory_table(files: list[RankFile], shift: np.ndarray) -> pd.DataFrame | No
             file.memory[k]
             for k in ("ts", "Device Type", "Device Id", "Bytes", "Total Allocated", "Total Reserved", "Addr")
         )
-        names = [_DEVICE_TYPES.get(int(k), f"device{int(k)}") for k in kind]
-        ids = np.nan_to_num(device)
-        labels = [n if n == "cpu" else f"{n}:{int(d)}" for n, d in zip(names, ids, strict=True)]
+        # a label per distinct (type, id): the allocator writes tens of thousands of events
+        pairs, inverse = np.unique(np.stack([kind, np.nan_to_num(device)]), axis=1, return_inverse=True)
+        names = [_DEVICE_TYPES.get(int(k), f"device{int(k)}") for k in pairs[0]]
+        distinct = [n if n == "cpu" else f"{n}:{int(d)}" for n, d in zip(names, pairs[1], strict=True)]
+        labels = np.asarray(distinct, dtype=object)[inverse.ravel()]
         parts.append(
             pd.DataFrame(
                 {
