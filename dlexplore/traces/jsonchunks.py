@@ -4,8 +4,9 @@ A profiler trace is one JSON object: a few small members (``schemaVersion``, ``d
 ``distributedInfo``, ``baseTimeNanoseconds`` ...), some after the events, and one large member,
 ``traceEvents``, an array of event objects (a bare array of events is also accepted).
 :class:`EventChunks` reads the (optionally gzip-compressed) file in blocks of bytes into one
-sliding buffer, so memory stays at about two chunks whatever the file's size, and hands each
-window of about ``chunk_bytes`` bytes of whole events to the caller's decoders:
+sliding buffer (blocks are read, and gunzipped, ahead in a thread), so memory stays at about three
+chunks whatever the file's size, and hands each window of about ``chunk_bytes`` bytes of whole
+events to the caller's decoders:
 
 * the window is cut after the last ``}`` that is followed by ``,`` and ``{`` (or by the array's
   ``]``); a cut inside a string or a nested object can never decode as a complete array (a quote,
@@ -41,7 +42,8 @@ __all__ = ["EventChunks", "MAX_VALUE_BYTES", "CHUNK_BYTES"]
 
 T = TypeVar("T")
 
-CHUNK_BYTES = 1 << 23  #: bytes of events decoded at a time
+CHUNK_BYTES = 1 << 23  #: bytes of events decoded at a time (at most, by default)
+MIN_CHUNK_BYTES = 1 << 20  #: ... and at least: below, per-chunk overhead shows
 MAX_VALUE_BYTES = 1 << 27  #: the longest single JSON value (bytes): a bound against gzip bombs
 _BLOCK = 1 << 22  # bytes read at a time
 _WS = re.compile(rb"[ \t\r\n]*")
@@ -55,9 +57,11 @@ class EventChunks:
     ``traceEvents`` and :attr:`events_read` the number of events.
     """
 
-    def __init__(self, path: str | Path, *, chunk_bytes: int = CHUNK_BYTES):
+    def __init__(self, path: str | Path, *, chunk_bytes: int | None = None):
         self.path = Path(path)
-        self.chunk_bytes = max(int(chunk_bytes), 64)
+        # None: a sixteenth of the JSON within [MIN_CHUNK_BYTES, CHUNK_BYTES] (set on opening), so
+        # that the chunks in hand stay a small part of a small file's memory too
+        self.chunk_bytes = None if chunk_bytes is None else max(int(chunk_bytes), 64)
         self.meta: dict[str, Any] = {}
         self.events_read = 0
         self.compressed = False
@@ -120,8 +124,19 @@ class EventChunks:
         except OSError as err:
             raise self.error(f"cannot be read ({err})") from None
         self.compressed = magic == b"\x1f\x8b"
+        if self.chunk_bytes is None:
+            self.chunk_bytes = min(CHUNK_BYTES, max(MIN_CHUNK_BYTES, self._json_size() // 16))
         self._stream = gzip.GzipFile(fileobj=self._raw, mode="rb") if self.compressed else self._raw
-        self._ahead = _ReadAhead(self._stream, _BLOCK)
+        self._ahead = _ReadAhead(self._stream, min(_BLOCK, max(1 << 16, self.chunk_bytes // 2)))
+
+    def _json_size(self) -> int:
+        """Bytes of JSON: the file's, or what gzip's trailer says it inflates to (mod 4 GiB)."""
+        size = self._raw.seek(0, 2)
+        if self.compressed and size >= 18:
+            self._raw.seek(-4, 2)
+            size = max(size, int.from_bytes(self._raw.read(4), "little"))
+        self._raw.seek(0)
+        return size
 
     def _fill(self) -> bool:
         """Append a block to the buffer (first dropping what was consumed); False at the end."""

@@ -16,7 +16,8 @@ number belongs, an integer beyond 64 bits), is read the reference way, so both g
 columns and the same errors (``tests/test_kineto_decode.py`` compares them on every file).
 
 The file is read in blocks of bytes (:class:`~dlexplore.traces.jsonchunks.EventChunks`): a load
-holds about two chunks of JSON (8 MiB each) plus the columns (about 90 bytes per event), whatever
+holds about three chunks of JSON (a sixteenth of the file each, 1 to 8 MiB: see
+:class:`~dlexplore.traces.jsonchunks.EventChunks`) plus the columns (about 90 bytes per event), whatever
 the file's size. See :mod:`.kineto_columns` for what each column holds.
 """
 
@@ -38,7 +39,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .jsonchunks import CHUNK_BYTES, EventChunks
+from .jsonchunks import EventChunks
 from .kineto_columns import (
     COMM_ARGS,
     INT_COLUMNS,
@@ -229,7 +230,7 @@ def _fast_chunk(
 def decode_kineto(
     path: str | os.PathLike,
     *,
-    chunk_bytes: int = CHUNK_BYTES,
+    chunk_bytes: int | None = None,
     parser: str | None = None,
     lenient: bool = False,
 ) -> KinetoColumns:
@@ -330,7 +331,7 @@ def _ids(values: list[Any], labels: Labels, lenient: bool = False) -> tuple[np.n
     return pairs[rows, 0], pairs[rows, 1].astype(np.int32)
 
 
-def _decode_one(args: tuple[str, int, str | None, bool]) -> KinetoColumns:
+def _decode_one(args: tuple[str, int | None, str | None, bool]) -> KinetoColumns:
     path, chunk_bytes, parser, lenient = args
     return decode_kineto(path, chunk_bytes=chunk_bytes, parser=parser, lenient=lenient)
 
@@ -366,7 +367,7 @@ def decode_kineto_files(
     paths: Sequence[str | os.PathLike],
     *,
     workers: int | None = None,
-    chunk_bytes: int = CHUNK_BYTES,
+    chunk_bytes: int | None = None,
     parser: str | None = None,
     progress: bool | None = None,
     lenient: bool = False,
@@ -377,9 +378,9 @@ def decode_kineto_files(
     at least :data:`PARALLEL_MIN_BYTES` of JSON on 4 cores or more where workers can start, see
     :func:`_spawn_safe`;
     1 decodes in this process; a script asking for more needs the ``__main__`` guard). Memory is
-    bounded by the number of workers: each holds about two chunks of JSON and one file's columns
+    bounded by the number of workers: each holds about three chunks of JSON and one file's columns
     and sends back its compact numpy columns only, so the peak is the set's columns plus
-    ``workers`` x (16 MiB + one file's columns). ``progress`` shows a tqdm bar of files done
+    ``workers`` x (24 MiB + one file's columns). ``progress`` shows a tqdm bar of files done
     (default: when someone watches, :func:`dlexplore.progress.progress_enabled`).
     """
     from ..progress import progress_bar
