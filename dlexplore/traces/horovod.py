@@ -82,9 +82,11 @@ included) of those tensors' *k*-th operation and lasts until step *k+1* starts; 
 the step it starts in, events before step 0 (the initial broadcast) get <NA>. ``steps=None`` leaves
 every step <NA>.
 
-Large files are parsed 4 MB of JSON at a time (measured here: a 161 MB timeline of 2.76 M events
-in about 5 s, peak RSS 620 MB with the interpreter, where ``json.load`` alone takes 2.6 s and
-990 MB), and only a chunk that fails to parse is read again event by event, to say where.
+Reading goes in stages, a module each: the bytes and the JSON array, terminated or not
+(:mod:`.horovod_json`); the events decoded straight into columns, 4 MB of JSON at a time
+(:mod:`.horovod_decode`: msgspec where installed, else the standard library); the rows made from
+the columns (:mod:`.horovod_rows`) or, for a file with an event to name, one event at a time by
+the reference (:mod:`.horovod_builder`), which also makes the table. Here: the options and ranks.
 """
 
 from __future__ import annotations

@@ -78,18 +78,12 @@ def rows_from_columns(columns: HorovodColumns, path: Path, fusion_offset: int) -
     current_fusion = np.full(len(rows), -1, np.int64)
     fusion = _fusions(cls, name, pid, is_op_name, rows, is_op, fusion_offset)
     if tensor.any():
-        frame = pd.DataFrame(
-            {
-                "pid": rpid[tensor],
-                "op": is_op[tensor].astype(np.int64),
-                "kind": np.where((kind == OP) | (kind == NEGOTIATION), op_of_row, np.nan)[tensor],
-                "fusion": np.where(is_op, fusion, np.nan)[tensor],
-            }
-        )
-        grouped = frame.groupby("pid", sort=False)
-        k[tensor] = grouped["op"].cumsum().to_numpy() - frame["op"].to_numpy()
-        current_op[tensor] = grouped["kind"].ffill().fillna(0).to_numpy(np.int64)
-        current_fusion[tensor] = grouped["fusion"].ffill().fillna(-1).to_numpy(np.int64)
+        groups = _Groups(rpid[tensor])
+        started = is_op[tensor].astype(np.int64)
+        k[tensor] = groups.cumsum(started) - started
+        named = (kind == OP) | (kind == NEGOTIATION)
+        current_op[tensor] = groups.ffill(np.where(named, op_of_row, -1)[tensor], 0)
+        current_fusion[tensor] = groups.ffill(np.where(is_op, fusion, -1)[tensor], -1)
     occurrence = np.where(kind == MARKER, -1, np.where(kind == ACTIVITY, np.maximum(k - 1, 0), k))
     start = ts[rows]
     end = np.where(rcls == _X, ts[rows] + np.nan_to_num(dur[rows]), np.where(rcls == _I, ts[rows], np.nan))
@@ -197,18 +191,19 @@ def _pair_ranges(builder, columns, cls, rows, kind, occurrence, start, end) -> b
         return True
     step = np.where(cls[events] == _B, 1, -1)
     tensors = col["pid"][events]
-    frame = pd.DataFrame({"pid": tensors, "step": step})
-    total = frame.groupby("pid", sort=False)["step"].cumsum().to_numpy()
-    low = pd.Series(np.minimum(total, 0)).groupby(tensors, sort=False).cummin().to_numpy()
-    depth = total - low  # open ranges after the event (an E with none open changes nothing)
-    before = pd.Series(depth).groupby(tensors, sort=False).shift(1, fill_value=0).to_numpy()
+    groups = _Groups(tensors)
+    total = groups.cumsum(step)
+    depth = total - groups.cummin(np.minimum(total, 0))  # open ranges after the event (an E with
+    before = groups.shift(depth, 0)  # none open changes nothing)
     unmatched = (step < 0) & (before == 0)
     builder.unmatched_end = int(unmatched.sum())
     keep = ~unmatched
-    level = np.where(step > 0, depth, before)[keep]
-    kept, kept_step, kept_pid = events[keep], step[keep], tensors[keep]
-    order = np.lexsort((kept, level, kept_pid))
-    kept, kept_step, kept_pid, level = kept[order], kept_step[order], kept_pid[order], level[order]
+    level = np.where(step > 0, depth, before)
+    # by tensor, then level, then place in the file: a range's B, then its E
+    key = groups.ids() * (int(level.max()) + 1) + level
+    order = np.argsort(key[keep], kind="stable")
+    kept, kept_step, kept_pid = events[keep][order], step[keep][order], tensors[keep][order]
+    level = level[keep][order]
     pair = (
         (kept_step[:-1] > 0)
         & (kept_step[1:] < 0)
@@ -241,3 +236,50 @@ def _pair_ranges(builder, columns, cls, rows, kind, occurrence, start, end) -> b
     keys = zip(col["pid"][op_ends].tolist(), occurrence[op_rows].tolist(), strict=True)
     builder.sizes.update(zip(keys, sizes, strict=True))
     return True
+
+
+class _Groups:
+    """Group-wise running sums, minima, shifts and forward fills over values in file order, grouped
+    by tensor (as pandas' groupby does, with one stable sort shared by all of them)."""
+
+    def __init__(self, keys: np.ndarray):
+        self.order = np.argsort(keys, kind="stable")
+        ordered = keys[self.order]
+        self.first = np.ones(len(ordered), bool)
+        self.first[1:] = ordered[1:] != ordered[:-1]
+        self.start = np.maximum.accumulate(np.where(self.first, np.arange(len(ordered)), 0))
+
+    def _back(self, values: np.ndarray) -> np.ndarray:
+        out = np.empty_like(values)
+        out[self.order] = values
+        return out
+
+    def ids(self) -> np.ndarray:
+        """A dense group number per value (in the order of the keys)."""
+        return self._back(np.cumsum(self.first) - 1)
+
+    def cumsum(self, values: np.ndarray) -> np.ndarray:
+        total = np.cumsum(values[self.order])
+        base = np.where(self.start > 0, total[self.start - 1], 0)
+        return self._back(total - base)
+
+    def cummin(self, values: np.ndarray) -> np.ndarray:
+        # each later group pushed far below the earlier ones, so that no minimum crosses over
+        v = values[self.order]
+        spread = 2 * (int(np.abs(v).max()) + 1) if len(v) else 1
+        offset = (np.cumsum(self.first) - 1) * spread
+        return self._back(np.minimum.accumulate(v - offset) + offset)
+
+    def shift(self, values: np.ndarray, fill: int) -> np.ndarray:
+        v = values[self.order]
+        out = np.empty_like(v)
+        out[1:] = v[:-1]
+        out[self.first] = fill
+        return self._back(out)
+
+    def ffill(self, values: np.ndarray, fill: int) -> np.ndarray:
+        """The latest value >= 0 at or before each place in its group, else ``fill``."""
+        v = values[self.order]
+        latest = np.maximum.accumulate(np.where(v >= 0, np.arange(len(v)), -1))
+        found = latest >= self.start
+        return self._back(np.where(found, v[np.maximum(latest, 0)], fill))
