@@ -6,11 +6,11 @@ of the same sizes; one 8-rank Kineto set), each tool loads it in a fresh interpr
 excluded from the time, as a notebook pays them once), the tools in turn within each repetition,
 and the median of ``--repeat`` runs is shown:
 
-* ``reader``: ``dlexplore.load_trace(path)``, today's reader (the full event table);
-* ``decoder``: :func:`dlexplore.traces.kineto_decode.decode_kineto` (or ``decode_kineto_files`` for
-  a set, or ``decode_horovod``), the column decoder the readers will be built on;
+* ``dlexplore``: ``dlexplore.load_trace(path).breakdown()`` with the cache off, what a user waits
+  for (the readers decode straight into columns: :mod:`dlexplore.traces.kineto_decode`,
+  :mod:`dlexplore.traces.horovod_decode`); ``load`` is the load alone;
 * ``cached``: ``load_trace(path, cache=True)`` once the trace is in the cache
-  (:mod:`dlexplore.traces.cache`, a folder under ``--workdir``): a notebook reopened;
+  (:mod:`dlexplore.traces.cache`, a temporary folder): a notebook reopened, against ``load``;
 * ``bare``: the fastest general JSON parser of ``bench_json_parsers.py`` (msgspec, untyped) merely
   parsing the (gunzipped) file into Python objects: the bar a loader must beat;
 * ``hta``: HolisticTraceAnalysis 0.5.0 ``TraceAnalysis(trace_dir=...)`` (Kineto only), in the venv
@@ -18,9 +18,11 @@ and the median of ``--repeat`` runs is shown:
 
 Peak RSS is the loading process's ``ru_maxrss`` (worker processes' too, for sets and HTA), against
 the JSON's decompressed size; ``growth`` leaves out what the interpreter and imports held before.
+Every tool's imports are made before its clock starts, xarray's lazy first-use imports included.
 
     python benchmarks/bench_trace_load.py --hta-python /path/to/hta-venv/bin/python
-        [--sizes 10 100 400] [--real 3] [--repeat 3] [--formats kineto kineto.gz horovod set]
+        [--sizes 10 100 400] [--real 3] [--repeat 3] [--hta-repeat 1]
+        [--formats kineto kineto.gz horovod set]
 """
 
 from __future__ import annotations
@@ -55,22 +57,27 @@ def rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
-if tool in ("reader", "cached"):
+parts = {}
+if tool in ("dlexplore", "cached"):
+    import importlib, pkgutil
     import dlexplore.traces as traces
-    if tool == "cached":  # what a first reload imports: h5py; xarray's first Variable imports
-        import h5netcdf, numpy, xarray  # dask.array when installed (imports are excluded)
-        xarray.Variable("x", numpy.zeros(1))
+    for module in pkgutil.iter_modules(traces.__path__):  # what load_trace imports when first used
+        try:
+            importlib.import_module(f"dlexplore.traces.{module.name}")
+        except ImportError:  # an optional extra that is not installed
+            pass
+    import tqdm
+    # what a first load or reload imports: h5py; xarray's first Variable imports dask.array when
+    # installed, as the breakdown's Dataset does (imports are excluded)
+    import h5netcdf, numpy, xarray
+    xarray.Variable("x", numpy.zeros(1))
     def run():
-        return len(traces.load_trace(target, cache=tool == "cached").events)
-elif tool == "decoder":
-    if kind == "horovod":
-        from dlexplore.traces.horovod_decode import decode_horovod as decode
-        def run():
-            return sum(len(decode(p)) for p in paths)
-    else:
-        from dlexplore.traces.kineto_decode import decode_kineto_files
-        def run():
-            return sum(len(c) for c in decode_kineto_files(paths, progress=False))
+        t = time.perf_counter()
+        trace = traces.load_trace(target, cache=tool == "cached")
+        parts["load"] = time.perf_counter() - t
+        if tool == "dlexplore":
+            trace.breakdown()
+        return len(trace.events)
 elif tool == "bare":
     import gzip, msgspec
     def run():
@@ -108,7 +115,8 @@ seconds = time.perf_counter() - t0
 cpu_seconds = cpu() - c0
 usage = resource.getrusage
 peak = max(usage(resource.RUSAGE_SELF).ru_maxrss, usage(resource.RUSAGE_CHILDREN).ru_maxrss) * 1024
-print(json.dumps({"seconds": seconds, "cpu": cpu_seconds, "rss": peak, "rss_before": before, "rows": rows}))
+out = {"seconds": seconds, "cpu": cpu_seconds, "rss": peak, "rss_before": before, "rows": rows}
+print(json.dumps({**out, **parts}))
 """
 
 
@@ -194,20 +202,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "times in s in the process, imports excluded",
         flush=True,
     )
-    print(
-        f"{'format':<10} {'file':<27} {'MB':>6} {'reader':>7} {'decoder':>7} {'HTA':>7} {'HTA/rdr':>7} "
-        f"{'HTA/dec':>7} {'bare':>6} {'dec/bare':>8} {'cached':>6} {'rdr/cch':>7} {'rdr RSS':>7} "
-        f"{'dec RSS':>7} {'RSS/JSON':>8} {'growth/JSON':>11}",
-        flush=True,
-    )
+    print(HEADER, flush=True)
     results = []
     for kind, label, target in cases:
         size = json_bytes(target)
         for path in sorted(target.iterdir()) if target.is_dir() else [target]:
             path.read_bytes()  # the page cache, warm for every tool alike
-        tools = ["reader", "decoder", "bare", "cached"] + (
-            ["hta"] if args.hta_python and kind != "horovod" else []
-        )
+        tools = ["dlexplore", "bare", "cached"] + (["hta"] if args.hta_python and kind != "horovod" else [])
         run_tool("cached", kind, target, sys.executable)  # into the cache: the later runs reload it
         runs: dict[str, list[dict]] = {t: [] for t in tools}
         for k in range(args.repeat):
@@ -231,6 +232,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 "growth": max(r["rss"] - r["rss_before"] for r in ok),
                 "rows": ok[0]["rows"],
             }
+            if all("load" in r for r in ok):
+                row[tool]["load"] = statistics.median(r["load"] for r in ok)
         results.append(row)
         print(_line(row), flush=True)
     print(
@@ -238,22 +241,22 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "to other work on the machine):"
     )
     print(
-        f"{'format':<10} {'file':<27} {'reader':>7} {'decoder':>7} {'HTA':>7} {'bare':>6} {'cached':>6} "
-        f"{'HTA/dec':>7} {'dec/bare':>8} {'rdr/cch':>7}"
+        f"{'format':<10} {'file':<27} {'dlx':>7} {'HTA':>7} {'bare':>6} {'cached':>6} {'HTA/dlx':>7} "
+        f"{'bare/dlx':>8}"
     )
     for row in results:
-        c = {t: row.get(t, {}).get("cpu") for t in ("reader", "decoder", "hta", "bare", "cached")}
+        c = {t: row.get(t, {}).get("cpu") for t in ("dlexplore", "hta", "bare", "cached")}
 
         def ratio(a, b, c=c):
-            return f"{c[a] / c[b]:.2f}" if c[a] and c[b] else "-"
+            return f"{c[a] / c[b]:.1f}" if c[a] and c[b] else "-"
 
         shown = " ".join(
             f"{c[t]:>{w}.2f}" if c[t] is not None else f"{'-':>{w}}"
-            for t, w in (("reader", 7), ("decoder", 7), ("hta", 7), ("bare", 6), ("cached", 6))
+            for t, w in (("dlexplore", 7), ("hta", 7), ("bare", 6), ("cached", 6))
         )
         print(
-            f"{row['format']:<10} {row['file']:<27} {shown} {ratio('hta', 'decoder'):>7} "
-            f"{ratio('decoder', 'bare'):>8} {ratio('reader', 'cached'):>7}"
+            f"{row['format']:<10} {row['file']:<27} {shown} {ratio('hta', 'dlexplore'):>7} "
+            f"{ratio('bare', 'dlexplore'):>8}"
         )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
@@ -263,6 +266,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
     return results
 
 
+#: dlx: load_trace(path).breakdown(); HTA: TraceAnalysis load; bare: the fastest general parser's
+#: parse into Python objects; cached: the reload, against the load alone (load/cch); RSS: dlexplore's
+#: peak; growth: its peak less what the interpreter and imports held before the load.
+HEADER = (
+    f"{'format':<10} {'file':<27} {'MB':>6} {'dlx':>7} {'HTA':>7} {'HTA/dlx':>7} {'bare':>6} "
+    f"{'bare/dlx':>8} {'load':>6} {'cached':>6} {'load/cch':>8} {'RSS MB':>7} {'RSS/JSON':>8} "
+    f"{'growth/JSON':>11}"
+)
+
+
 def _line(row: dict) -> str:
     def s(tool: str) -> float | None:
         return row.get(tool, {}).get("seconds")
@@ -270,19 +283,18 @@ def _line(row: dict) -> str:
     def fmt(value: float | None, width: int, spec: str = ".2f") -> str:
         return f"{value:>{width}{spec}}" if value is not None else f"{'-':>{width}}"
 
-    reader, decoder, hta, bare, cached = s("reader"), s("decoder"), s("hta"), s("bare"), s("cached")
+    dlx, hta, bare = s("dlexplore"), s("hta"), s("bare")
+    load, cached = row.get("dlexplore", {}).get("load"), row.get("cached", {}).get("load")
     size = row["json_bytes"]
-    dec = row.get("decoder", {})
+    mine = row.get("dlexplore", {})
     return (
-        f"{row['format']:<10} {row['file']:<27} {size / 1e6:>6.1f} {fmt(reader, 7)} {fmt(decoder, 7)} "
-        f"{fmt(hta, 7)} {fmt(hta / reader if hta and reader else None, 7, '.1f')} "
-        f"{fmt(hta / decoder if hta and decoder else None, 7, '.1f')} {fmt(bare, 6)} "
-        f"{fmt(decoder / bare if decoder and bare else None, 8)} {fmt(cached, 6)} "
-        f"{fmt(reader / cached if reader and cached else None, 7, '.0f')} "
-        f"{fmt(row.get('reader', {}).get('rss', 0) / 1e6 or None, 7, '.0f')} "
-        f"{fmt(dec.get('rss', 0) / 1e6 or None, 7, '.0f')} "
-        f"{fmt(dec['rss'] / size if 'rss' in dec else None, 8)} "
-        f"{fmt(dec['growth'] / size if 'growth' in dec else None, 11)}"
+        f"{row['format']:<10} {row['file']:<27} {size / 1e6:>6.1f} {fmt(dlx, 7)} {fmt(hta, 7)} "
+        f"{fmt(hta / dlx if hta and dlx else None, 7, '.1f')} {fmt(bare, 6)} "
+        f"{fmt(bare / dlx if bare and dlx else None, 8)} {fmt(load, 6)} {fmt(cached, 6)} "
+        f"{fmt(load / cached if load and cached else None, 8, '.1f')} "
+        f"{fmt(mine.get('rss', 0) / 1e6 or None, 7, '.0f')} "
+        f"{fmt(mine['rss'] / size if 'rss' in mine else None, 8)} "
+        f"{fmt(mine['growth'] / size if 'growth' in mine else None, 11)}"
     )
 
 

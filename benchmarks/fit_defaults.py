@@ -126,7 +126,9 @@ def fit(names: list[str]) -> tuple[dict[str, tuple[float, float, str]], dict[str
             warnings.simplefilter("ignore")
             # the priors are the held parameters' values and the fitted ones' starting points, so
             # the fit does not depend on the defaults file it rewrites
-            cal = dlx.calibrate(combined, params=free, **priors)
+            # level=None: no prediction intervals for the points (one evaluation per parameter
+            # each round), which the defaults file does not use
+            cal = dlx.calibrate(combined, params=free, level=None, **priors)
         rows = cal.params.set_index("name")
         undetermined = [
             n

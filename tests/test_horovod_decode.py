@@ -88,3 +88,72 @@ def test_a_bad_pid_is_named_with_event_offset_and_line(tmp_path, parser):
     ) as error:
         decode_horovod(path, parser=parser)
     assert error.value.line == 3 and error.value.path == str(path)
+
+
+def rows_both_ways(path: Path):
+    """The table made from the columns (horovod_rows) and event by event (the builder)."""
+    from dlexplore.traces.horovod_builder import Builder
+    from dlexplore.traces.horovod_json import event_chunks, read_data
+    from dlexplore.traces.horovod_rows import rows_from_columns
+
+    tables = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fast = rows_from_columns(decode_horovod(path), path, 3)
+        assert fast is not None, "a sound timeline is read from its columns"
+        tables.append(fast.finish(2, "auto"))
+        builder = Builder(path, 3)
+        for chunk in event_chunks(read_data(path), path, {}):
+            builder.add(chunk)
+        tables.append(builder.finish(2, "auto"))
+    said = [str(w.message) for w in caught if "cut off" not in str(w.message)]
+    return tables, said
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in HOROVOD.glob("timeline*.json*")))
+def test_rows_from_columns_are_the_builders_rows(name):
+    """Ranges paired, operations counted and fused, steps, sizes and leftovers: the column path
+    gives the table (and the warnings) of the event-by-event reference on every real timeline."""
+    import pandas as pd
+
+    ((fast, fast_details), (slow, slow_details)), said = rows_both_ways(HOROVOD / name)
+    pd.testing.assert_frame_equal(fast, slow, check_exact=True)
+    assert fast_details == slow_details
+    assert said[: len(said) // 2] == said[len(said) // 2 :]  # each warning given by both
+
+
+@pytest.mark.parametrize("terminated", [True, False])
+def test_rows_from_columns_on_a_synthetic_timeline(tmp_path, terminated):
+    import pandas as pd
+
+    path = tmp_path / "timeline.json"
+    write_horovod(path, 1.0, tensors=24, fusion=5, terminated=terminated, seed=4)
+    (fast, fast_details), (slow, slow_details) = rows_both_ways(path)[0]
+    pd.testing.assert_frame_equal(fast, slow, check_exact=True)
+    assert fast_details == slow_details and fast_details["fusions"] > 10
+
+
+def test_without_msgspec_the_reader_gives_the_same_table(tmp_path):
+    """A platform without msgspec's wheels (the import blocked in a child process)."""
+    import pickle
+    import subprocess
+
+    import pandas as pd
+
+    source = HOROVOD / "timeline-cycles.json.gz"
+    out = tmp_path / "trace.pickle"
+    code = (
+        "import pickle, sys, warnings\n"
+        "sys.modules['msgspec'] = None  # as if it could not be installed\n"
+        "warnings.simplefilter('ignore')\n"
+        "from dlexplore.traces import horovod, horovod_decode\n"
+        "assert horovod_decode.msgspec is None\n"
+        f"pickle.dump(horovod.read([{str(source)!r}]), open({str(out)!r}, 'wb'))\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+    without = pickle.loads(out.read_bytes())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        here = load_trace(source, format="horovod")
+    pd.testing.assert_frame_equal(without.events, here.events)
+    assert without.meta == here.meta

@@ -329,11 +329,13 @@ def test_small_chunks_give_the_same_events(gloo):
 
 
 def test_standard_library_parser_gives_the_same_events(monkeypatch, nccl):
-    # Without orjson (an optional speed-up) the standard library parses the event chunks.
-    import dlexplore.traces._json as stream
+    # Without msgspec (a platform without its wheels) the standard library parses the event chunks.
+    import dlexplore.traces.kineto_decode as decode
 
-    monkeypatch.setattr(stream, "_loads", json.loads)
-    pd.testing.assert_frame_equal(read(sorted(NCCL.iterdir()), chunk_chars=3_000).events, nccl.events)
+    monkeypatch.setattr(decode, "PARSER", "json")
+    trace = read(sorted(NCCL.iterdir()), chunk_chars=3_000)
+    assert trace.meta["parser"] == "json"
+    pd.testing.assert_frame_equal(trace.events, nccl.events)
 
 
 def test_braces_inside_strings_and_a_bare_array(tmp_path):
@@ -518,3 +520,28 @@ def test_name_of_the_wrong_type(tmp_path):
     path = write(tmp_path / "rank0.json", json.dumps({"traceEvents": events}), compress=False)
     with pytest.raises(DlexploreError, match=r"rank0\.json \(event 0\): has name = .*expected a string"):
         read([path])
+
+
+def test_without_msgspec_the_reader_gives_the_same_trace(tmp_path, nccl):
+    """A platform without msgspec's wheels (the import blocked in a child process): the reader
+    falls back to the standard library and returns the same events, memory table and meta."""
+    import pickle
+    import subprocess
+    import sys
+
+    out = tmp_path / "trace.pickle"
+    code = (
+        "import pickle, sys\n"
+        "sys.modules['msgspec'] = None  # as if it could not be installed\n"
+        "from dlexplore.traces import pytorch\n"
+        f"trace = pytorch.read(sorted(__import__('pathlib').Path({str(NCCL)!r}).iterdir()))\n"
+        f"pickle.dump(trace, open({str(out)!r}, 'wb'))\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+    without = pickle.loads(out.read_bytes())
+    assert without.meta.pop("parser") == "json" and nccl.meta["parser"] == "msgspec"
+    pd.testing.assert_frame_equal(without.events, nccl.events)
+    assert (without.memory is None) == (nccl.memory is None)
+    if nccl.memory is not None:
+        pd.testing.assert_frame_equal(without.memory, nccl.memory)
+    assert without.meta == {k: v for k, v in nccl.meta.items() if k != "parser"}

@@ -8,7 +8,7 @@ event). With msgspec each piece is decoded into structs of the five fields the r
 the ``args`` of the events that have them (an operation's ``E``: dtype and shape; metadata:
 tensor names and the start time); the standard library's reading of the same piece is the
 reference (:func:`python_events`), used for every piece msgspec refuses; a piece that does not
-parse at all goes to the reader's own event-by-event scan (:func:`dlexplore.traces.horovod`'s), which
+parse at all goes to the reader's own event-by-event scan (:mod:`dlexplore.traces.horovod_json`'s), which
 drops a cut-off last event with a warning and names a corrupt one.
 
 Columns, one entry per event in file order: ``ph`` and ``name`` (int32 codes into ``labels``; ""
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputFileError
-from .horovod import _BOUNDARY, _CHUNK, _decode, _locate, _read_data, _scan
+from .horovod_json import BOUNDARY, CHUNK, _decode, _scan, locate, read_data
 from .kineto_columns import NO_INT, Labels
 
 try:
@@ -141,17 +141,20 @@ def python_events(
     return columns, args
 
 
-def decode_horovod(path: str | os.PathLike, *, parser: str | None = None) -> HorovodColumns:
+def decode_horovod(
+    path: str | os.PathLike, *, parser: str | None = None, chunk: int = CHUNK
+) -> HorovodColumns:
     """Decode one Horovod timeline (``.json`` or ``.json.gz``, finished or still being written).
 
-    ``parser``: ``"msgspec"`` (default when installed) or ``"json"`` (the standard library). Raises
+    ``parser``: ``"msgspec"`` (default when installed) or ``"json"`` (the standard library);
+    ``chunk``: about how many bytes of JSON are decoded at a time. Raises
     :class:`~dlexplore.errors.InputFileError` naming the file, the event, byte offset and line.
     """
     use = parser or ("msgspec" if msgspec is not None else "json")
     if use not in ("msgspec", "json") or (use == "msgspec" and msgspec is None):
         raise ValueError(f"parser={parser!r}: expected 'json'" + (" or 'msgspec'" if msgspec else ""))
     path = Path(path)
-    data = _read_data(path)
+    data = read_data(path)
     labels = {"ph": Labels(), "name": Labels()}
     info: dict[str, Any] = {"terminated": False, "partial_event_at": None}
     parts: list[tuple[dict[str, np.ndarray], dict[int, Any]]] = []
@@ -161,7 +164,7 @@ def decode_horovod(path: str | os.PathLike, *, parser: str | None = None) -> Hor
         try:
             parts.append(python_events(events, labels))
         except _Bad as bad:
-            where, line = _locate(path, seen + bad.index)
+            where, line = locate(path, seen + bad.index)
             raise InputFileError(
                 path, f"event #{seen + bad.index} at {where}: {bad.message}", line=line
             ) from None
@@ -171,7 +174,7 @@ def decode_horovod(path: str | os.PathLike, *, parser: str | None = None) -> Hor
     terminated = data[body_end - 1 : body_end] == b"]" and body_end - 1 >= pos
     stop = body_end - 1 if terminated else body_end
     while pos < stop:
-        found = _BOUNDARY.search(data, pos + _CHUNK, stop) if stop - pos > _CHUNK else None
+        found = BOUNDARY.search(data, pos + chunk, stop) if stop - pos > chunk else None
         cut = found.start() if found else stop
         piece = data[pos:cut]
         if cut == stop:

@@ -113,6 +113,7 @@ class ChunkColumns:
     memory_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     memory: dict[str, np.ndarray] = field(default_factory=dict)
     meta_args: dict[int, dict[str, Any]] = field(default_factory=dict)
+    comm_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 class _Fail(Exception):
@@ -129,13 +130,32 @@ def _show(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _label(value: Any, index: int, what: str) -> str:
+class _Check:
+    """What to do with a value that cannot be read: raise (strict, ``found`` None), or note
+    ``(event index, field, value)`` in ``found`` and go on with a neutral value (lenient: the
+    readers decide which problems are errors for the events they keep)."""
+
+    def __init__(self, first: int, found: list[tuple[int, str, Any]] | None):
+        self.first, self.found = first, found
+
+    def __call__(self, index: int, field: str, value: Any, message: str) -> None:
+        if self.found is None:
+            raise _Fail(index, message)
+        self.found.append((self.first + index, field, value))
+
+    def note(self, index: int, field: str, value: Any) -> None:
+        """A value that is no error here but that a reader may want (lenient only)."""
+        if self.found is not None:
+            self.found.append((self.first + index, field, value))
+
+
+def _label(value: Any, index: int, what: str, check: _Check) -> str:
     if isinstance(value, str):
         return value
     if value is None:
         return ""
     if isinstance(value, (list, dict)):
-        raise _Fail(index, f"has {what} = {_show(value)}; expected a string")
+        check(index, what, value, f"has {what} = {_show(value)}; expected a string")
     return str(value)
 
 
@@ -143,28 +163,37 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
 
 
-def _time(value: Any, index: int, what: str) -> float:
+def _time(value: Any, index: int, what: str, check: _Check) -> float:
     if value is None:
         return math.nan
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _Fail(index, f"has {what} = {_show(value)} ({type(value).__name__}); expected a number of µs")
+        check(
+            index,
+            what,
+            value,
+            f"has {what} = {_show(value)} ({type(value).__name__}); expected a number of µs",
+        )
+        return math.nan
     try:
         number = float(value)
     except OverflowError:
         number = math.inf
     if not math.isfinite(number):
-        raise _Fail(index, f"has {what} = {_show(value)}; expected a finite number of µs")
+        check(index, what, value, f"has {what} = {_show(value)}; expected a finite number of µs")
+        return math.nan
     return number
 
 
-def _ids(values: list[Any], label: Labels, key: str) -> tuple[np.ndarray, np.ndarray]:
+def _ids(values: list[Any], label: Labels, key: str, check: _Check) -> tuple[np.ndarray, np.ndarray]:
     numbers = np.full(len(values), NO_INT, np.int64)
     labels = np.full(len(values), -1, np.int32)
     for i, value in enumerate(values):
         if _is_int(value):
             numbers[i] = value
         else:
-            labels[i] = label.code(_label(value, i, key))
+            if value is None:
+                check.note(i, key, None)  # "" as a label, but the readers may name it otherwise
+            labels[i] = label.code(_label(value, i, key, check))
     return numbers, labels
 
 
@@ -179,11 +208,20 @@ def _number(value: Any) -> float:
     return number if math.isfinite(number) else math.nan
 
 
-def python_chunk(events: list[Any], first: int, labels: dict[str, Labels], error) -> ChunkColumns:
+def python_chunk(
+    events: list[Any], first: int, labels: dict[str, Labels], error, problems: list | None = None
+) -> ChunkColumns:
     """Columns of ``events`` (parsed by the standard library); ``first`` is the index of the first;
-    ``error(message, event=index)`` makes the error to raise. The reference for every value."""
+    ``error(message, event=index)`` makes the error to raise. The reference for every value.
+
+    ``problems``: None to raise at the first value that cannot be read; else a list that gets
+    ``(event index, field, value)`` for each such value (``field``: ``event`` for an element that
+    is not an object, ``ph``, ``cat``, ``name``, ``pid``, ``tid``, ``ts``, ``dur``, ``args``, an
+    integer or memory argument's key), and also for ``null`` pids, tids and integer ids and for
+    ``bytes`` that are not finite numbers (no errors, but read differently by the readers); the
+    column then holds the neutral value ("" / ``str(value)`` for labels, NaN, -1)."""
     try:
-        return _python_chunk(events, labels)
+        return _python_chunk(events, labels, _Check(first, problems))
     except _Fail as fail:
         event = events[fail.index] if isinstance(events[fail.index], dict) else {}
         name = event.get("name")
@@ -191,65 +229,83 @@ def python_chunk(events: list[Any], first: int, labels: dict[str, Labels], error
         raise error(f"{what}{fail.message}", event=first + fail.index) from None
 
 
-def _python_chunk(events: list[Any], labels: dict[str, Labels]) -> ChunkColumns:
+def _python_chunk(events: list[Any], labels: dict[str, Labels], check: _Check) -> ChunkColumns:
     n = len(events)
     for i, event in enumerate(events):
         if not isinstance(event, dict):
-            raise _Fail(
+            check(
                 i,
+                "event",
+                event,
                 f"is {type(event).__name__} {_show(event)}; expected a trace event "
                 "(a JSON object with ph, name, ts ...)",
             )
+    events = [e if isinstance(e, dict) else {} for e in events]
     strings = {
-        key: [_label(e.get(key), i, key) for i, e in enumerate(events)] for key in ("ph", "cat", "name")
+        key: [_label(e.get(key), i, key, check) for i, e in enumerate(events)]
+        for key in ("ph", "cat", "name")
     }
     codes = {key: labels[key].encode_strings(values) for key, values in strings.items()}
-    pid, pid_label = _ids([e.get("pid") for e in events], labels["pid"], "pid")
-    tid, tid_label = _ids([e.get("tid") for e in events], labels["tid"], "tid")
-    ts = np.fromiter((_time(e.get("ts"), i, "ts") for i, e in enumerate(events)), np.float64, n)
-    dur = np.fromiter((_time(e.get("dur"), i, "dur") for i, e in enumerate(events)), np.float64, n)
+    pid, pid_label = _ids([e.get("pid") for e in events], labels["pid"], "pid", check)
+    tid, tid_label = _ids([e.get("tid") for e in events], labels["tid"], "tid", check)
+    ts = np.fromiter((_time(e.get("ts"), i, "ts", check) for i, e in enumerate(events)), np.float64, n)
+    dur = np.fromiter((_time(e.get("dur"), i, "dur", check) for i, e in enumerate(events)), np.float64, n)
     args = []
     for i, e in enumerate(events):
         a = e.get("args")
         if a is not None and not isinstance(a, dict):
-            raise _Fail(i, f"has args of type {type(a).__name__}; expected a JSON object")
-        args.append(a or {})
+            check(i, "args", a, f"has args of type {type(a).__name__}; expected a JSON object")
+            a = None
+        args.append(a)
     ints = {}
     for column, key, strict in INT_COLUMNS:
         values = np.full(n, -1, np.int64)
         for i, a in enumerate(args):
+            if not a:
+                continue
             value = a.get(key)
             if key == "External id" and value is None:
                 value = a.get("external id")
             if value is None:
+                if key in a or (key == "External id" and "external id" in a):
+                    check.note(i, key, None)
                 continue
             if _is_int(value):
                 values[i] = value
             elif strict:
-                raise _Fail(i, f"has args {key!r} = {_show(value)}; expected an integer id")
+                check(i, key, value, f"has args {key!r} = {_show(value)}; expected an integer id")
         ints[column] = values
-    nbytes = np.fromiter((_number(a.get("bytes")) for a in args), np.float64, n)
+    nbytes = np.full(n, np.nan)
+    for i, a in enumerate(args):
+        if a and "bytes" in a:
+            nbytes[i] = number = _number(a["bytes"])
+            if math.isnan(number) or (type(a["bytes"]) is int and not _is_int(a["bytes"])):
+                check.note(i, "bytes", a["bytes"])
     comm = {}
     names = codes["name"]
+    comm_rows = []
     for i in np.flatnonzero(comm_table(labels["name"])[names]).tolist():
-        found = {k: args[i][k] for k in COMM_ARGS if k in args[i]}
-        if found:
-            comm[i] = found
+        if args[i]:
+            comm_rows.append(i)
+            found = {k: args[i][k] for k in COMM_ARGS if k in args[i]}
+            if found:
+                comm[i] = found
     memory_rows = np.flatnonzero(names == labels["name"].codes.get("[memory]", -1))
     memory = {k: np.full(len(memory_rows), np.nan) for k in MEMORY_ARGS}
     for j, i in enumerate(memory_rows.tolist()):
         for k in MEMORY_ARGS:
-            value = args[i].get(k)
+            value = args[i].get(k) if args[i] else None
             if value is None:
                 continue
             number = _number(value)
             if math.isnan(number):
-                raise _Fail(i, f"has args {k!r} = {_show(value)}; expected a number")
+                check(i, k, value, f"has args {k!r} = {_show(value)}; expected a number")
+                continue
             memory[k][j] = number
     is_meta = codes["ph"] == labels["ph"].codes.get("M", -1)
     meta_args = {}
     for i in np.flatnonzero(is_meta).tolist():
-        meta_args[i] = {k: args[i][k] for k in META_ARGS if k in args[i]}
+        meta_args[i] = {k: args[i][k] for k in META_ARGS if k in args[i]} if args[i] else {}
     return ChunkColumns(
         codes["ph"],
         codes["cat"],
@@ -266,6 +322,7 @@ def _python_chunk(events: list[Any], labels: dict[str, Labels]) -> ChunkColumns:
         memory_rows.astype(np.int64),
         memory,
         meta_args,
+        np.asarray(comm_rows, dtype=np.int64),
     )
 
 

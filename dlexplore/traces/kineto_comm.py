@@ -153,8 +153,13 @@ class CommArgs:
     )
 
     def __init__(self, row: int, args: dict[str, Any]):
-        get = args.get
         self.row = row
+        if not args:  # a call without these arguments (its presence still counts)
+            self.bytes = self.collective = self.in_nelems = self.out_nelems = self.dtype = None
+            self.group_size = self.group = self.group_ranks = self.dims = self.types = None
+            self.src = self.dst = self.peer_rank = None
+            return
+        get = args.get
         self.bytes = get("bytes")
         self.collective = get("Collective name")
         self.in_nelems = get("In msg nelems")

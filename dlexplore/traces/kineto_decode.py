@@ -16,7 +16,8 @@ number belongs, an integer beyond 64 bits), is read the reference way, so both g
 columns and the same errors (``tests/test_kineto_decode.py`` compares them on every file).
 
 The file is read in blocks of bytes (:class:`~dlexplore.traces.jsonchunks.EventChunks`): a load
-holds about two chunks of JSON (8 MiB each) plus the columns (about 90 bytes per event), whatever
+holds about three chunks of JSON (a sixteenth of the file each, 1 to 8 MiB: see
+:class:`~dlexplore.traces.jsonchunks.EventChunks`) plus the columns (about 90 bytes per event), whatever
 the file's size. See :mod:`.kineto_columns` for what each column holds.
 """
 
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import sys
 import warnings
 from collections.abc import Sequence
@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .jsonchunks import CHUNK_BYTES, EventChunks
+from .jsonchunks import EventChunks
 from .kineto_columns import (
     COMM_ARGS,
     INT_COLUMNS,
@@ -81,6 +81,12 @@ class KinetoColumns:
     memory: dict[str, np.ndarray] = field(default_factory=dict)
     meta_args: dict[int, dict[str, Any]] = field(default_factory=dict)
     parser: str = PARSER
+    #: Rows of communication calls (:data:`~.kineto_columns.COMM_NAME`) that carry an ``args``
+    #: object, whether or not it holds any of :data:`~.kineto_columns.COMM_ARGS`.
+    comm_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: ``lenient=True``: ``(event index, field, value)`` of every value that could not be read
+    #: (see :func:`~.kineto_columns.python_chunk`); None when decoded strictly.
+    problems: list[tuple[int, str, Any]] | None = None
 
     def __len__(self) -> int:
         return len(self.columns["ts"])
@@ -152,45 +158,51 @@ if msgspec is not None:
         gc=False,
     )
     _DECODER = msgspec.json.Decoder(list[_Event])
-    _EXTERNAL_2021 = re.compile(rb'"external id"')
     _COMM_GET = attrgetter(*(f"c{i}" for i in range(len(COMM_ARGS))))
+    _NO_COMM = (_UNSET,) * len(COMM_ARGS)
     _MEMORY_GET = attrgetter(*(f"m{i}" for i in range(len(MEMORY_ARGS))))
     _META_GET = attrgetter(*(f"a{i}" for i in range(len(META_ARGS))))
 
 
-def _fast_chunk(view: memoryview, labels: dict[str, Labels]) -> tuple[ChunkColumns, int]:
+def _fast_chunk(
+    view: memoryview, labels: dict[str, Labels], lenient: bool = False
+) -> tuple[ChunkColumns, int]:
     """Columns of a JSON array of events via msgspec structs; raises on anything to check."""
     events = _DECODER.decode(view)
     n = len(events)
     get = attrgetter
     codes = {key: labels[key].encode_strings(list(map(get(key), events))) for key in ("ph", "cat", "name")}
-    ids = {key: _ids(list(map(get(key), events)), labels[key]) for key in ("pid", "tid")}
+    ids = {key: _ids(list(map(get(key), events)), labels[key], lenient) for key in ("pid", "tid")}
     ts = np.fromiter(map(get("ts"), events), np.float64, n)
     dur = np.fromiter(map(get("dur"), events), np.float64, n)
     args = list(map(get("args"), events))
     nbytes = np.fromiter(map(get("bytes"), args), np.float64, n)
-    if np.isinf(ts).any() or np.isinf(dur).any() or np.isinf(nbytes).any():
-        raise ValueError("a number beyond a float")  # the reference decides
+    if np.isinf(ts).any() or np.isinf(dur).any() or (np.abs(nbytes) >= 2.0**63).any():
+        raise ValueError("a number beyond a float or a count")  # the reference decides
     ints = {"correlation": np.fromiter(map(get("correlation"), args), np.int64, n)}
     external = np.fromiter(map(get("external_id"), args), np.int64, n)
-    if _EXTERNAL_2021.search(view):  # 2021 releases spell it "external id"
-        second = np.fromiter(map(get("external_id_2021"), args), np.int64, n)
-        external = np.where(external != NO_INT, external, second)
+    second = np.fromiter(map(get("external_id_2021"), args), np.int64, n)  # 2021's "external id"
+    external = np.where(external != NO_INT, external, second)
     ints["external_id"] = np.where(external != NO_INT, external, -1)
     names = codes["name"]
     comm = {}
+    comm_rows = []
     for i in np.flatnonzero(comm_table(labels["name"])[names]).tolist():
-        found = {k: v for k, v in zip(COMM_ARGS, _COMM_GET(args[i]), strict=True) if v is not _UNSET}
-        if found:
-            comm[i] = found
+        if args[i] is _NO_ARGS:
+            continue
+        if args[i] == _NO_ARGS:
+            raise ValueError("args without a member read here")  # {} or not: the reference decides
+        comm_rows.append(i)
+        values = _COMM_GET(args[i])
+        if values != _NO_COMM:
+            comm[i] = {k: v for k, v in zip(COMM_ARGS, values, strict=True) if v is not _UNSET}
     memory_rows = np.flatnonzero(names == labels["name"].codes.get("[memory]", -1))
-    memory = {k: np.full(len(memory_rows), np.nan) for k in MEMORY_ARGS}
-    for j, i in enumerate(memory_rows.tolist()):
-        for k, value in zip(MEMORY_ARGS, _MEMORY_GET(args[i]), strict=True):
-            if value is not None:
-                if math.isinf(value):
-                    raise ValueError("a number beyond a float")  # the reference decides
-                memory[k][j] = value
+    table = np.array(  # None -> NaN
+        [_MEMORY_GET(args[i]) for i in memory_rows.tolist()], np.float64
+    ).reshape(len(memory_rows), len(MEMORY_ARGS))
+    if np.isinf(table).any():
+        raise ValueError("a number beyond a float")  # the reference decides
+    memory = {k: table[:, j].copy() for j, k in enumerate(MEMORY_ARGS)}
     meta_args = {}
     for i in np.flatnonzero(codes["ph"] == labels["ph"].codes.get("M", -1)).tolist():
         meta_args[i] = {k: v for k, v in zip(META_ARGS, _META_GET(args[i]), strict=True) if v is not _UNSET}
@@ -210,33 +222,43 @@ def _fast_chunk(view: memoryview, labels: dict[str, Labels]) -> tuple[ChunkColum
         memory_rows.astype(np.int64),
         memory,
         meta_args,
+        np.asarray(comm_rows, dtype=np.int64),
     )
     return columns, n
 
 
 def decode_kineto(
-    path: str | os.PathLike, *, chunk_bytes: int = CHUNK_BYTES, parser: str | None = None
+    path: str | os.PathLike,
+    *,
+    chunk_bytes: int | None = None,
+    parser: str | None = None,
+    lenient: bool = False,
 ) -> KinetoColumns:
     """Decode one Kineto trace (``.json`` or ``.json.gz``) into columns.
 
     ``parser``: ``"msgspec"`` (default when installed) or ``"json"`` (the standard library, the
     reference). Raises :class:`~dlexplore.errors.DlexploreError` naming the file, the event and the
-    byte offset for anything that is not a complete trace.
+    byte offset for anything that is not a complete trace. ``lenient``: a value that cannot be
+    read (a string where a number belongs ...) is no error but goes to ``columns.problems`` (the
+    reader decides which matter for the events it keeps); the JSON itself must still be sound.
     """
     use = parser or PARSER
     if use not in ("msgspec", "json") or (use == "msgspec" and msgspec is None):
         raise ValueError(f"parser={parser!r}: expected 'json'" + (" or 'msgspec'" if msgspec else ""))
     stream = EventChunks(path, chunk_bytes=chunk_bytes)
     labels = new_labels()
+    problems: list[tuple[int, str, Any]] | None = [] if lenient else None
 
     def reference(events: list[Any], first: int) -> ChunkColumns:
-        return python_chunk(events, first, labels, stream.error)
+        return python_chunk(events, first, labels, stream.error, problems)
 
     def fast(view: memoryview, first: int) -> tuple[ChunkColumns, int]:
-        return _fast_chunk(view, labels)
+        return _fast_chunk(view, labels, lenient)
 
     chunks = list(stream.decode(fast if use == "msgspec" else None, reference))
-    return _join(str(path), stream.meta, labels, chunks, use)
+    columns = _join(str(path), stream.meta, labels, chunks, use)
+    columns.problems = problems
+    return columns
 
 
 def _join(
@@ -263,24 +285,40 @@ def _join(
         columns[key] = cat([c.ints[key] for c in chunks], np.int64)
     comm: dict[int, dict[str, Any]] = {}
     meta_args: dict[int, dict[str, Any]] = {}
-    rows, offset = [], 0
+    rows, comm_rows, offset = [], [], 0
     for chunk in chunks:
         comm.update({offset + i: v for i, v in chunk.comm.items()})
         meta_args.update({offset + i: v for i, v in chunk.meta_args.items()})
         rows.append(chunk.memory_rows + offset)
+        comm_rows.append(chunk.comm_rows + offset)
         offset += len(chunk.ts)
     memory = {"row": cat(rows, np.int64)}
     for key in MEMORY_ARGS:
         memory[key] = cat([c.memory[key] for c in chunks], np.float64)
     return KinetoColumns(
-        path, meta, {k: v.values for k, v in labels.items()}, columns, comm, memory, meta_args, parser
+        path,
+        meta,
+        {k: v.values for k, v in labels.items()},
+        columns,
+        comm,
+        memory,
+        meta_args,
+        parser,
+        cat(comm_rows, np.int64),
     )
 
 
-def _ids(values: list[Any], labels: Labels) -> tuple[np.ndarray, np.ndarray]:
+def _ids(values: list[Any], labels: Labels, lenient: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """pid or tid: int64 numbers (:data:`NO_INT` for others) and label codes (-1 for numbers)."""
+    if set(map(type, values)) <= {int}:  # the usual case (fromiter alone would take "5", 1.5)
+        try:
+            return np.fromiter(values, np.int64, len(values)), np.full(len(values), -1, np.int32)
+        except OverflowError:
+            pass  # beyond 64 bits: named below
     table = {}
     for value in dict.fromkeys(values):  # a few distinct ids: decide each once, in order
+        if value is None and lenient:
+            raise ValueError("a null id")  # the reference notes where
         if type(value) is int:
             if not -(2**63) <= value < 2**63:
                 raise OverflowError("an id beyond 64 bits")  # the reference decides
@@ -293,9 +331,9 @@ def _ids(values: list[Any], labels: Labels) -> tuple[np.ndarray, np.ndarray]:
     return pairs[rows, 0], pairs[rows, 1].astype(np.int32)
 
 
-def _decode_one(args: tuple[str, int, str | None]) -> KinetoColumns:
-    path, chunk_bytes, parser = args
-    return decode_kineto(path, chunk_bytes=chunk_bytes, parser=parser)
+def _decode_one(args: tuple[str, int | None, str | None, bool]) -> KinetoColumns:
+    path, chunk_bytes, parser, lenient = args
+    return decode_kineto(path, chunk_bytes=chunk_bytes, parser=parser, lenient=lenient)
 
 
 #: Smallest set (bytes of JSON) decoded in worker processes by default, on 4 cores or more: a worker
@@ -329,9 +367,10 @@ def decode_kineto_files(
     paths: Sequence[str | os.PathLike],
     *,
     workers: int | None = None,
-    chunk_bytes: int = CHUNK_BYTES,
+    chunk_bytes: int | None = None,
     parser: str | None = None,
     progress: bool | None = None,
+    lenient: bool = False,
 ) -> list[KinetoColumns]:
     """Decode several trace files, in parallel worker processes; results in the order given.
 
@@ -339,16 +378,16 @@ def decode_kineto_files(
     at least :data:`PARALLEL_MIN_BYTES` of JSON on 4 cores or more where workers can start, see
     :func:`_spawn_safe`;
     1 decodes in this process; a script asking for more needs the ``__main__`` guard). Memory is
-    bounded by the number of workers: each holds about two chunks of JSON and one file's columns
+    bounded by the number of workers: each holds about three chunks of JSON and one file's columns
     and sends back its compact numpy columns only, so the peak is the set's columns plus
-    ``workers`` x (16 MiB + one file's columns). ``progress`` shows a tqdm bar of files done
+    ``workers`` x (24 MiB + one file's columns). ``progress`` shows a tqdm bar of files done
     (default: when someone watches, :func:`dlexplore.progress.progress_enabled`).
     """
     from ..progress import progress_bar
 
     files = [str(Path(p)) for p in paths]
     count = min(len(files), workers if workers is not None else _default_workers(files))
-    tasks = [(p, chunk_bytes, parser) for p in files]
+    tasks = [(p, chunk_bytes, parser, lenient) for p in files]
     with progress_bar(total=len(files), desc="traces", unit="file", enabled=progress) as bar:
         if count > 1:
             try:

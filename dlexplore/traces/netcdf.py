@@ -208,8 +208,9 @@ def from_dataset(ds: xr.Dataset, origin: str = "dataset") -> Trace:
             columns[name] = _decode_nullable(ds, name)
             continue
         values = ds[name].values
-        if name == "step":
-            values = pd.array(np.where(values == _NO_STEP, pd.NA, values), dtype="Int64")
+        if name == "step":  # straight to Int64 with its mask: a pd.NA per event is 30x slower
+            missing = values == _NO_STEP
+            values = pd.arrays.IntegerArray(np.where(missing, 0, values).astype(np.int64), missing)
         columns[name] = values
     events = make_events(columns)
     for name in events.columns:

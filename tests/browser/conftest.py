@@ -1,4 +1,5 @@
-"""Fixtures for the real-browser tests: one Chromium per session, one server per module.
+"""Fixtures for the real-browser tests: one Chromium and one Voila server per session, JupyterLab
+per module.
 
 Chromium: Debian's package (or ``$DLX_CHROMIUM``), driven by Playwright through
 ``executable_path``. When it is missing and we may use apt-get, it is installed (Playwright's own
@@ -14,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import statistics
 import sys
 import urllib.request
 from pathlib import Path
@@ -30,12 +30,10 @@ from _browser import (
     free_port,
     install_chromium,
     jupyter_env,
-    percentile,
     private_home_env,
 )
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-TIMINGS = pytest.StashKey[dict]()
 
 # JupyterLab virtualises long notebooks by default: cells below the fold are not in the DOM, and
 # neither are their outputs. The news toast would cover the plots in screenshots. The overrides are
@@ -49,49 +47,15 @@ LAB_OVERRIDES = {
 EXPLORER_SOURCE = "from dlexplore.widgets import Explorer\n\nExplorer()"
 
 
-def pytest_configure(config):
-    config.stash[TIMINGS] = {}
-
-
 # ---------------------------------------------------------------------------------------------
-# reporting
+# reporting (the timings the tests measure are summarised by tests/conftest.py, which also runs
+# in pytest-xdist's controller, where the workers' timings come together)
 
 
 def _artifacts() -> Path:
     path = Path(os.environ.get("DLX_TEST_ARTIFACTS") or REPO / "tests" / "browser" / "artifacts")
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def _summarise(samples: list[float]) -> dict:
-    return {
-        "n": len(samples),
-        "median_ms": round(statistics.median(samples), 1),
-        "p95_ms": round(percentile(samples, 95), 1),
-        "max_ms": round(max(samples), 1),
-        "samples_ms": [round(s, 1) for s in samples],
-    }
-
-
-def pytest_terminal_summary(terminalreporter, config):
-    timings = config.stash.get(TIMINGS, {})
-    if not timings:
-        return
-    out = {}
-    terminalreporter.section("browser timings")
-    for name, entry in timings.items():
-        summary = {**entry, **_summarise(entry["samples_ms"])} if entry.get("samples_ms") else entry
-        out[name] = summary
-        if "median_ms" in summary:
-            terminalreporter.write_line(
-                f"{name}: median {summary['median_ms']:.0f} ms, p95 {summary['p95_ms']:.0f} ms, "
-                f"n={summary['n']} ({entry.get('what', '')})"
-            )
-        else:
-            terminalreporter.write_line(f"{name}: {json.dumps(entry)}")
-    path = _artifacts() / "timings.json"
-    path.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
-    terminalreporter.write_line(f"written to {path}")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -129,12 +93,6 @@ def artifacts_dir() -> Path:
     for old in stale:
         old.unlink(missing_ok=True)
     return path
-
-
-@pytest.fixture(scope="session")
-def timings(pytestconfig) -> dict:
-    """name -> {"samples_ms": [...], "what": "..."}, summarised at the end of the session."""
-    return pytestconfig.stash[TIMINGS]
 
 
 def _unavailable(reason: str):
@@ -240,9 +198,10 @@ def tab(browser, request, artifacts_dir):
 # servers
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def voila_server(tmp_path_factory, artifacts_dir):
-    """``dlexplore explore`` as a user starts it: the Voila dashboard of the explorer."""
+    """``dlexplore explore`` as a user starts it: the Voila dashboard of the explorer (one for the
+    session: every page opened gets its own kernel, so the tests that share it cannot meet)."""
     home = tmp_path_factory.mktemp("voila-home")
     port = free_port()
     exe = VENV_BIN / "dlexplore"
@@ -292,7 +251,8 @@ def _check_lab_overrides(url: str) -> None:
 
 @pytest.fixture(scope="module")
 def lab_server(tmp_path_factory, artifacts_dir):
-    """JupyterLab on a folder that holds explorer.ipynb (an Explorer as its last expression)."""
+    """JupyterLab on a folder that holds explorer.ipynb (an Explorer as its last expression); one
+    per module, since a test saves the notebook (with its outputs) and the next module wants it new."""
     home = tmp_path_factory.mktemp("lab-home")
     root = home / "notebooks"
     root.mkdir()

@@ -1,0 +1,257 @@
+"""A Horovod timeline's bytes -> its events: the JSON array, terminated or not, checked.
+
+Split from :mod:`.horovod` (stage 1 of its reading: the bytes and the array; stage 2, events to
+rows, is :mod:`.horovod_builder` event by event or :mod:`.horovod_rows` in columns).
+Horovod writes the array while the job runs, so it may lack its ``]``, end in a comma or inside an
+event (see :mod:`.horovod`): the array is parsed a chunk at a time, and a chunk that does not parse
+sends the rest to an exact event-by-event scan that tells a cut-off end from corruption.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import re
+import warnings
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import DlexploreError, InputFileError
+
+__all__ = ["read_data", "event_chunks", "MAX_INFLATED_BYTES", "CHUNK", "BOUNDARY"]
+
+#: The most bytes a .json.gz timeline may inflate to; a larger one is refused, not held (B).
+MAX_INFLATED_BYTES = 1 << 34
+#: Characters of JSON parsed at once: the parsed objects of one chunk are all that is held in memory
+#: besides the text and the compact columns.
+CHUNK = 1 << 22
+#: Where one event ends and the next begins. Inside Horovod's events "{" only follows ": " (args);
+#: a tensor name holding ',{"' would make a chunk fail to parse, and the exact scan takes over.
+BOUNDARY = re.compile(rb',\s*(?=\{")')
+
+
+def read_data(path: Path) -> bytes:
+    """The file's bytes (gunzipped if need be), checked to open a JSON array."""
+    try:
+        with open(path, "rb") as raw:
+            data = raw.read()
+        if data[:2] == b"\x1f\x8b":
+            data = _gunzip(data, path)
+    except FileNotFoundError:
+        raise InputFileError(path, "no such file; expected a Horovod timeline") from None
+    except (OSError, EOFError) as err:
+        raise InputFileError(path, f"cannot be read ({err}); expected a Horovod timeline") from None
+    start = len(data) - len(data.lstrip(b" \t\r\n"))
+    if data[start : start + 3] == b"\xef\xbb\xbf":  # a byte-order mark
+        start += 3
+        start = len(data) - len(data[start:].lstrip(b" \t\r\n"))
+    if start == len(data):
+        raise InputFileError(
+            path,
+            "is empty; expected a Horovod timeline (a JSON array). Horovod "
+            "writes it from the first operation on; a copy taken earlier is empty",
+        )
+    if data[start : start + 1] != b"[":
+        shown = data[start : start + 20].decode("utf-8", errors="replace")
+        raise InputFileError(
+            path,
+            f"byte offset {start}: starts with {shown!r}; expected '[' (a "
+            "Horovod timeline is a JSON array of trace events)",
+            line=data.count(b"\n", 0, start) + 1,
+        )
+    return data
+
+
+def _gunzip(data: bytes, path: Path) -> bytes:
+    """Inflate a .json.gz timeline, refusing more than :data:`MAX_INFLATED_BYTES` (a gzip bomb)."""
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb") as stream:
+            out = stream.read(MAX_INFLATED_BYTES + 1)
+    except MemoryError:
+        raise InputFileError(
+            path,
+            "the gzip data inflates to more than fits in memory; expected a "
+            "Horovod timeline (decompress it and read the .json)",
+        ) from None
+    except (OSError, EOFError, zlib.error) as err:
+        raise InputFileError(
+            path, f"corrupt or truncated gzip data ({err}); expected a Horovod timeline"
+        ) from None
+    if len(out) > MAX_INFLATED_BYTES:
+        raise InputFileError(
+            path,
+            f"the gzip data inflates to more than {MAX_INFLATED_BYTES} bytes; "
+            "expected a Horovod timeline (decompress it and read the .json)",
+        )
+    return out
+
+
+def _decode(data: bytes, path: Path) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputFileError(
+            path,
+            f"byte offset {err.start}: not UTF-8 text; expected a Horovod timeline (a JSON array)",
+            line=data.count(b"\n", 0, err.start) + 1,
+        ) from None
+
+
+def event_chunks(data: bytes, path: Path, info: dict[str, Any], chunk: int = CHUNK) -> Iterator[list[Any]]:
+    """The array's events, a few MB of JSON at a time, at C speed while the JSON is sound.
+
+    A chunk that does not parse sends the rest of the file to :func:`_scan`, event by event, to
+    tell a cut-off end from corruption and to say where. ``info`` learns whether the array was
+    closed and where a dropped partial event began.
+    """
+    pos = data.index(b"[") + 1
+    body_end = len(data.rstrip())
+    terminated = data[body_end - 1 : body_end] == b"]" and body_end - 1 >= pos
+    stop = body_end - 1 if terminated else body_end
+    seen = 0
+    while pos < stop:
+        found = BOUNDARY.search(data, pos + chunk, stop) if stop - pos > chunk else None
+        cut = found.start() if found else stop
+        piece = data[pos:cut]
+        if cut == stop:
+            piece = piece.rstrip().rstrip(b",")
+        try:
+            events = json.loads(b"[" + piece + b"]")
+        except (ValueError, RecursionError):  # UnicodeDecodeError included
+            events = None
+        if not isinstance(events, list):
+            text = _decode(data, path)
+            yield from _scan(text, len(data[:pos].decode("utf-8")), path, seen, info)
+            return
+        seen += len(events)
+        yield events
+        pos = cut + 1
+    info["terminated"] = terminated
+    if not seen:
+        raise InputFileError(
+            path,
+            "holds no events (Horovod had written only '['); expected trace "
+            "events: did any operation run after the timeline was opened?",
+        )
+
+
+def _scan(text: str, pos: int, path: Path, seen: int, info: dict[str, Any]) -> Iterator[list[Any]]:
+    """Events one by one from ``pos`` (after the ``seen`` events before it) to the end of the file."""
+    decoder = json.JSONDecoder()
+    events: list[Any] = []
+    n = len(text)
+    while True:
+        pos = _skip_space(text, pos)
+        if pos >= n:
+            break
+        if text[pos] == "]":
+            rest = _skip_space(text, pos + 1)
+            if rest < n:
+                raise InputFileError(
+                    path,
+                    f"byte offset {_byte_offset(text, rest)}: "
+                    f"{text[rest : rest + 20]!r} after the array's closing ']'; "
+                    "expected the end of the file",
+                    line=_line(text, rest),
+                )
+            info["terminated"] = True
+            break
+        try:
+            event, end = decoder.raw_decode(text, pos)
+        except RecursionError:
+            raise InputFileError(
+                path,
+                f"byte offset {_byte_offset(text, pos)}: event "
+                f"#{seen + len(events)} is nested too deeply; expected a trace event",
+                line=_line(text, pos),
+            ) from None
+        except ValueError as err:
+            index = seen + len(events)
+            offset = _byte_offset(text, pos)
+            if not _later_event(text, pos + 1, decoder):
+                warnings.warn(
+                    f"{path}: the last event (#{index}, byte offset {offset}) is cut off, "
+                    "as in a timeline copied while Horovod was writing it; dropped",
+                    stacklevel=6,
+                )
+                info["partial_event_at"] = offset
+                break
+            raise InputFileError(
+                path,
+                f"event #{index} at byte offset {offset}: not valid JSON "
+                f"({err.msg} at byte offset {_byte_offset(text, err.pos)}); "
+                "expected a trace event object such as "
+                '{"ph": "B", "name": "ALLREDUCE", "ts": 123, "pid": 1} (Horovod '
+                "writes tensor names unescaped: a name with '\"' or '\\' breaks "
+                "the JSON)",
+                line=_line(text, pos),
+            ) from None
+        events.append(event)
+        pos = _skip_space(text, end)
+        if pos < n and text[pos] == ",":
+            pos += 1
+        elif pos < n and text[pos] != "]":
+            raise InputFileError(
+                path,
+                f"byte offset {_byte_offset(text, pos)}: "
+                f"{text[pos : pos + 20]!r} after event #{seen + len(events) - 1}; "
+                "expected ',' or ']'",
+                line=_line(text, pos),
+            )
+    if not seen and not events:
+        raise InputFileError(
+            path,
+            "holds no events (Horovod had written only '['); expected trace "
+            "events: did any operation run after the timeline was opened?",
+        )
+    yield events
+
+
+def _later_event(text: str, pos: int, decoder: json.JSONDecoder) -> bool:
+    """Whether a whole trace event (an object with ``"ph"``) starts anywhere after ``pos``."""
+    while True:
+        pos = text.find("{", pos)
+        if pos < 0:
+            return False
+        try:
+            value, _ = decoder.raw_decode(text, pos)
+        except RecursionError:  # garbage nested too deep to be an event: corrupt, not cut off
+            return True
+        except ValueError:
+            value = None
+        if isinstance(value, dict) and "ph" in value:
+            return True
+        pos += 1
+
+
+def _skip_space(text: str, pos: int) -> int:
+    n = len(text)
+    while pos < n and text[pos] in " \t\r\n":
+        pos += 1
+    return pos
+
+
+def _byte_offset(text: str, pos: int) -> int:
+    return len(text[:pos].encode("utf-8"))
+
+
+def _line(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def locate(path: Path, index: int) -> tuple[str, int | None]:
+    """``"byte offset N"`` and the line of event ``index`` in the file, for error messages."""
+    try:
+        text = _decode(read_data(path), path)
+        decoder = json.JSONDecoder()
+        pos = _skip_space(text, text.index("[") + 1)
+        for _ in range(index):
+            _, pos = decoder.raw_decode(text, pos)
+            pos = _skip_space(text, pos)
+            pos = _skip_space(text, pos + 1) if text[pos] == "," else pos
+        return f"byte offset {_byte_offset(text, pos)}", _line(text, pos)
+    except (DlexploreError, ValueError, IndexError):
+        return "byte offset unknown", None

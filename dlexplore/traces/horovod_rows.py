@@ -1,0 +1,285 @@
+"""A Horovod timeline's decoded columns -> the rows :class:`~.horovod_builder.Builder` would make.
+
+Split from :mod:`.horovod` (stage 2 of its reading, in columns). The builder follows the file
+event by event in Python (about 2 µs an event); here the same state comes from whole columns:
+ranges are paired with their ends per tensor by depth (a clamped running sum of ``B`` +1 / ``E``
+-1), operations are counted and their kinds carried forward per tensor (pandas group-wise
+cumulative sums and forward fills), fused operations are the runs of same-named operation starts
+that the builder groups. Anything the builder would name as an error, or that the columns cannot
+tell apart (a ``null`` where a string belongs, a missing ``pid``, a range that ends before it
+began, an unreadable ``shape``), returns None: the builder then reads the file and names it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .horovod_builder import ACTIVITY, MARKER, NEGOTIATION, OP, OPERATIONS, TICK, Builder, tensor_bytes
+from .horovod_builder import _finite_number as finite_number
+from .horovod_decode import HorovodColumns
+from .kineto_columns import NO_INT
+
+__all__ = ["rows_from_columns"]
+
+# Phase classes.
+_M, _B, _E, _X, _I, _SKIP, _UNSURE = range(7)
+_CLASS = {"M": _M, "B": _B, "E": _E, "X": _X, "i": _I, "I": _I, "": _UNSURE}  # others: _SKIP
+_NEGOTIATE = "NEGOTIATE_"
+
+
+def rows_from_columns(columns: HorovodColumns, path: Path, fusion_offset: int) -> Builder | None:
+    """A :class:`Builder` holding the rows of ``columns`` (ready for :meth:`Builder.finish`), or
+    None where the builder must read the file itself (module docstring)."""
+    col = columns.columns
+    ph_labels, names = columns.labels["ph"], columns.labels["name"]
+    cls = np.asarray([_CLASS.get(p, _SKIP) for p in ph_labels] or [_SKIP], np.int8)[col["ph"]]
+    pid, ts, dur, name = col["pid"], col["ts"], col["dur"], col["name"]
+    if (cls == _UNSURE).any():
+        return None
+    timed = cls != _M
+    if np.isnan(ts[timed]).any() or (np.abs(ts[timed]) >= 2.0**63).any():
+        return None
+    if (pid[(cls == _B) | (cls == _E) | (cls == _X)] == NO_INT).any():
+        return None
+    row = (cls == _B) | (cls == _X) | (cls == _I)
+    if "" in names and (name[row] == names.index("")).any():
+        return None
+    ticks = dur[cls == _X]
+    if np.isnan(ticks).any() or (ticks < 0).any() or (ticks >= 2.0**63).any():
+        return None
+    builder = Builder(path, fusion_offset)
+    if not _metadata(builder, columns, cls):
+        return None
+    is_op_name = np.fromiter((n in OPERATIONS for n in names), bool, len(names))
+    is_negotiation = np.fromiter((n.startswith(_NEGOTIATE) for n in names), bool, len(names))
+    if not len(names):
+        is_op_name = is_negotiation = np.zeros(1, bool)
+
+    rows = np.flatnonzero(row)
+    rcls, rname, rpid = cls[rows], name[rows], pid[rows]
+    kind = np.where(
+        rcls == _I,
+        MARKER,
+        np.where(
+            rcls == _X,
+            TICK,
+            np.where(is_op_name[rname], OP, np.where(is_negotiation[rname], NEGOTIATION, ACTIVITY)),
+        ),
+    ).astype(np.int8)
+    is_op = kind == OP
+    ops, op_of_row = _operations(names, rname, kind)
+    # Per tensor: operations started before the row (k), and the latest operation's kind and fusion.
+    tensor = kind != MARKER
+    k = np.zeros(len(rows), np.int64)
+    current_op = np.zeros(len(rows), np.int64)
+    current_fusion = np.full(len(rows), -1, np.int64)
+    fusion = _fusions(cls, name, pid, is_op_name, rows, is_op, fusion_offset)
+    if tensor.any():
+        groups = _Groups(rpid[tensor])
+        started = is_op[tensor].astype(np.int64)
+        k[tensor] = groups.cumsum(started) - started
+        named = (kind == OP) | (kind == NEGOTIATION)
+        current_op[tensor] = groups.ffill(np.where(named, op_of_row, -1)[tensor], 0)
+        current_fusion[tensor] = groups.ffill(np.where(is_op, fusion, -1)[tensor], -1)
+    occurrence = np.where(kind == MARKER, -1, np.where(kind == ACTIVITY, np.maximum(k - 1, 0), k))
+    start = ts[rows]
+    end = np.where(rcls == _X, ts[rows] + np.nan_to_num(dur[rows]), np.where(rcls == _I, ts[rows], np.nan))
+    if not _pair_ranges(builder, columns, cls, rows, kind, occurrence, start, end):
+        return None
+
+    labels, label_codes = pd.factorize(np.asarray(names, dtype=object)[rname]) if len(rows) else ([], [])
+    builder.pid = np.where(kind == MARKER, -1, rpid).astype(np.int64)
+    builder.label = np.asarray(labels, dtype=np.int64)
+    builder.labels = list(label_codes)
+    builder.label_codes = {v: i for i, v in enumerate(builder.labels)}
+    builder.kind = kind
+    builder.start, builder.end = start.astype(np.float64), end.astype(np.float64)
+    builder.occurrence = occurrence.astype(np.int64)
+    builder.op = np.where(kind == MARKER, 0, np.where(is_op | (kind == NEGOTIATION), op_of_row, current_op))
+    builder.op = builder.op.astype(np.int64)
+    builder.fusion = np.where(is_op, fusion, np.where(kind == ACTIVITY, current_fusion, -1)).astype(np.int64)
+    builder.ops = ops
+    builder.op_codes = {v: i for i, v in enumerate(ops)}
+    op_pids = rpid[is_op]
+    counted = pd.Series(op_pids).value_counts(sort=False) if len(op_pids) else pd.Series(dtype=np.int64)
+    builder.count = {int(p): int(c) for p, c in counted.items()}
+    firsts = pd.DataFrame({"pid": rpid, "k": k, "ts": start})[is_op | (kind == NEGOTIATION)]
+    firsts = firsts.drop_duplicates(["pid", "k"]).sort_values(["pid", "k"], kind="stable")
+    builder.occurrence_start = {int(p): part["ts"].tolist() for p, part in firsts.groupby("pid", sort=False)}
+    builder.markers = ts[cls == _I].tolist()
+    builder.fusion_id = fusion_offset - 1 + (len(np.unique(fusion[is_op])) if is_op.any() else 0)
+    skipped = [ph_labels[c] for c in col["ph"][cls == _SKIP].tolist()]
+    builder.skipped = {p: skipped.count(p) for p in dict.fromkeys(skipped)}
+    builder.seen = len(cls)
+    return builder
+
+
+def _metadata(builder: Builder, columns: HorovodColumns, cls: np.ndarray) -> bool:
+    """Tensor names and the start time from ``process_name`` metadata; False if one is odd."""
+    names = columns.labels["name"]
+    if "process_name" not in names:
+        return True
+    pid = columns.columns["pid"]
+    for i in np.flatnonzero((cls == _M) & (columns.columns["name"] == names.index("process_name"))).tolist():
+        args = columns.args.get(i)
+        if not isinstance(args, dict):
+            continue
+        if "name" in args:
+            if pid[i] == NO_INT:
+                return False
+            builder.tensor_names[int(pid[i])] = str(args["name"])
+        elif "start_time_since_epoch_in_micros" in args:
+            value = args["start_time_since_epoch_in_micros"]
+            if not finite_number(value):
+                return False
+            builder.start_epoch = float(value) * 1e-6
+    return True
+
+
+def _operations(names: list[str], rname: np.ndarray, kind: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """The operation names (lower case, "" first, in order of first use) and each row's code."""
+    named = np.flatnonzero((kind == OP) | (kind == NEGOTIATION))
+    text = [
+        names[c][len(_NEGOTIATE) :].lower() if k == NEGOTIATION else names[c].lower()
+        for c, k in zip(rname[named].tolist(), kind[named].tolist(), strict=True)
+    ]
+    ops = list(dict.fromkeys(["", *text]))
+    index = {v: i for i, v in enumerate(ops)}
+    codes = np.zeros(len(rname), np.int64)
+    codes[named] = [index[t] for t in text]
+    return ops, codes
+
+
+def _fusions(cls, name, pid, is_op_name, rows, is_op, fusion_offset) -> np.ndarray:
+    """Fusion id of every operation row (-1 elsewhere): a run of operation starts of one name with
+    nothing else between them (metadata and ignored phases aside) is one fused operation, until a
+    tensor repeats (as :meth:`Builder.add` groups them)."""
+    out = np.full(len(rows), -1, np.int64)
+    if not is_op.any():
+        return out
+    rel = np.flatnonzero((cls != _M) & (cls != _SKIP))
+    rel_op = (cls[rel] == _B) & is_op_name[name[rel]]
+    same = np.zeros(len(rel), bool)
+    same[1:] = rel_op[1:] & rel_op[:-1] & (name[rel][1:] == name[rel][:-1])
+    events = rel[rel_op]
+    new = ~same[rel_op]
+    run = np.cumsum(new) - 1
+    tensors = pid[events]
+    order = np.lexsort((tensors, run))
+    repeat = (run[order][1:] == run[order][:-1]) & (tensors[order][1:] == tensors[order][:-1])
+    for r in np.unique(run[order][1:][repeat]).tolist():  # rare: a tensor twice in a run
+        members = np.flatnonzero(run == r)
+        seen: set[int] = set()
+        for j in members.tolist():
+            if tensors[j] in seen:
+                new[j] = True
+                seen = set()
+            seen.add(int(tensors[j]))
+    out[is_op] = fusion_offset + np.cumsum(new) - 1
+    return out
+
+
+def _pair_ranges(builder, columns, cls, rows, kind, occurrence, start, end) -> bool:
+    """Each range's end from its ``E`` (per tensor, the innermost open range), the sizes from the
+    operations' ``E`` args, and the ``E`` events with no range open; False if one is odd."""
+    col = columns.columns
+    events = np.flatnonzero((cls == _B) | (cls == _E))
+    if not len(events):
+        return True
+    step = np.where(cls[events] == _B, 1, -1)
+    tensors = col["pid"][events]
+    groups = _Groups(tensors)
+    total = groups.cumsum(step)
+    depth = total - groups.cummin(np.minimum(total, 0))  # open ranges after the event (an E with
+    before = groups.shift(depth, 0)  # none open changes nothing)
+    unmatched = (step < 0) & (before == 0)
+    builder.unmatched_end = int(unmatched.sum())
+    keep = ~unmatched
+    level = np.where(step > 0, depth, before)
+    # by tensor, then level, then place in the file: a range's B, then its E
+    key = groups.ids() * (int(level.max()) + 1) + level
+    order = np.argsort(key[keep], kind="stable")
+    kept, kept_step, kept_pid = events[keep][order], step[keep][order], tensors[keep][order]
+    level = level[keep][order]
+    pair = (
+        (kept_step[:-1] > 0)
+        & (kept_step[1:] < 0)
+        & (kept_pid[:-1] == kept_pid[1:])
+        & (level[:-1] == level[1:])
+    )
+    begins, ends = kept[:-1][pair], kept[1:][pair]
+    row_of = np.searchsorted(rows, begins)
+    ts = col["ts"]
+    if (ts[ends] < start[row_of]).any():
+        return False
+    end[row_of] = ts[ends]
+    op = kind[row_of] == OP
+    op_ends, op_rows = ends[op], row_of[op]
+    order = np.argsort(op_ends, kind="stable")  # sizes in the order of their E events
+    op_ends, op_rows = op_ends[order], op_rows[order]
+    sizes, known = [], {}  # the same tensors come back every step: each (dtype, shape) read once
+    try:
+        for args in map(columns.args.get, op_ends.tolist()):
+            if type(args) is dict and len(args) == 2 and type(shape := args.get("shape")) is str:
+                key = (args.get("dtype"), shape)
+                size = known.get(key)
+                if size is None:
+                    size = known[key] = tensor_bytes(args)
+            else:
+                size = tensor_bytes(args)
+            sizes.append(size)
+    except (ValueError, TypeError):  # TypeError: a dtype that cannot be a key (a list)
+        return False
+    keys = zip(col["pid"][op_ends].tolist(), occurrence[op_rows].tolist(), strict=True)
+    builder.sizes.update(zip(keys, sizes, strict=True))
+    return True
+
+
+class _Groups:
+    """Group-wise running sums, minima, shifts and forward fills over values in file order, grouped
+    by tensor (as pandas' groupby does, with one stable sort shared by all of them)."""
+
+    def __init__(self, keys: np.ndarray):
+        self.order = np.argsort(keys, kind="stable")
+        ordered = keys[self.order]
+        self.first = np.ones(len(ordered), bool)
+        self.first[1:] = ordered[1:] != ordered[:-1]
+        self.start = np.maximum.accumulate(np.where(self.first, np.arange(len(ordered)), 0))
+
+    def _back(self, values: np.ndarray) -> np.ndarray:
+        out = np.empty_like(values)
+        out[self.order] = values
+        return out
+
+    def ids(self) -> np.ndarray:
+        """A dense group number per value (in the order of the keys)."""
+        return self._back(np.cumsum(self.first) - 1)
+
+    def cumsum(self, values: np.ndarray) -> np.ndarray:
+        total = np.cumsum(values[self.order])
+        base = np.where(self.start > 0, total[self.start - 1], 0)
+        return self._back(total - base)
+
+    def cummin(self, values: np.ndarray) -> np.ndarray:
+        # each later group pushed far below the earlier ones, so that no minimum crosses over
+        v = values[self.order]
+        spread = 2 * (int(np.abs(v).max()) + 1) if len(v) else 1
+        offset = (np.cumsum(self.first) - 1) * spread
+        return self._back(np.minimum.accumulate(v - offset) + offset)
+
+    def shift(self, values: np.ndarray, fill: int) -> np.ndarray:
+        v = values[self.order]
+        out = np.empty_like(v)
+        out[1:] = v[:-1]
+        out[self.first] = fill
+        return self._back(out)
+
+    def ffill(self, values: np.ndarray, fill: int) -> np.ndarray:
+        """The latest value >= 0 at or before each place in its group, else ``fill``."""
+        v = values[self.order]
+        latest = np.maximum.accumulate(np.where(v >= 0, np.arange(len(v)), -1))
+        found = latest >= self.start
+        return self._back(np.where(found, v[np.maximum(latest, 0)], fill))
