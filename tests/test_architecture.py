@@ -106,7 +106,6 @@ KNOWN_LONG_MODULES: set[str] = {
     "dlexplore/model/hybrid.py",
     "dlexplore/model/operators.py",
     "dlexplore/model/step.py",
-    "dlexplore/model/workflow.py",
     "dlexplore/plots/figures.py",
     "dlexplore/plots/timeline.py",
     "dlexplore/report.py",

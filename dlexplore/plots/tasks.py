@@ -1,6 +1,6 @@
 """Bokeh task timeline: one row per worker, one bar per task coloured by its kind, with hover.
 
-Input is a task-event table (:func:`dlexplore.model.workflow.read_task_events` or
+Input is a task-event table (:func:`dlexplore.traces.tasks.read_task_events` or
 :func:`~dlexplore.model.workflow.coupled_tasks`): columns ``task``, ``worker``, ``start``, ``end`` (s),
 ``kind``. Times are drawn in seconds from the earliest start. Source name: ``task_timeline``.
 """
