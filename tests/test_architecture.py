@@ -67,7 +67,6 @@ KNOWN_UPWARD: set[str] = {
 KNOWN_CYCLES: set[frozenset[str]] = {
     frozenset(["dlexplore.fit.calibrate", "dlexplore.fit.hybrid_calibration"]),
     frozenset(["dlexplore.model.hybrid", "dlexplore.model.hybrid_memory", "dlexplore.model.hybrid_rules"]),
-    frozenset(["dlexplore.traces", "dlexplore.traces.scale"]),
     frozenset(
         [
             "dlexplore.traces.breakdown",
@@ -81,6 +80,7 @@ KNOWN_CYCLES: set[frozenset[str]] = {
             "dlexplore.traces.temporal",
         ]
     ),
+    frozenset(["dlexplore.traces", "dlexplore.traces.scale"]),
 }
 KNOWN_PRIVATE: set[str] = {
     "dlexplore.fit.compare imports dlexplore.model._sweep.PREDICTED_SOURCE",

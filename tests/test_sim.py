@@ -404,12 +404,11 @@ def test_transfer_ratio_by_hand():
 def test_fit_network_methods(graphs):
     graph = graphs["collector-mlp"]
     own = fit_network(graph.trace, graph.ops, method="own")
-    assert own.method == "dlexplore.sim.network.fit_alpha_beta"
+    assert own.method == "dlexplore.fit.fit_alpha_beta"
     assert own.alpha >= 0 and own.beta >= 0
-    if importlib.util.find_spec("dlexplore.fit.calibrate") is not None:
-        calibrated = fit_network(graph.trace, graph.ops, method="auto")
-        assert calibrated.method == "dlexplore.fit.calibrate.calibrate_from_trace"
-        assert calibrated.alpha >= 0 and calibrated.beta >= 0
+    calibrated = fit_network(graph.trace, graph.ops, method="auto")
+    assert calibrated.method == "dlexplore.fit.calibrate_from_trace"
+    assert calibrated.alpha >= 0 and calibrated.beta >= 0
     with pytest.raises(DlexploreError, match="fit method"):
         fit_network(graph.trace, graph.ops, method="best")
 

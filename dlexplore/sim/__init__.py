@@ -11,12 +11,14 @@
 - :func:`whatif`: the replay measured as the trace is (``step_time``, ``time_comm``,
   ``time_comm_exposed`` on (scenario, rank, step)), with the identity replay's error in its attrs;
 - :func:`fit_network`, :func:`fit_alpha_beta`: latency and bandwidth of the trace's own
-  collectives, which scale the transfers, :mod:`dlexplore.sim.network`;
+  collectives (:mod:`dlexplore.fit.alpha_beta`), which scale the transfers
+  (:func:`transfer_ratio`, :mod:`dlexplore.sim.network`);
 - :func:`whatif_report`: the same as text (table, csv, json) for ``dlexplore whatif``.
 """
 
+from ..fit.alpha_beta import AlphaBeta, fit_alpha_beta, fit_network
 from .graph import ReplayGraph, build_graph, causal_offsets
-from .network import AlphaBeta, fit_alpha_beta, fit_network, transfer_ratio
+from .network import transfer_ratio
 from .replay import (
     REPLAY_VARIABLES,
     SUMMARY_VARIABLES,

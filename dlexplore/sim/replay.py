@@ -55,10 +55,11 @@ import xarray as xr
 
 from .._version import __version__
 from ..errors import DlexploreError
+from ..fit.alpha_beta import AlphaBeta, fit_network
 from ..traces.breakdown import breakdown
 from ..traces.schema import Trace
 from .graph import ReplayGraph, build_graph
-from .network import AlphaBeta, fit_network, transfer_ratio
+from .network import transfer_ratio
 
 __all__ = [
     "Scenario",
@@ -185,7 +186,7 @@ class ReplayResult:
     kept:
         Which ranks take part in each scenario, shape (ranks, scenarios).
     fit:
-        The :class:`~dlexplore.sim.network.AlphaBeta` the transfers were scaled with.
+        The :class:`~dlexplore.fit.alpha_beta.AlphaBeta` the transfers were scaled with.
     unscaled:
         (operation, rank) rows whose transfer kept its measured time (count).
     """
@@ -219,8 +220,8 @@ def replay(
     :func:`replay_events` turns it into event tables. ``algorithm`` names the collective
     algorithm of the alpha-beta model (default: the model's first, ring for allreduce); ``fit``:
     how latency and bandwidth are fitted to the trace's collectives (``"auto"``, ``"calibrate"``,
-    ``"own"``: :func:`~dlexplore.sim.network.fit_network`), or an
-    :class:`~dlexplore.sim.network.AlphaBeta`.
+    ``"own"``: :func:`~dlexplore.fit.alpha_beta.fit_network`), or an
+    :class:`~dlexplore.fit.alpha_beta.AlphaBeta`.
     """
     graph = _as_graph(trace)
     scenarios = [scenarios] if isinstance(scenarios, Scenario) else list(scenarios) or [Scenario()]
@@ -488,7 +489,7 @@ def whatif(
     algorithm:
         Collective algorithm(s) of the alpha-beta model (default: ring for allreduce).
     fit:
-        How latency and bandwidth come from the trace (:func:`dlexplore.sim.network.fit_network`:
+        How latency and bandwidth come from the trace (:func:`dlexplore.fit.alpha_beta.fit_network`:
         ``"auto"``, ``"calibrate"``, ``"own"``), or a given :class:`~dlexplore.sim.AlphaBeta`.
 
     Returns
