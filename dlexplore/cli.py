@@ -714,7 +714,7 @@ def _cmd_trace_collectives(args: argparse.Namespace) -> None:
     if any(given) and not all(given):
         raise _UsageError("to compare with the model give both --bandwidth (GB/s) and --latency (s)")
     if all(given):
-        from .traces.collectives import compare_collectives
+        from .fit.collectives import compare_collectives
 
         attrs = dict(table.attrs)
         table = compare_collectives(

@@ -67,6 +67,7 @@ KNOWN_UPWARD: set[str] = {
 KNOWN_CYCLES: set[frozenset[str]] = {
     frozenset(["dlexplore.fit.calibrate", "dlexplore.fit.hybrid_calibration"]),
     frozenset(["dlexplore.model.hybrid", "dlexplore.model.hybrid_memory", "dlexplore.model.hybrid_rules"]),
+    frozenset(["dlexplore.traces", "dlexplore.traces.scale"]),
     frozenset(
         [
             "dlexplore.traces.breakdown",
@@ -80,7 +81,6 @@ KNOWN_CYCLES: set[frozenset[str]] = {
             "dlexplore.traces.temporal",
         ]
     ),
-    frozenset(["dlexplore.traces", "dlexplore.traces.scale"]),
 }
 KNOWN_PRIVATE: set[str] = {
     "dlexplore.fit.compare imports dlexplore.model._sweep.PREDICTED_SOURCE",
@@ -102,6 +102,7 @@ KNOWN_LONG_MODULES: set[str] = {
     "dlexplore/fit/compare.py",
     "dlexplore/measured/_columns.py",
     "dlexplore/measured/_reader.py",
+    "dlexplore/model/comm.py",
     "dlexplore/model/hybrid.py",
     "dlexplore/model/operators.py",
     "dlexplore/model/step.py",
@@ -112,7 +113,6 @@ KNOWN_LONG_MODULES: set[str] = {
     "dlexplore/sim/replay.py",
     "dlexplore/traces/breakdown.py",
     "dlexplore/traces/collect.py",
-    "dlexplore/traces/collectives.py",
     "dlexplore/traces/nccl_tests.py",
     "dlexplore/traces/nsys.py",
     "dlexplore/traces/otf2.py",

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 import dlexplore
+from dlexplore.fit.collectives import compare_collectives
 from dlexplore.model import collective_time
 from dlexplore.traces import Trace, make_events
 from dlexplore.traces.collectives import (
@@ -23,7 +24,6 @@ from dlexplore.traces.collectives import (
     clock_offsets,
     collective_ops,
     collective_table,
-    compare_collectives,
 )
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import DlexploreError
-from ..model.comm import ALGORITHMS, collective_time
+from ..model.comm import ALGORITHMS, algorithm_for, collective_time
 from ..traces.schema import Trace
 from .calibrate import calibrate_from_trace
 
@@ -81,8 +81,7 @@ class AlphaBeta:
 def _algorithm(collective: str, algorithm: str | Mapping[str, str] | None) -> str | None:
     if collective not in ALGORITHMS:
         return None
-    wanted = algorithm.get(collective) if isinstance(algorithm, Mapping) else algorithm
-    return wanted if wanted in ALGORITHMS[collective] else ALGORITHMS[collective][0]
+    return algorithm_for(collective, algorithm)
 
 
 def message_factors(

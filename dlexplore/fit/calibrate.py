@@ -54,7 +54,7 @@ import xarray as xr
 
 from .. import catalog
 from ..errors import DlexploreError, UnknownNameError, suggest
-from ..model.comm import ALGORITHMS, collective_time, normalize_algorithm, predict_comm
+from ..model.comm import ALGORITHMS, algorithm_for, collective_time, normalize_algorithm, predict_comm
 from ..model.compute import (
     BACKWARD_TO_FORWARD,
     default_compute_efficiency,
@@ -1490,7 +1490,7 @@ def calibrate_from_trace(
         )
     last_in = ops["time_last_in"].to_numpy(float)
     ops["measure"] = np.where(np.isfinite(last_in) & (last_in > 0), last_in, ops["time"].to_numpy(float))
-    ops["algorithm"] = [_trace_algorithm(c, algorithm) for c in ops["collective"]]
+    ops["algorithm"] = [algorithm_for(c, algorithm) for c in ops["collective"]]
     keys = ["collective", "algorithm", "bytes", "ranks"]
     if statistic is None:
         points = ops[keys].copy()
@@ -1655,19 +1655,6 @@ def calibrate_from_trace(
         model_kwargs={k: v for k, v in model_kwargs.items()},
         settings=settings,
     )
-
-
-def _trace_algorithm(collective: str, algorithm: str | Mapping[str, str] | None) -> str:
-    if isinstance(algorithm, Mapping):
-        wanted = algorithm.get(collective)
-    else:
-        wanted = algorithm
-    if wanted is None:
-        return ALGORITHMS[collective][0]
-    try:
-        return normalize_algorithm(wanted, collective)
-    except DlexploreError:
-        return ALGORITHMS[collective][0]
 
 
 def _compute_parameters(

@@ -44,6 +44,8 @@ One rank (p = 1) costs nothing, except the parameter server, where the worker st
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import numpy.typing as npt
 import xarray as xr
@@ -57,6 +59,7 @@ __all__ = [
     "normalize_collective",
     "normalize_algorithm",
     "collective_time",
+    "algorithm_for",
     "busbw_factor",
     "algbw",
     "busbw",
@@ -143,6 +146,22 @@ def normalize_algorithm(algorithm: str, collective: str = "allreduce") -> str:
             f"{', '.join(allowed)}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
         )
     return key
+
+
+def algorithm_for(collective: str, algorithm: str | Mapping[str, str] | None = None) -> str:
+    """The algorithm to model ``collective`` (a name of :data:`ALGORITHMS`) with.
+
+    ``algorithm`` is one name for every collective, or ``{collective: name}``. ``None``, or a name
+    that does not apply to this collective (``ring`` for an alltoall), gives the collective's default
+    (the first of :data:`ALGORITHMS`); aliases are accepted (``rabenseifner``).
+    """
+    wanted = algorithm.get(collective) if isinstance(algorithm, Mapping) else algorithm
+    if wanted is None:
+        return ALGORITHMS[collective][0]
+    try:
+        return normalize_algorithm(str(wanted), collective)
+    except DlexploreError:
+        return ALGORITHMS[collective][0]
 
 
 def _check_ranks(ranks: ArrayLike) -> np.ndarray:

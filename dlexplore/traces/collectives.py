@@ -55,14 +55,12 @@ reduce, the whole gathered buffer for allgather and reduce_scatter.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ..errors import DlexploreError
-from ..model.comm import ALGORITHMS, busbw_factor, collective_time
+from ..model.comm import ALGORITHMS, busbw_factor
 from .breakdown import _events_of
 from .p2p import OP_ID_COLUMNS, communication_events, p2p_table_rows, point_to_point
 from .schema import Trace
@@ -73,7 +71,6 @@ __all__ = [
     "clock_offsets",
     "collective_ops",
     "collective_table",
-    "compare_collectives",
     "point_to_point",
 ]
 
@@ -380,83 +377,3 @@ def collective_table(trace: Trace | pd.DataFrame, *, align: bool = True) -> pd.D
     )
     table.attrs.update(info)
     return table
-
-
-def compare_collectives(
-    table: pd.DataFrame,
-    *,
-    bandwidth: float,
-    latency: float,
-    algorithm: str | Mapping[str, str] = "ring",
-    gamma: float = 0.0,
-    **kwargs: Any,
-) -> pd.DataFrame:
-    """The measured collective table beside the alpha-beta prediction for the same sizes and ranks.
-
-    Parameters
-    ----------
-    table:
-        The output of :func:`collective_table`.
-    bandwidth:
-        GB/s per link and direction (as :func:`dlexplore.model.collective_time`).
-    latency:
-        Seconds per message.
-    algorithm:
-        One algorithm name, or ``{collective: algorithm}``. Where a name does not apply to a
-        collective (``ring`` for alltoall), that collective's default algorithm is used; the
-        ``algorithm`` column says which.
-    gamma:
-        Reduction cost, s/byte.
-    kwargs:
-        Passed to :func:`dlexplore.model.collective_time` (``servers``, ``gpus_per_node``, ...).
-
-    Returns
-    -------
-    pandas.DataFrame
-        The table plus ``algorithm``, ``predicted`` (s, the model's time at the row's ``bytes``
-        and ``ranks``) and ``error`` (1, ``(time - predicted) / predicted``). Collectives the model
-        does not cover (barrier, gather, scatter) and rows of unknown size get NaN.
-    """
-    if bandwidth is None or latency is None:
-        raise DlexploreError("compare_collectives needs bandwidth (GB/s) and latency (s)")
-    out = table.copy()
-    out.attrs = dict(table.attrs)
-    used = np.full(len(out), "", dtype=object)
-    predicted = np.full(len(out), np.nan)
-    for name, rows in out.groupby("collective").groups.items():
-        collective = str(name)
-        if collective not in ALGORITHMS:
-            continue
-        where = out.index.get_indexer(rows)
-        wanted = (
-            algorithm.get(collective, ALGORITHMS[collective][0])
-            if isinstance(algorithm, Mapping)
-            else algorithm
-        )
-        choice = wanted if str(wanted) in ALGORITHMS[collective] else ALGORITHMS[collective][0]
-        nbytes = out["bytes"].to_numpy(dtype=float)[where]
-        ranks = out["ranks"].to_numpy(dtype=float)[where]
-        known = np.isfinite(nbytes)
-        values = np.full(len(where), np.nan)
-        if known.any():
-            values[known] = collective_time(
-                collective, choice, nbytes[known], ranks[known], bandwidth, latency, gamma, **kwargs
-            )
-        predicted[where] = values
-        used[where] = choice
-    out["algorithm"] = used
-    out["predicted"] = predicted
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out["error"] = np.where(
-            predicted > 0, (out["time"].to_numpy(dtype=float) - predicted) / predicted, np.nan
-        )
-    units = dict(out.attrs.get("units", {}))
-    units.update(algorithm="", predicted="s", error="1")
-    out.attrs.update(
-        units=units,
-        predicted_by="dlexplore.model.collective_time",
-        bandwidth=bandwidth,
-        latency=latency,
-        gamma=gamma,
-    )
-    return out
