@@ -66,31 +66,12 @@ KNOWN_UPWARD: set[str] = {
 }
 KNOWN_CYCLES: set[frozenset[str]] = {
     frozenset(["dlexplore.fit.calibrate", "dlexplore.fit.hybrid_calibration"]),
-    frozenset(["dlexplore.model.hybrid", "dlexplore.model.hybrid_memory", "dlexplore.model.hybrid_rules"]),
     frozenset(["dlexplore.traces", "dlexplore.traces.scale"]),
-    frozenset(
-        [
-            "dlexplore.traces.breakdown",
-            "dlexplore.traces.collectives",
-            "dlexplore.traces.critical_path",
-            "dlexplore.traces.diff",
-            "dlexplore.traces.launches",
-            "dlexplore.traces.memory",
-            "dlexplore.traces.p2p",
-            "dlexplore.traces.schema",
-            "dlexplore.traces.temporal",
-        ]
-    ),
 }
 KNOWN_PRIVATE: set[str] = {
     "dlexplore.fit.compare imports dlexplore.model._sweep.PREDICTED_SOURCE",
     "dlexplore.fit.compare imports dlexplore.model._sweep.VARIABLES",
     "dlexplore.fit.compare imports dlexplore.model._sweep.is_sweep",
-    "dlexplore.sim.graph imports dlexplore.traces.breakdown._events_of",
-    "dlexplore.sim.graph imports dlexplore.traces.collectives._SYMMETRIC",
-    "dlexplore.sim.graph imports dlexplore.traces.collectives._collective_events",
-    "dlexplore.sim.graph imports dlexplore.traces.collectives._match",
-    "dlexplore.sim.graph imports dlexplore.traces.collectives._offsets",
 }
 KNOWN_LONG_MODULES: set[str] = {
     "dlexplore/advisor.py",
@@ -189,16 +170,21 @@ def _unit(module: str) -> str:
 
 
 @functools.cache
-def _imports() -> list[tuple[str, int, str, str | None]]:
+def _imports(typing_only: bool = True) -> list[tuple[str, int, str, str | None]]:
     """(importer, line, imported module, imported name or None) for every dlexplore import.
 
-    ``from pkg import sub`` where ``sub`` is a module counts as importing ``pkg.sub``.
+    ``from pkg import sub`` where ``sub`` is a module counts as importing ``pkg.sub``. Imports under
+    ``if TYPE_CHECKING:`` (annotations only, never run) are left out when ``typing_only`` is False.
     """
     modules = _modules()
     out = []
     for module, path in modules.items():
         package = _package_of(module)
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        skipped = set() if typing_only else _typing_only_nodes(tree)
+        for node in ast.walk(tree):
+            if id(node) in skipped:
+                continue
             if isinstance(node, ast.Import):
                 out += [
                     (module, node.lineno, a.name, None) for a in node.names if a.name.startswith("dlexplore")
@@ -217,6 +203,14 @@ def _imports() -> list[tuple[str, int, str, str | None]]:
                         out.append((module, node.lineno, sub, None))
                     else:
                         out.append((module, node.lineno, target, alias.name))
+    return out
+
+
+def _typing_only_nodes(tree: ast.AST) -> set[int]:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            out |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
     return out
 
 
@@ -255,7 +249,8 @@ def test_jupyter_extension_imports_no_dlexplore():
 
 def _cycles() -> set[frozenset[str]]:
     graph: dict[str, set[str]] = {m: set() for m in _modules()}
-    for module, _, target, _ in _imports():
+    # An import for annotations only (under ``if TYPE_CHECKING:``) never runs: it makes no cycle.
+    for module, _, target, _ in _imports(typing_only=False):
         if target in graph and target != module:
             graph[module].add(target)
     index: dict[str, int] = {}

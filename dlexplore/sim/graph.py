@@ -68,8 +68,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import DlexploreError
-from ..traces.breakdown import _events_of
-from ..traces.collectives import _SYMMETRIC, _collective_events, _match, _offsets
+from ..traces.collectives import SYMMETRIC_COLLECTIVES, match_operations, offsets_from_ends, operation_events
+from ..traces.events import events_of
 from ..traces.schema import Trace
 
 __all__ = [
@@ -236,7 +236,7 @@ def causal_offsets(ops: pd.DataFrame, ranks: np.ndarray) -> pd.Series:
     offsets = pd.Series(0.0, index=pd.Index(ranks, name="rank"), name="offset")
     if len(ops) == 0 or ranks.size < 2:
         return offsets
-    use = ops[ops["collective"].isin(_SYMMETRIC).to_numpy()]
+    use = ops[ops["collective"].isin(SYMMETRIC_COLLECTIVES).to_numpy()]
     if use.empty:
         return offsets
     position = {int(r): i for i, r in enumerate(ranks)}
@@ -254,7 +254,7 @@ def causal_offsets(ops: pd.DataFrame, ranks: np.ndarray) -> pd.Series:
                 bound[position[int(q)], position[int(r)]] = diff.min()
     o = np.zeros(n)
     if (o[None, :] - o[:, None] - bound).max() > 1e-12:
-        median, _, _ = _offsets(use)
+        median, _, _ = offsets_from_ends(use)
         o = median.reindex(ranks).fillna(0.0).to_numpy(dtype=float, copy=True)
         for _ in range(50):
             excess = o[None, :] - o[:, None] - bound
@@ -281,7 +281,7 @@ def _operations(events: pd.DataFrame, world_size: int) -> tuple[pd.DataFrame, np
     n = len(events)
     row_op = np.full(n, -1, dtype=np.int64)
     row_span = np.full(n, -1, dtype=np.int64)
-    table = _collective_events(events)
+    table = operation_events(events)
     empty = pd.DataFrame(
         {
             "op": [],
@@ -310,7 +310,7 @@ def _operations(events: pd.DataFrame, world_size: int) -> tuple[pd.DataFrame, np
     table = table.assign(rank=table["rank"].astype(np.int64)).merge(
         keys, on=["rank", "stream", "name", "start", "end"], how="left"
     )
-    matched = _match(table)
+    matched = match_operations(table)
     if "row" in matched.columns:  # matched by order: one event per (op, rank)
         spans = matched.reset_index(drop=True)
         spans["id_matched"] = False
@@ -415,7 +415,7 @@ def build_graph(trace: Trace | pd.DataFrame) -> ReplayGraph:
     DlexploreError
         When the trace has no events with finite times, or its dependencies form a cycle.
     """
-    events, source, fmt = _events_of(trace)
+    events, source, fmt = events_of(trace)
     events = events.reset_index(drop=True)
     meta = dict(trace.meta) if isinstance(trace, Trace) else {}
     files = list(trace.files) if isinstance(trace, Trace) else list(events.attrs.get("files", []))

@@ -50,14 +50,17 @@ window is the difference of two binary-searched cumulative sums.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import xarray as xr
 
 from ..errors import DlexploreError
-from .schema import COLLECTIVES, Trace
+from .events import COLLECTIVES, DEVICE_STREAM_PREFIXES, category_mask, device_streams, events_of
+
+if TYPE_CHECKING:
+    from .schema import Trace
 
 __all__ = [
     "BREAKDOWN_VARIABLES",
@@ -67,9 +70,6 @@ __all__ = [
     "step_windows",
     "stragglers",
 ]
-
-#: Streams that are a device's (GPU) queues, as the readers name them.
-DEVICE_STREAM_PREFIXES = ("cuda:", "mtia:", "hpu:")
 
 #: Breakdown variables: units and long name. The names are the model's (DESIGN.md), so a measured
 #: breakdown lays over :func:`dlexplore.predict` output.
@@ -88,39 +88,6 @@ BREAKDOWN_VARIABLES: dict[str, tuple[str, str]] = {
 
 _BUSY = ("compute", "communication", "memcpy", "memset", "data")
 _DEVICE_ONLY = ("compute", "communication", "memcpy", "memset")
-
-
-def _events_of(trace: Trace | pd.DataFrame) -> tuple[pd.DataFrame, str, str]:
-    """The event table, the source and the format of a trace or of a bare event table."""
-    if isinstance(trace, Trace):
-        return trace.events, trace.source, trace.format
-    if isinstance(trace, pd.DataFrame):
-        attrs = trace.attrs
-        return trace, str(attrs.get("source", "measured: event table")), str(attrs.get("format", ""))
-    raise DlexploreError(f"expected a dlexplore Trace or an event table, got {type(trace).__name__}")
-
-
-def _category_mask(categorical: pd.Series, names: tuple[str, ...]) -> np.ndarray:
-    """Boolean array: which rows of a categorical column are one of ``names`` (compares codes)."""
-    if not isinstance(categorical.dtype, pd.CategoricalDtype):
-        categorical = categorical.astype("category")
-    cats = categorical.cat.categories
-    wanted = np.isin(np.asarray(cats, dtype=object), list(names))
-    codes = categorical.cat.codes.to_numpy()
-    # code -1 (missing) maps to the appended False
-    return np.append(wanted, False)[codes]
-
-
-def device_streams(events: pd.DataFrame) -> np.ndarray:
-    """Boolean array: which events ran on a device stream (:data:`DEVICE_STREAM_PREFIXES`)."""
-    stream = events["stream"]
-    if not isinstance(stream.dtype, pd.CategoricalDtype):
-        stream = stream.astype("category")
-    cats = pd.Index(stream.cat.categories).astype(str)
-    on_device = np.zeros(len(cats), dtype=bool)
-    for prefix in DEVICE_STREAM_PREFIXES:
-        on_device |= cats.str.startswith(prefix)
-    return np.append(on_device, False)[stream.cat.codes.to_numpy()]
 
 
 class BusyTime:
@@ -193,7 +160,7 @@ def step_windows(events: pd.DataFrame) -> pd.DataFrame:
                 "end": pd.Series(dtype=float),
             }
         )
-    marker = _category_mask(events["category"], ("step",))
+    marker = category_mask(events["category"], ("step",))
     frame = pd.DataFrame(
         {
             "rank": events["rank"].to_numpy(dtype=np.int64)[has],
@@ -241,7 +208,7 @@ def breakdown(trace: Trace | pd.DataFrame, *, steps: Any = None) -> xr.Dataset:
         and ``long_name``. A (rank, step) with no event is NaN (``events`` 0). ``attrs``:
         ``source``, ``kind`` ("measured"), ``format``, and notes on the definitions.
     """
-    events, source, fmt = _events_of(trace)
+    events, source, fmt = events_of(trace)
     n_all = len(events)
     has_step = events["step"].notna().to_numpy(dtype=bool) if n_all else np.zeros(0, dtype=bool)
     steps_note = "steps partition each rank's timeline (step_window); events with no step are counted by time"
@@ -304,12 +271,12 @@ def _coverage(
     # A rank is a GPU rank when any of its events is on a device stream; its communication is the
     # device's when any of its communication events is (NCCL); else the host's (MPI, gloo).
     gpu_rank = np.bincount(position[on_device & known], minlength=len(rank_coords)) > 0
-    is_comm = _category_mask(category, ("communication",))
+    is_comm = category_mask(category, ("communication",))
     device_comm_rank = np.bincount(position[on_device & known & is_comm], minlength=len(rank_coords)) > 0
     # host communication that does the work names its collective (MPI_Send, gloo:all_reduce); the
     # host's NCCL calls (nccl:*, c10d::*, record_param_comms) name none: they only launch kernels
     names_collective = (
-        _category_mask(events["collective"], tuple(c for c in COLLECTIVES))
+        category_mask(events["collective"], tuple(c for c in COLLECTIVES))
         if "collective" in events.columns
         else np.zeros(len(events), dtype=bool)
     )
@@ -319,10 +286,10 @@ def _coverage(
     span = float(max(end_all[known].max() if known.any() else 0.0, end.max()) - origin)
 
     def covered(names: tuple[str, ...]) -> np.ndarray:
-        selected = _category_mask(category, names) & known
+        selected = category_mask(category, names) & known
         device_names = tuple(n for n in names if n in _DEVICE_ONLY)
         if device_names:
-            selected &= counts_as_device | ~_category_mask(category, device_names)
+            selected &= counts_as_device | ~category_mask(category, device_names)
         busy = BusyTime(position[selected], start_all[selected], end_all[selected], origin, span)
         return np.maximum(busy.covered(w_rank, begin, end), 0.0)
 
