@@ -68,11 +68,7 @@ KNOWN_CYCLES: set[frozenset[str]] = {
     frozenset(["dlexplore.fit.calibrate", "dlexplore.fit.hybrid_calibration"]),
     frozenset(["dlexplore.traces", "dlexplore.traces.scale"]),
 }
-KNOWN_PRIVATE: set[str] = {
-    "dlexplore.fit.compare imports dlexplore.model._sweep.PREDICTED_SOURCE",
-    "dlexplore.fit.compare imports dlexplore.model._sweep.VARIABLES",
-    "dlexplore.fit.compare imports dlexplore.model._sweep.is_sweep",
-}
+KNOWN_PRIVATE: set[str] = set()
 KNOWN_LONG_MODULES: set[str] = {
     "dlexplore/advisor.py",
     "dlexplore/catalog/_cnn.py",

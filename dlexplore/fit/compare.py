@@ -64,7 +64,6 @@ import xarray as xr
 from .. import catalog
 from ..catalog import model_default
 from ..errors import DlexploreError, UnknownNameError
-from ..model._sweep import PREDICTED_SOURCE, VARIABLES, is_sweep
 from ..model.comm import (
     ALGORITHMS,
     busbw_factor,
@@ -73,6 +72,7 @@ from ..model.comm import (
     normalize_collective,
 )
 from ..model.compute import default_compute_efficiency, normalize_precision
+from ..model.conventions import PREDICTED_SOURCE, VARIABLES, is_sweep
 from ..model.gradsync import resolve_transport
 from ..model.step import predict
 

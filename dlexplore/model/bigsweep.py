@@ -21,7 +21,7 @@ import numpy as np
 import xarray as xr
 
 from ..errors import DlexploreError
-from ._sweep import VARIABLES, as_dataarray, is_sweep
+from .conventions import VARIABLES, as_dataarray, is_sweep
 from .step import CATEGORICAL_PARAMETERS, NUMERIC_PARAMETERS, _label, _validate, predict
 
 __all__ = ["predict_lazy", "best_per_gpus", "DEFAULT_BLOCK_POINTS"]

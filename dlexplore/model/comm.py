@@ -354,7 +354,7 @@ def predict_comm(
     defaults to the network's figures unless given; ``intra_fabric``, ``architecture`` and
     ``nvls`` describe the node for the NCCL ones (:func:`collective_time`).
     """
-    from ._sweep import as_dataarray, finish_dataset
+    from .conventions import as_dataarray, finish_dataset
 
     collective = normalize_collective(collective)
     algorithm = normalize_algorithm(algorithm or ALGORITHMS[collective][0], collective)

@@ -33,7 +33,7 @@ import xarray as xr
 
 from .. import catalog, validation
 from ..errors import DlexploreError, InputFileError
-from ._sweep import PREDICTED_SOURCE, as_dataarray
+from .conventions import PREDICTED_SOURCE, as_dataarray
 
 __all__ = ["io_model", "io_bound_gpus", "DLIOWorkload", "LAYOUTS", "IO_VARIABLES"]
 

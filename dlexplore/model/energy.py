@@ -32,7 +32,7 @@ import xarray as xr
 
 from .. import catalog
 from ..errors import DlexploreError
-from ._sweep import PREDICTED_SOURCE
+from .conventions import PREDICTED_SOURCE
 
 __all__ = [
     "energy",

@@ -37,7 +37,6 @@ import xarray as xr
 
 from .. import catalog, validation
 from ..errors import DlexploreError
-from ._sweep import as_dataarray, finish_dataset, is_sweep
 from .comm import collective_time, normalize_algorithm
 from .compute import (
     OPTIMIZER_TRAFFIC_BYTES,
@@ -47,6 +46,7 @@ from .compute import (
     normalize_precision,
     training_peak_flops,
 )
+from .conventions import as_dataarray, finish_dataset, is_sweep
 from .gradsync import (
     FRAMEWORKS,
     FUSION_THRESHOLD,
