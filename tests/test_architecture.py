@@ -65,7 +65,6 @@ KNOWN_UPWARD: set[str] = {
     "dlexplore.widgets.explorer -> dlexplore.advisor.AdvisorWidget  (widgets -> apps)",
 }
 KNOWN_CYCLES: set[frozenset[str]] = {
-    frozenset(["dlexplore.fit.calibrate", "dlexplore.fit.hybrid_calibration"]),
     frozenset(["dlexplore.traces", "dlexplore.traces.scale"]),
 }
 KNOWN_PRIVATE: set[str] = set()
@@ -75,8 +74,9 @@ KNOWN_LONG_MODULES: set[str] = {
     "dlexplore/catalog/hardware.py",
     "dlexplore/catalog/workloads.py",
     "dlexplore/cli.py",
-    "dlexplore/fit/calibrate.py",
+    "dlexplore/fit/calibration.py",
     "dlexplore/fit/compare.py",
+    "dlexplore/fit/least_squares.py",
     "dlexplore/measured/_columns.py",
     "dlexplore/measured/_reader.py",
     "dlexplore/model/comm.py",
@@ -99,10 +99,10 @@ KNOWN_LONG_FUNCTIONS: set[str] = {
     "dlexplore/advisor.py:advise",
     "dlexplore/catalog/workloads.py:workload_from_dict",
     "dlexplore/cli.py:build_parser",
-    "dlexplore/fit/calibrate.py:calibrate",
-    "dlexplore/fit/calibrate.py:calibrate_from_trace",
     "dlexplore/fit/extrap.py:fit_scaling",
     "dlexplore/fit/hybrid_calibration.py:calibrate_hybrid",
+    "dlexplore/fit/table_calibration.py:calibrate_table",
+    "dlexplore/fit/trace_calibration.py:calibrate_from_trace",
     "dlexplore/model/comm.py:collective_time",
     "dlexplore/model/dataio.py:io_model",
     "dlexplore/model/energy.py:energy",

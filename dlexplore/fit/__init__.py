@@ -20,11 +20,17 @@ Errors are fractions, ``(predicted - measured) / measured`` (:data:`ERROR_DEFINI
 """
 
 from .alpha_beta import AlphaBeta, fit_alpha_beta, fit_network
-from .calibrate import PARAMETERS, Calibration, CalibrationWarning, calibrate, calibrate_from_trace
+from .calibrate import (
+    PARAMETERS,
+    Calibration,
+    CalibrationWarning,
+    calibrate,
+    calibrate_from_trace,
+    leave_one_out,
+)
 from .compare import ERROR_DEFINITION, as_points, compare, predict_points
 from .extrap import ScalingModel, fit_scaling
 from .hybrid import smallest
-from .hybrid_calibration import leave_one_out
 from .noise_scale import (
     NoiseScale,
     compare_convergence,
