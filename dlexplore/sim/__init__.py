@@ -1,8 +1,8 @@
 """What-if replay of a measured iteration (``dlexplore.sim``).
 
-    from dlexplore.sim import whatif, summarize
+    from dlexplore.sim import whatif, scenario_summary
     ds = whatif(dlexplore.load_trace("run/"), bandwidth=2, gpus=[2, 8, 64])
-    summarize(ds)                       # one row per scenario: measured vs replayed step time
+    scenario_summary(ds)                # one row per scenario: measured vs replayed step time
 
 - :func:`build_graph`: the dependency graph of a trace (lanes cut into segments, collectives matched
   across ranks, what waits for what), :mod:`dlexplore.sim.graph`;
@@ -13,6 +13,8 @@
 - :func:`fit_network`, :func:`fit_alpha_beta`: latency and bandwidth of the trace's own
   collectives (:mod:`dlexplore.fit.alpha_beta`), which scale the transfers
   (:func:`transfer_ratio`, :mod:`dlexplore.sim.network`);
+- :func:`scenario_summary`: one row per scenario (formerly ``summarize``, still accepted with a
+  warning: that name is :func:`dlexplore.traces.summarize`'s, a different thing);
 - :func:`whatif_report`: the same as text (table, csv, json) for ``dlexplore whatif``.
 """
 
@@ -28,7 +30,7 @@ from .replay import (
     parse_factor,
     replay,
     replay_events,
-    summarize,
+    scenario_summary,
     whatif,
 )
 from .report import REPORT_COLUMNS, parse_factors, parse_gpus, whatif_frame, whatif_report
@@ -51,9 +53,23 @@ __all__ = [
     "parse_gpus",
     "replay",
     "replay_events",
-    "summarize",
+    "scenario_summary",
     "transfer_ratio",
     "whatif",
     "whatif_frame",
     "whatif_report",
 ]
+
+
+def __getattr__(name: str):
+    if name == "summarize":  # the old name of scenario_summary, kept for existing notebooks
+        import warnings
+
+        warnings.warn(
+            "dlexplore.sim.summarize is now dlexplore.sim.scenario_summary "
+            "(dlexplore.traces.summarize is a different thing)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return scenario_summary
+    raise AttributeError(f"module 'dlexplore.sim' has no attribute {name!r}")

@@ -70,7 +70,7 @@ __all__ = [
     "replay",
     "replay_events",
     "whatif",
-    "summarize",
+    "scenario_summary",
     "identity_error",
 ]
 
@@ -83,7 +83,7 @@ REPLAY_VARIABLES: dict[str, tuple[str, str]] = {
     "time_idle": ("s", "replayed step time with no compute, communication, memcpy, memset or data loading"),
 }
 
-#: Variables of :func:`summarize`, on (scenario): units and long name.
+#: Variables of :func:`scenario_summary`, on (scenario): units and long name.
 SUMMARY_VARIABLES: dict[str, tuple[str, str]] = {
     "step_time_measured": ("s", "measured step time, mean over ranks and steps"),
     "step_time": ("s", "replayed step time, mean over ranks and steps"),
@@ -597,7 +597,7 @@ def identity_error(ds: xr.Dataset) -> float:
     return float(values.max()) if values.size else float("nan")
 
 
-def summarize(ds: xr.Dataset) -> xr.Dataset:
+def scenario_summary(ds: xr.Dataset) -> xr.Dataset:
     """One row per scenario of a :func:`whatif` dataset: measured and replayed step time, change,
     communication and exposed communication, throughput (variables :data:`SUMMARY_VARIABLES`)."""
     data: dict[str, Any] = {
