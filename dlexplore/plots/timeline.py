@@ -55,6 +55,7 @@ from bokeh.plotting import figure
 from bokeh.transform import factor_cmap
 
 from ..errors import DlexploreError
+from ..traces.intervals import merge_intervals
 from ..traces.schema import CATEGORIES
 from . import _columns as cols
 from .figures import _legend_below
@@ -217,25 +218,14 @@ class TimelineIndex:
         self.order = order
         g_sorted = group[order]
         s_sorted = start[order]
-        e_sorted = end[order]
         self.group_ids, first = np.unique(g_sorted, return_index=True)
         self.group_row = self.group_ids // _NC
         self.group_cat = self.group_ids % _NC
         self._start_key = g_sorted + 1j * s_sorted  # complex: numpy orders it (real, imag), exactly
 
-        # Merge overlapping (and touching) intervals within each group: a new merged interval
-        # starts where an event starts after every earlier end of its group.
-        running = pd.Series(e_sorted).groupby(g_sorted, sort=False).cummax().to_numpy() if n else e_sorted
-        previous = np.empty(n)
-        if n:
-            previous[0] = -np.inf
-            previous[1:] = running[:-1]
-            previous[first] = -np.inf
-        new = s_sorted > previous
-        runs = np.flatnonzero(new)
-        m_start = s_sorted[runs]
-        m_end = np.maximum.reduceat(e_sorted, runs) if n else e_sorted
-        m_group = g_sorted[runs]
+        # Merge overlapping (and touching) intervals within each group, on the sort just made.
+        merged = merge_intervals(start, end, group, order=order)
+        m_start, m_end, m_group = merged.start, merged.end, merged.group
         length = m_end - m_start
         total = np.cumsum(length)
         before = total - length
@@ -248,7 +238,7 @@ class TimelineIndex:
         self._bp_key = bp_g + 1j * self._bp_t
         self._bp_lo = np.searchsorted(bp_g, self.group_ids, side="left")
         self._bp_hi = np.searchsorted(bp_g, self.group_ids, side="right")
-        self.merged_intervals = len(runs)
+        self.merged_intervals = len(m_start)
         #: busy time (ms) of each group over the whole trace: the length of its events' union
         self.group_busy = np.bincount(
             np.searchsorted(self.group_ids, m_group), weights=length, minlength=len(self.group_ids)

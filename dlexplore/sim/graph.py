@@ -70,6 +70,7 @@ import pandas as pd
 from ..errors import DlexploreError
 from ..traces.collectives import SYMMETRIC_COLLECTIVES, match_operations, offsets_from_ends, operation_events
 from ..traces.events import events_of
+from ..traces.intervals import merge_intervals
 from ..traces.schema import Trace
 
 __all__ = [
@@ -92,20 +93,6 @@ _BLOCKING_COPIES = ("cudaMemcpy", "cudaMemcpy2D", "cuMemcpyDtoH", "cuMemcpyDtoH_
 _DEVICE_PREFIX = "cuda:"
 #: The kinds of dependency (module docstring).
 DEPENDENCY_KINDS = ("issue", "launch", "stream", "op", "sync", "fixed")
-
-
-def _merge(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Disjoint union of intervals: (starts, ends) sorted, and the first input (sorted order) of each."""
-    if start.size == 0:
-        return start, end, np.zeros(0, dtype=np.int64)
-    order = np.argsort(start, kind="stable")
-    s, e = start[order], end[order]
-    running = np.maximum.accumulate(e)
-    new = np.ones(s.size, dtype=bool)
-    new[1:] = s[1:] > running[:-1]
-    first = np.flatnonzero(new)
-    last = np.append(first[1:] - 1, s.size - 1)
-    return s[first], running[last], order[first]
 
 
 @dataclass
@@ -482,9 +469,11 @@ def build_graph(trace: Trace | pd.DataFrame) -> ReplayGraph:
     for rows in np.split(busy_rows, cuts) if busy_rows.size else []:
         code = lane_codes[rows[0]]
         r, st = lane_uniques[code]
-        bs, be, bfirst = _merge(start[rows], end[rows])
+        busy_runs = merge_intervals(start[rows], end[rows])
+        bs, be, bfirst = busy_runs.start, busy_runs.end, busy_runs.first
         crow = rows[compute[rows]]
-        cs, ce, _ = _merge(start[crow], end[crow])
+        compute_runs = merge_intervals(start[crow], end[crow])
+        cs, ce = compute_runs.start, compute_runs.end
         before = np.concatenate([[0.0], np.cumsum(ce - cs)[:-1]]) if cs.size else cs
         lane_of_code[code] = len(lanes)
         lane_rows.append(rows)

@@ -41,7 +41,8 @@ Time before a rank's first step (set-up) and after its last is left out; the eve
 step are in ``attrs["events_outside_steps"]``. A trace that marks no step at all is taken as one
 step, numbered 0, spanning the whole trace on each rank (said in ``attrs["steps_note"]``).
 
-Every union is computed without a Python loop per event or step (:class:`BusyTime`): each rank's
+Every union is computed without a Python loop per event or step
+(:class:`~dlexplore.traces.intervals.BusyTime`): each rank's
 intervals of a category set are merged once into disjoint segments, and the busy time within any
 window is the difference of two binary-searched cumulative sums.
 
@@ -58,6 +59,7 @@ import xarray as xr
 
 from ..errors import DlexploreError
 from .events import COLLECTIVES, DEVICE_STREAM_PREFIXES, category_mask, device_streams, events_of
+from .intervals import BusyTime
 
 if TYPE_CHECKING:
     from .schema import Trace
@@ -88,51 +90,6 @@ BREAKDOWN_VARIABLES: dict[str, tuple[str, str]] = {
 
 _BUSY = ("compute", "communication", "memcpy", "memset", "data")
 _DEVICE_ONLY = ("compute", "communication", "memcpy", "memset")
-
-
-class BusyTime:
-    """Time covered by intervals, per group, between any two instants: ``covered(groups, t0, t1)``.
-
-    The intervals of each group (a rank) are merged once into disjoint segments; the busy time up
-    to ``t`` is then the cumulative length of the segments before ``t`` plus the part of the one
-    that holds ``t``, found by binary search. All groups share one sorted array: a group's times are
-    shifted by ``group x (span + 1)`` so they never interleave with another group's. Every interval
-    union in this module is a difference of two such lookups: no Python loop per event or step.
-    """
-
-    def __init__(self, group: np.ndarray, start: np.ndarray, end: np.ndarray, origin: float, span: float):
-        self.stride = float(span) + 1.0
-        self.origin = float(origin)
-        key_start = self._key(group, start)
-        key_end = self._key(group, end)
-        order = np.argsort(key_start, kind="stable")
-        key_start, key_end = key_start[order], key_end[order]
-        running = np.maximum.accumulate(key_end) if len(key_end) else key_end
-        new = np.ones(len(order), dtype=bool)
-        new[1:] = key_start[1:] > running[:-1]
-        first = np.flatnonzero(new)
-        last = np.append(first[1:] - 1, len(order) - 1) if len(first) else first
-        self.seg_start = key_start[first]
-        self.seg_end = running[last] if len(first) else key_start[:0]
-        lengths = self.seg_end - self.seg_start
-        self.before = np.concatenate([[0.0], np.cumsum(lengths)])
-
-    def _key(self, group: np.ndarray, t: np.ndarray) -> np.ndarray:
-        return group.astype(np.float64) * self.stride + (np.asarray(t, dtype=np.float64) - self.origin)
-
-    def upto(self, group: np.ndarray, t: np.ndarray) -> np.ndarray:
-        """Busy time of ``group`` before each ``t`` (plus every earlier group's, which cancels)."""
-        key = self._key(group, t)
-        if not len(self.seg_start):
-            return np.zeros(len(key))
-        i = np.searchsorted(self.seg_start, key, side="right")
-        j = np.maximum(i - 1, 0)
-        inside = np.clip(key - self.seg_start[j], 0.0, self.seg_end[j] - self.seg_start[j])
-        return np.where(i > 0, self.before[j] + inside, 0.0)
-
-    def covered(self, group: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
-        """Busy time of ``group`` within ``[t0, t1]`` (s)."""
-        return self.upto(group, t1) - self.upto(group, t0)
 
 
 def step_windows(events: pd.DataFrame) -> pd.DataFrame:

@@ -40,8 +40,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from .breakdown import BusyTime
 from .events import category_mask, device_streams, events_of
+from .intervals import BusyTime
 
 if TYPE_CHECKING:
     from .schema import Trace
