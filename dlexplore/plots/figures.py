@@ -217,22 +217,7 @@ class ExplorerFigures:
             "gpus", "throughput", source=predicted, color="color", size=7, legend_label="predicted"
         )
         measured = self.sources["throughput_measured"]
-        measured.data = _empty(
-            [
-                "gpus",
-                "throughput",
-                "label",
-                "group",
-                "color",
-                "source",
-                "gpu",
-                "network",
-                "batch_size",
-                "algorithm",
-                "predicted",
-                "error",
-            ]
-        )
+        measured.data = _empty(cols.MEASURED_COLUMNS)
         marks = fig.scatter(
             "gpus",
             "throughput",
