@@ -23,6 +23,7 @@ from ._version import __version__
 from .errors import DlexploreError
 from .model import predict
 from .plots import GPU_COUNTS, ExplorerFigures, headline, measured_columns
+from .plots.js import script
 
 __all__ = ["explorer_report", "write_report", "trace_report", "write_trace_report"]
 
@@ -108,20 +109,7 @@ def explorer_report(
                 capacity=figures.capacity_span,
                 line=line,
             ),
-            code="""
-        const s = states[cb_obj.value];
-        for (const name in sources) { sources[name].data = s.data[name]; }
-        memory_title.text = s.memory_title;
-        memory_title.text_color = s.memory_color;
-        memory_title.text_font_style = s.memory_style;
-        memory.background_fill_color = s.memory_background;
-        memory.x_range.end = s.memory_end;
-        capacity.location = s.capacity;
-        comm_title.text = s.comm_title;
-        const p = document.createElement('p');
-        p.textContent = s.headline;
-        line.text = "<p style='font-size:15px'>" + p.innerHTML + "</p>";
-        """,
+            code=script("report_gpus"),
         ),
     )
     page = column(head, selector, line, figures.layout, name="report")
@@ -304,18 +292,7 @@ def trace_report(
                 heading=figures.collectives_title,
                 x_range=x_range,
             ),
-            code="""
-        const get = (o, k) => (o instanceof Map ? o.get(k) : o[k]);
-        // a DataTable reads its columns as properties: give it a plain object, not a Map
-        const plain = (o) => (o instanceof Map ? Object.fromEntries(o) : o);
-        const s = get(states, cb_obj.value);
-        breakdown.data = plain(get(s, "breakdown"));
-        table.data = plain(get(s, "collectives"));
-        bars.title.text = get(s, "breakdown_title");
-        heading.text = get(s, "collectives_title");
-        const w = get(s, "window");
-        x_range.setv({start: w[0], end: w[1]});
-        """,
+            code=script("report_trace_step"),
         ),
     )
 

@@ -81,7 +81,6 @@ KNOWN_LONG_MODULES: set[str] = {
     "dlexplore/model/step.py",
     "dlexplore/plots/figures.py",
     "dlexplore/plots/timeline.py",
-    "dlexplore/report.py",
     "dlexplore/sim/graph.py",
     "dlexplore/sim/replay.py",
     "dlexplore/traces/breakdown.py",
