@@ -73,6 +73,7 @@ KNOWN_LONG_MODULES: set[str] = {
     "dlexplore/fit/calibration.py",
     "dlexplore/fit/compare.py",
     "dlexplore/fit/least_squares.py",
+    "dlexplore/fit/point_model.py",
     "dlexplore/measured/_columns.py",
     "dlexplore/measured/_reader.py",
     "dlexplore/model/comm.py",

@@ -53,9 +53,10 @@ from ..traces.schema import Trace
 from ._select import Selection
 from .band import DEFAULT_LEVEL
 from .calibration import Calibration
-from .compare import ERROR_DEFINITION, as_points
+from .compare import ERROR_DEFINITION
 from .hybrid_calibration import calibrate_hybrid
 from .parameters import PARAMETERS, CalibrationWarning
+from .points import as_points
 from .table_calibration import calibrate_table
 from .trace_calibration import calibrate_from_trace
 

@@ -20,8 +20,9 @@ from ..errors import DlexploreError
 from ..model.comm import normalize_algorithm, predict_comm
 from ..model.step import predict as model_predict
 from .band import BAND_TEXT, BAND_VARIABLES, DEFAULT_LEVEL, gradients, interval
-from .compare import ERROR_DEFINITION, _canonical
+from .compare import ERROR_DEFINITION
 from .parameters import HYBRID_ARGUMENTS, PARAMETERS, PREDICT_ARGUMENTS, shared_settings
+from .points import canonical
 
 
 @dataclass
@@ -94,7 +95,7 @@ class Calibration:
                         f"{name} was fitted per {', '.join(columns)} ({groups}); give one {column}= "
                         f"to choose, or {name}= itself"
                     )
-                key.append(_canonical(column, str(value)))
+                key.append(canonical(column, str(value)))
             labels = self.group_keys.get(str(name), {})
             match = rows[[labels.get(g) == tuple(key) for g in rows["group"]]]
             if match.empty:
@@ -244,7 +245,7 @@ class Calibration:
         for name, value in where.items():
             if name not in rows or isinstance(value, (list, tuple, np.ndarray, range)):
                 continue
-            match = rows[[_canonical(name, str(v)) == _canonical(name, str(value)) for v in rows[name]]]
+            match = rows[[canonical(name, str(v)) == canonical(name, str(value)) for v in rows[name]]]
             if not match.empty:
                 rows = match
         return shared_settings(rows, self.kind)

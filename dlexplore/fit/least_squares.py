@@ -18,8 +18,9 @@ import pandas as pd
 from ..errors import DlexploreError, suggest
 from .band import gradients, interval
 from .calibration import Calibration, _num
-from .compare import PointModel, _canonical
 from .parameters import _DEPENDENT, _PROBE, _ZERO, PARAMETERS, ParameterSpec
+from .point_model import PointModel
+from .points import canonical
 
 
 @dataclass
@@ -316,7 +317,7 @@ def free_parameters(
         columns = per_map.get(name, ())
         if columns:
             rows = list(frame[list(columns)].itertuples(index=False))
-            keys = [tuple(_canonical(c, str(v)) for c, v in zip(columns, row, strict=True)) for row in rows]
+            keys = [tuple(canonical(c, str(v)) for c, v in zip(columns, row, strict=True)) for row in rows]
             codes, uniques = pd.factorize(pd.Series(keys, dtype=object))
             groups = []
             for g, key in enumerate(uniques):

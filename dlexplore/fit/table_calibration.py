@@ -20,7 +20,6 @@ from ..errors import DlexploreError, UnknownNameError
 from ._select import Selection, select
 from .band import DEFAULT_LEVEL
 from .calibration import Calibration
-from .compare import PointModel
 from .least_squares import (
     Free,
     dof_note,
@@ -42,6 +41,7 @@ from .parameters import (
     CalibrationWarning,
     shared_settings,
 )
+from .point_model import PointModel
 
 
 def calibrate_table(
