@@ -87,7 +87,6 @@ KNOWN_LONG_MODULES: set[str] = {
     "dlexplore/traces/breakdown.py",
     "dlexplore/traces/collect.py",
     "dlexplore/traces/nccl_tests.py",
-    "dlexplore/traces/nsys.py",
     "dlexplore/traces/otf2.py",
     "dlexplore/widgets/traceview.py",
 }
@@ -120,8 +119,8 @@ KNOWN_LONG_FUNCTIONS: set[str] = {
     "dlexplore/traces/collect.py:collect",
     "dlexplore/traces/nccl_tests.py:_dataset",
     "dlexplore/traces/nccl_tests.py:_parse",
-    "dlexplore/traces/nsys.py:_nvtx",
     "dlexplore/traces/nsys.py:_read_file",
+    "dlexplore/traces/nsys_nvtx.py:_nvtx",
     "dlexplore/traces/otf2.py:_read_archive",
     "dlexplore/traces/scale.py:_assemble",
 }
