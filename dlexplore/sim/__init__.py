@@ -21,19 +21,9 @@
 from ..fit.alpha_beta import AlphaBeta, fit_alpha_beta, fit_network
 from .graph import ReplayGraph, build_graph, causal_offsets
 from .network import transfer_ratio
-from .replay import (
-    REPLAY_VARIABLES,
-    SUMMARY_VARIABLES,
-    ReplayResult,
-    Scenario,
-    identity_error,
-    parse_factor,
-    replay,
-    replay_events,
-    scenario_summary,
-    whatif,
-)
+from .replay import ReplayResult, Scenario, parse_factor, replay, replay_events
 from .report import REPORT_COLUMNS, parse_factors, parse_gpus, whatif_frame, whatif_report
+from .whatif import REPLAY_VARIABLES, SUMMARY_VARIABLES, identity_error, scenario_summary, whatif
 
 __all__ = [
     "AlphaBeta",

@@ -22,7 +22,8 @@ import xarray as xr
 from ..errors import DlexploreError
 from ..traces.schema import Trace
 from .graph import ReplayGraph
-from .replay import parse_factor, scenario_summary, whatif
+from .replay import parse_factor
+from .whatif import scenario_summary, whatif
 
 __all__ = ["REPORT_COLUMNS", "parse_factors", "parse_gpus", "whatif_report", "whatif_frame"]
 
