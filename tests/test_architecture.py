@@ -112,7 +112,6 @@ KNOWN_LONG_FUNCTIONS: set[str] = {
     "dlexplore/sim/dependencies.py:_collective_nodes",
     "dlexplore/sim/whatif.py:whatif",
     "dlexplore/traces/collect.py:_manifest",
-    "dlexplore/traces/collect.py:_train",
     "dlexplore/traces/collect.py:collect",
     "dlexplore/traces/nccl_tests.py:_dataset",
     "dlexplore/traces/nccl_tests.py:_parse",
