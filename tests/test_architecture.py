@@ -78,7 +78,7 @@ KNOWN_LONG_MODULES: set[str] = {
     "dlexplore/measured/_reader.py",
     "dlexplore/model/comm.py",
     "dlexplore/model/hybrid.py",
-    "dlexplore/model/operators.py",
+    "dlexplore/model/operator_table.py",
     "dlexplore/model/step_one.py",
     "dlexplore/plots/figures.py",
     "dlexplore/plots/trace_figures.py",

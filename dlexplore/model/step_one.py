@@ -33,7 +33,8 @@ from .gradsync import (
 )
 from .io import io_time
 from .memory import ACTIVATION_SCALE, bytes_per_param
-from .operators import CATEGORIES, PHASES, category_sums, operator_table, phase_sums
+from .operator_table import operator_table
+from .operators import CATEGORIES, PHASES, category_sums, phase_sums
 from .step_grid import COMM_PARAMETERS, INTEGER_PARAMETERS, NUMERIC_PARAMETERS, Grid, along, choose
 
 #: PyTorch DistributedDataParallel's default ``bucket_cap_mb`` (25 MiB).
