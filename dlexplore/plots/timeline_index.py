@@ -100,23 +100,7 @@ class TimelineIndex:
                 f"(first: event {int(np.flatnonzero(~finite)[0])})"
             )
 
-        stream = events["stream"]
-        if not isinstance(stream.dtype, pd.CategoricalDtype):
-            stream = stream.astype("category")
-        stream_names = np.asarray(stream.cat.categories.astype(str), dtype=object)
-        # sort rows by stream *name* within a rank, whatever the category codes' order
-        name_order = np.argsort(stream_names, kind="stable")
-        stream_rank_of_code = np.empty(len(stream_names), dtype=np.int64)
-        stream_rank_of_code[name_order] = np.arange(len(stream_names))
-        codes = stream.cat.codes.to_numpy(np.int64)
-        n_streams = len(stream_names) + 1
-        key = rank * n_streams + stream_rank_of_code[codes]
-        row_keys, row = np.unique(key, return_inverse=True)
-        self.row_rank = (row_keys // n_streams).astype(np.int64)
-        self.row_stream = stream_names[name_order][row_keys % n_streams]
-        self.rows = np.array(
-            [f"{r} {s}" for r, s in zip(self.row_rank, self.row_stream, strict=True)], dtype=object
-        )
+        row = self._index_rows(events["stream"], rank)
 
         category = events["category"]
         cat_names = np.asarray(category.cat.categories.astype(str), dtype=object)
@@ -135,6 +119,39 @@ class TimelineIndex:
         self.group_cat = self.group_ids % N_CATEGORIES
         self._start_key = g_sorted + 1j * s_sorted  # complex: numpy orders it (real, imag), exactly
 
+        self._index_busy(start, end, group, order)
+
+        # The columns the exact view reads, kept in the event table's order.
+        self._start, self._end, self._row, self._cat = start, end, row, cat_code
+        self._events = events
+        self.span = (float(start.min()), float(end.max())) if n else (0.0, 1.0)
+        self.ranks = np.unique(rank)
+        self.categories = tuple(CATEGORIES[c] for c in np.unique(cat_code))
+        self._index_steps(events["step"], rank, start, end)
+
+    def _index_rows(self, stream: pd.Series, rank: np.ndarray) -> np.ndarray:
+        """The rows (one per rank and stream, sorted by rank then stream name); each event's row."""
+        if not isinstance(stream.dtype, pd.CategoricalDtype):
+            stream = stream.astype("category")
+        stream_names = np.asarray(stream.cat.categories.astype(str), dtype=object)
+        # sort rows by stream *name* within a rank, whatever the category codes' order
+        name_order = np.argsort(stream_names, kind="stable")
+        stream_rank_of_code = np.empty(len(stream_names), dtype=np.int64)
+        stream_rank_of_code[name_order] = np.arange(len(stream_names))
+        codes = stream.cat.codes.to_numpy(np.int64)
+        n_streams = len(stream_names) + 1
+        key = rank * n_streams + stream_rank_of_code[codes]
+        row_keys, row = np.unique(key, return_inverse=True)
+        self.row_rank = (row_keys // n_streams).astype(np.int64)
+        self.row_stream = stream_names[name_order][row_keys % n_streams]
+        self.rows = np.array(
+            [f"{r} {s}" for r, s in zip(self.row_rank, self.row_stream, strict=True)], dtype=object
+        )
+        return row
+
+    def _index_busy(self, start: np.ndarray, end: np.ndarray, group: np.ndarray, order: np.ndarray) -> None:
+        """Each group's merged intervals and the breakpoints of its cumulative busy time ``C_g``."""
+        n = len(start)
         # Merge overlapping (and touching) intervals within each group, on the sort just made.
         merged = merge_intervals(start, end, group, order=order)
         m_start, m_end, m_group = merged.start, merged.end, merged.group
@@ -156,13 +173,8 @@ class TimelineIndex:
             np.searchsorted(self.group_ids, m_group), weights=length, minlength=len(self.group_ids)
         )
 
-        # The columns the exact view reads, kept in the event table's order.
-        self._start, self._end, self._row, self._cat = start, end, row, cat_code
-        self._events = events
-        self.span = (float(start.min()), float(end.max())) if n else (0.0, 1.0)
-        self.ranks = np.unique(rank)
-        self.categories = tuple(CATEGORIES[c] for c in np.unique(cat_code))
-        step = events["step"]
+    def _index_steps(self, step: pd.Series, rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+        """The steps present and each (step, rank)'s window (ms)."""
         has_step = step.notna().to_numpy(bool)
         self.steps = np.unique(step[has_step].to_numpy(np.int64)) if has_step.any() else np.array([], int)
         if has_step.any():

@@ -34,7 +34,7 @@ from bokeh.transform import factor_cmap
 from ..errors import DlexploreError
 from ..traces.schema import CATEGORIES
 from . import _columns as cols
-from .figures import _legend_below
+from .figure_parts import legend_below
 from .timeline_index import TimelineIndex, TimelineView, empty_timeline_columns, human_bytes
 
 TRACE_SOURCE_NAMES = ("trace_timeline", "trace_breakdown", "trace_collectives")
@@ -312,7 +312,7 @@ class TraceFigures:
                 line_color=CATEGORY_COLORS[name],
             )
             items.append(LegendItem(label=name, renderers=[swatch]))
-        _legend_below(fig, Legend(items=items), ncols=min(len(items), 10))
+        legend_below(fig, Legend(items=items), ncols=min(len(items), 10))
         # One set of tooltips for both views: an event is a bar busy all along with one event.
         fig.add_tools(
             HoverTool(
@@ -370,7 +370,7 @@ class TraceFigures:
         )
         items = [(label, [bar]) for (_, label, _), bar in zip(BREAKDOWN_PARTS, bars, strict=True)]
         items.append(("step time", [marks]))
-        _legend_below(fig, Legend(items=items), ncols=2)
+        legend_below(fig, Legend(items=items), ncols=2)
         for bar, (col, label, _) in zip(bars, BREAKDOWN_PARTS, strict=True):
             fig.add_tools(
                 HoverTool(
