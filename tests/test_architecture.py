@@ -85,7 +85,6 @@ KNOWN_LONG_MODULES: set[str] = {
     "dlexplore/sim/replay.py",
     "dlexplore/traces/breakdown.py",
     "dlexplore/traces/collect.py",
-    "dlexplore/traces/nccl_tests.py",
     "dlexplore/traces/otf2.py",
     "dlexplore/widgets/traceview.py",
 }
@@ -108,8 +107,6 @@ KNOWN_LONG_FUNCTIONS: set[str] = {
     "dlexplore/sim/whatif.py:whatif",
     "dlexplore/traces/collect.py:_manifest",
     "dlexplore/traces/collect.py:collect",
-    "dlexplore/traces/nccl_tests.py:_dataset",
-    "dlexplore/traces/nccl_tests.py:_parse",
     "dlexplore/traces/nsys.py:_read_file",
     "dlexplore/traces/nsys_nvtx.py:_nvtx",
     "dlexplore/traces/otf2.py:_read_archive",
