@@ -70,6 +70,7 @@ KNOWN_LONG_MODULES: set[str] = {
     "dlexplore/catalog/_cnn.py",
     "dlexplore/catalog/hardware.py",
     "dlexplore/catalog/workloads.py",
+    "dlexplore/cli/predict.py",
     "dlexplore/fit/calibration.py",
     "dlexplore/fit/compare.py",
     "dlexplore/fit/least_squares.py",
@@ -90,7 +91,6 @@ KNOWN_LONG_MODULES: set[str] = {
 }
 KNOWN_LONG_FUNCTIONS: set[str] = {
     "dlexplore/catalog/workloads.py:workload_from_dict",
-    "dlexplore/cli/predict.py:add_parser",
     "dlexplore/fit/extrap.py:fit_scaling",
     "dlexplore/fit/hybrid_calibration.py:calibrate_hybrid",
     "dlexplore/fit/table_calibration.py:calibrate_table",

@@ -275,6 +275,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Predict data-parallel training. Comma-separated values sweep "
         "a parameter; every option given becomes a column.",
     )
+    _add_data_parallel_options(p)
+    _add_hybrid_options(p)
+    _add_energy_options(p)
+    add_output(p)
+    p.set_defaults(func=run)
+
+
+def _add_data_parallel_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--workload",
         type=split_workloads,
@@ -335,6 +343,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--io-threads", type=numbers(integer=True), help="reads in flight per GPU (default 4)")
     p.add_argument("--no-prefetch", action="store_true", help="do not overlap input with compute")
     p.add_argument("--workspace", type=parse_bytes, help="workspace allowance, e.g. 1GiB")
+
+
+def _add_hybrid_options(p: argparse.ArgumentParser) -> None:
     h = p.add_argument_group(
         "hybrid parallelism (dlexplore.predict_parallel; --batch-size is then the global batch)"
     )
@@ -363,6 +374,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=float,
         help="share of tensor-parallel communication hidden behind the GEMMs (0..1)",
     )
+
+
+def _add_energy_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--energy", action="store_true", help="add energy per step and sample (J) and average power (W)"
     )
@@ -388,5 +402,3 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "(--target resnet50), or s_min=STEPS,b_noise=SAMPLES[,samples_per_epoch=N,"
         "max_batch=N,epochs_budget=N,rule=linear|lars|lamb]",
     )
-    add_output(p)
-    p.set_defaults(func=run)
