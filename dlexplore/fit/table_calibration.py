@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -69,25 +69,7 @@ def calibrate_table(
         else ("all points" if fit_on is None else "the points selected by fit_on")
     )
 
-    if params is None:
-        one_node = (model.gpus <= model.gpus_per_node) & (model.algorithm != "hierarchical")
-        if table == "training":
-            params = ("compute_efficiency",)
-        elif np.all(one_node[selected]):
-            params = ("intra_bandwidth", "intra_latency")
-        else:
-            params = ("bandwidth", "latency")
-    params = (params,) if isinstance(params, str) else tuple(params)
-    for name in params:
-        if name not in PARAMETERS:
-            raise UnknownNameError("calibration parameter", name, PARAMETERS)
-        if table == "communication" and name in TRAINING_ONLY:
-            raise DlexploreError(
-                f"{name} is not a parameter of collectives; a communication table "
-                f"can fit {', '.join(p for p in PARAMETERS if p not in TRAINING_ONLY)}"
-            )
-    if len(set(params)) != len(params):
-        raise DlexploreError(f"params repeats a name: {list(params)}")
+    params = _parameters(params, model, selected)
     per_map = normalize_per(per, params, list(frame.columns))
 
     free = free_parameters(params, per_map, model, frame, selected)
@@ -96,39 +78,14 @@ def calibrate_table(
     present = tuple(v for v in needed if v in set(variable))
 
     def predictions(x: np.ndarray, where: np.ndarray | None, reasons: np.ndarray | None = None) -> np.ndarray:
-        overrides: dict[str, np.ndarray] = {}
-        for j, f in enumerate(free):
-            if not f.override:
-                continue
-            values = overrides.setdefault(f.name, model.defaults[f.name].copy())
-            values[f.members if f.members is not None else slice(None)] = x[j]
-        out = model.evaluate(overrides, where=where, variables=present or needed[:1], reasons=reasons)
-        pred = np.full(model.n, np.nan)
-        for name in present:
-            pred = np.where(variable == name, out[name], pred)
-        return pred
+        return _predictions(model, free, variable, present or needed[:1], x, where, reasons)
 
-    x_start = np.array([f.start for f in free], dtype=float)
     reasons = model.reason.copy()
-    start_pred = predictions(x_start, selected, reasons)
-    usable = np.isfinite(y) & (y > 0) & np.isfinite(start_pred) & (start_pred > 0)
-    fit = selected & usable
-    notes: list[str] = []
-    dropped = selected & ~usable
-    if dropped.any():
-        why = "; ".join(
-            f"point {i}: {reasons[i] or 'no positive measured value'}" for i in np.flatnonzero(dropped)[:8]
-        )
-        notes.append(f"{int(dropped.sum())} selected point(s) cannot be fitted ({why})")
-    if not fit.any():
-        raise DlexploreError(
-            f"none of the {int(selected.sum())} point(s) selected by {fit_text} can be "
-            f"predicted by the model: {notes[0] if notes else ''}"
-        )
+    start_pred = predictions(np.array([f.start for f in free], dtype=float), selected, reasons)
+    fit, notes = _fittable(selected, y, start_pred, reasons, fit_text)
     for f in free:
         members = f.members if f.members is not None else np.ones(model.n, dtype=bool)
         f.fit_points = int((members & fit).sum())
-    m = int(fit.sum())
     log_y = np.log(np.where(fit, y, 1.0))
 
     def residual(x: np.ndarray) -> np.ndarray:
@@ -136,24 +93,10 @@ def calibrate_table(
         with np.errstate(divide="ignore", invalid="ignore"):
             return (np.log(pred) - log_y)[fit]
 
-    identify(free, residual, m)
-    for f in free:
-        if not f.identifiable:
-            members = f.members if f.members is not None else slice(None)
-            hold(f, model.defaults[f.name][members])
-    server_rows = fit & (model.algorithm == "parameter_server")
-
-    def hold_at_default(f: Free) -> None:
-        hold(f, model.defaults[f.name][f.members if f.members is not None else slice(None)])
-
-    dof = fit_free(free, residual, model.gpus[server_rows], hold_at_default)
-    for f in free:
-        if not f.identifiable and f.spec.integer:
-            hold(f, model.defaults[f.name])
-    messages = unidentified_messages(free)
+    dof, messages = _fit(free, residual, model, fit)
     notes = messages + notes + dof_note(dof, free)
     for message in messages:
-        warnings.warn(CalibrationWarning(message), stacklevel=2)
+        warnings.warn(CalibrationWarning(message), stacklevel=3)
 
     x_final = np.array([f.value if f.identifiable else f.start for f in free], dtype=float)
     reasons = model.reason.copy()
@@ -176,6 +119,101 @@ def calibrate_table(
     )
     result.level = None if level is None else float(level)
     return with_uncertainty(result, free, x_final, lambda x: predictions(x, None), residual(x_final), dof)
+
+
+def _fit(free: list[Free], residual: Callable, model: PointModel, fit: np.ndarray) -> tuple[int, list[str]]:
+    """Identifiability check, then the least squares; a parameter the points cannot determine is
+    held at the points' defaults and warned about. Returns the degrees of freedom and the warnings."""
+    m = int(fit.sum())
+    identify(free, residual, m)
+    for f in free:
+        if not f.identifiable:
+            members = f.members if f.members is not None else slice(None)
+            hold(f, model.defaults[f.name][members])
+    server_rows = fit & (model.algorithm == "parameter_server")
+
+    def hold_at_default(f: Free) -> None:
+        hold(f, model.defaults[f.name][f.members if f.members is not None else slice(None)])
+
+    dof = fit_free(free, residual, model.gpus[server_rows], hold_at_default)
+    for f in free:
+        if not f.identifiable and f.spec.integer:
+            hold(f, model.defaults[f.name])
+    messages = unidentified_messages(free)
+    return dof, messages
+
+
+def _parameters(
+    params: Sequence[str] | str | None, model: PointModel, selected: np.ndarray
+) -> tuple[str, ...]:
+    """The parameters to fit: those given (checked), else the table's default ones."""
+    table = model.table
+    if params is None:
+        one_node = (model.gpus <= model.gpus_per_node) & (model.algorithm != "hierarchical")
+        if table == "training":
+            params = ("compute_efficiency",)
+        elif np.all(one_node[selected]):
+            params = ("intra_bandwidth", "intra_latency")
+        else:
+            params = ("bandwidth", "latency")
+    params = (params,) if isinstance(params, str) else tuple(params)
+    for name in params:
+        if name not in PARAMETERS:
+            raise UnknownNameError("calibration parameter", name, PARAMETERS)
+        if table == "communication" and name in TRAINING_ONLY:
+            raise DlexploreError(
+                f"{name} is not a parameter of collectives; a communication table "
+                f"can fit {', '.join(p for p in PARAMETERS if p not in TRAINING_ONLY)}"
+            )
+    if len(set(params)) != len(params):
+        raise DlexploreError(f"params repeats a name: {list(params)}")
+    return params
+
+
+def _predictions(
+    model: PointModel,
+    free: list[Free],
+    variable: np.ndarray,
+    variables: tuple[str, ...],
+    x: np.ndarray,
+    where: np.ndarray | None,
+    reasons: np.ndarray | None,
+) -> np.ndarray:
+    """Every point's prediction of its own measured variable with the free parameters at ``x``."""
+    overrides: dict[str, np.ndarray] = {}
+    for j, f in enumerate(free):
+        if not f.override:
+            continue
+        values = overrides.setdefault(f.name, model.defaults[f.name].copy())
+        values[f.members if f.members is not None else slice(None)] = x[j]
+    out = model.evaluate(overrides, where=where, variables=variables, reasons=reasons)
+    pred = np.full(model.n, np.nan)
+    for name in variables:
+        if name in out:
+            pred = np.where(variable == name, out[name], pred)
+    return pred
+
+
+def _fittable(
+    selected: np.ndarray, y: np.ndarray, start_pred: np.ndarray, reasons: np.ndarray, fit_text: str
+) -> tuple[np.ndarray, list[str]]:
+    """The selected points that can be fitted (a positive measurement and prediction), and a note
+    on those that cannot; none at all is an error."""
+    usable = np.isfinite(y) & (y > 0) & np.isfinite(start_pred) & (start_pred > 0)
+    fit = selected & usable
+    notes: list[str] = []
+    dropped = selected & ~usable
+    if dropped.any():
+        why = "; ".join(
+            f"point {i}: {reasons[i] or 'no positive measured value'}" for i in np.flatnonzero(dropped)[:8]
+        )
+        notes.append(f"{int(dropped.sum())} selected point(s) cannot be fitted ({why})")
+    if not fit.any():
+        raise DlexploreError(
+            f"none of the {int(selected.sum())} point(s) selected by {fit_text} can be "
+            f"predicted by the model: {notes[0] if notes else ''}"
+        )
+    return fit, notes
 
 
 def measured_values(ds: xr.Dataset, table: str) -> tuple[np.ndarray, np.ndarray]:

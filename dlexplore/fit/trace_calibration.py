@@ -117,10 +117,54 @@ def calibrate_from_trace(
         ``predicted``, ``error``, ``fitted``.
     """
     from ..traces import load_trace
-    from ..traces.collectives import collective_ops
 
     if not isinstance(trace, Trace):
         trace = load_trace(trace)
+    params = _checked(params, statistic, model_kwargs)
+
+    points = _collective_points(trace, algorithm, statistic)
+    selected = select(points, fit_on)
+    y = points["measured"].to_numpy(float)
+    fit = selected & np.isfinite(y) & (y > 0)
+    if not fit.any():
+        raise DlexploreError("no selected collective point has a positive measured time")
+
+    free, pred, messages, dof = _fit(points, fit, y, params, network, model_kwargs)
+    notes = list(messages) + dof_note(dof, free)
+    if statistic is not None:
+        notes.append(
+            f"each point is the {statistic} over its operations of time_last_in (the time from "
+            "the last rank entering to the last leaving; the mean duration where seen on "
+            "one rank)"
+        )
+
+    batch = batch_size if batch_size is not None else _batch_size(trace)
+    compute_rows, compute_notes = _compute_parameters(
+        trace, batch, steps, workload, gpu, precision, optimizer
+    )
+    notes += compute_notes
+    params_table = (
+        pd.concat([params_frame(free), pd.DataFrame(compute_rows)], ignore_index=True)
+        if compute_rows
+        else params_frame(free)
+    )
+
+    return _result(
+        trace,
+        points,
+        pred,
+        y,
+        fit,
+        fit_on,
+        params_table,
+        notes,
+        model_kwargs,
+        dict(workload=workload, gpu=gpu, precision=precision, batch_size=batch),
+    )
+
+
+def _checked(params: Sequence[str] | str, statistic: str | None, model_kwargs: dict) -> tuple[str, ...]:
+    """The parameters to fit, after checking the arguments :func:`calibrate_from_trace` was given."""
     unknown = set(model_kwargs) - {"bandwidth", "latency", "gamma"}
     if unknown:
         raise DlexploreError(
@@ -132,6 +176,16 @@ def calibrate_from_trace(
             raise DlexploreError(f"calibrate_from_trace fits latency, bandwidth and gamma; got {name!r}")
     if statistic not in ("min", "median", "mean", None):
         raise DlexploreError(f"statistic must be 'min', 'median', 'mean' or None, got {statistic!r}")
+
+    return params
+
+
+def _collective_points(
+    trace: Trace, algorithm: str | Mapping[str, str] | None, statistic: str | None
+) -> pd.DataFrame:
+    """One row per collective, algorithm, size and rank count (or per operation, ``statistic`` None)
+    of the trace's collectives the alpha-beta model covers: its measured time (s) and spread."""
+    from ..traces.collectives import collective_ops
 
     ops = collective_ops(trace)
     ops = ops[
@@ -169,12 +223,20 @@ def calibrate_from_trace(
     points = points.rename(columns={"ranks": "gpus"}).reset_index(drop=True)
     points["gpus"] = points["gpus"].astype(np.int64)
     points["bytes"] = points["bytes"].astype(np.int64)
-    selected = select(points, fit_on)
-    y = points["measured"].to_numpy(float)
-    fit = selected & np.isfinite(y) & (y > 0)
-    if not fit.any():
-        raise DlexploreError("no selected collective point has a positive measured time")
+    return points
 
+
+def _fit(
+    points: pd.DataFrame,
+    fit: np.ndarray,
+    y: np.ndarray,
+    params: tuple[str, ...],
+    network: str | None,
+    model_kwargs: dict,
+) -> tuple[list[Free], np.ndarray, list[str], int]:
+    """Latency, bandwidth (and gamma) fitted to the ``fit`` points: the free parameters, every
+    point's prediction (s), the warnings about parameters the points cannot determine, and the
+    residual degrees of freedom."""
     link = catalog.network(network) if network else None
     defaults = {
         "latency": float(model_kwargs.get("latency", link.latency_s if link else math.nan)),
@@ -234,28 +296,24 @@ def calibrate_from_trace(
     dof = fit_free(free, residual, np.array([]), lambda f: hold(f, None, neutral[f.name]))
     messages = unidentified_messages(free)
     for message in messages:
-        warnings.warn(CalibrationWarning(message), stacklevel=2)
+        warnings.warn(CalibrationWarning(message), stacklevel=3)
     x_final = np.array([f.value if f.identifiable else f.start for f in free], dtype=float)
     pred = times(x_final, np.ones(len(points), dtype=bool))
-    notes = list(messages) + dof_note(dof, free)
-    if statistic is not None:
-        notes.append(
-            f"each point is the {statistic} over its operations of time_last_in (the time from "
-            "the last rank entering to the last leaving; the mean duration where seen on "
-            "one rank)"
-        )
+    return free, pred, messages, dof
 
-    batch = batch_size if batch_size is not None else _batch_size(trace)
-    compute_rows, compute_notes = _compute_parameters(
-        trace, batch, steps, workload, gpu, precision, optimizer
-    )
-    notes += compute_notes
-    params_table = (
-        pd.concat([params_frame(free), pd.DataFrame(compute_rows)], ignore_index=True)
-        if compute_rows
-        else params_frame(free)
-    )
 
+def _result(
+    trace: Trace,
+    points: pd.DataFrame,
+    pred: np.ndarray,
+    y: np.ndarray,
+    fit: np.ndarray,
+    fit_on: Any,
+    params_table: pd.DataFrame,
+    notes: list[str],
+    model_kwargs: dict,
+    setup: dict,
+) -> Calibration:
     with np.errstate(divide="ignore", invalid="ignore"):
         error = (pred - y) / y
     points["variable"] = "time"
@@ -289,9 +347,7 @@ def calibrate_from_trace(
     if points["collective"].nunique() == 1:
         settings["collective"] = str(points["collective"].iloc[0])
         settings["algorithm"] = str(points["algorithm"].iloc[0])
-    for key, value in (("workload", workload), ("gpu", gpu), ("precision", precision), ("batch_size", batch)):
-        if value is not None:
-            settings[key] = value
+    settings.update({key: value for key, value in setup.items() if value is not None})
     fit_text = (
         f"fit_on {fit_on!r}"
         if isinstance(fit_on, str)
