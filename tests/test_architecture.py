@@ -92,7 +92,6 @@ KNOWN_LONG_MODULES: set[str] = {
 }
 KNOWN_LONG_FUNCTIONS: set[str] = {
     "dlexplore/catalog/workloads.py:workload_from_dict",
-    "dlexplore/fit/extrap.py:fit_scaling",
     "dlexplore/fit/hybrid_calibration.py:calibrate_hybrid",
     "dlexplore/model/comm.py:collective_time",
     "dlexplore/model/dataio.py:io_model",

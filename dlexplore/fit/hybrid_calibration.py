@@ -27,6 +27,7 @@ from .least_squares import (
     dof_note,
     fit_free,
     free_parameters,
+    hold,
     identify,
     normalize_per,
     params_frame,
@@ -115,14 +116,14 @@ def calibrate_hybrid(
         with np.errstate(divide="ignore", invalid="ignore"):
             return (np.log(predictions(x, fit)) - log_y)[fit]
 
-    def hold(f: Any) -> None:
+    def hold_at_default(f: Any) -> None:
         hold(f, points.defaults[f.name][f.members if f.members is not None else slice(None)])
 
     identify(free, residual, int(fit.sum()))
     for f in free:
         if not f.identifiable:
-            hold(f)
-    dof = fit_free(free, residual, np.array([]), hold)
+            hold_at_default(f)
+    dof = fit_free(free, residual, np.array([]), hold_at_default)
     messages = unidentified_messages(free)
     for message in messages:
         warnings.warn(CalibrationWarning(message), stacklevel=3)
