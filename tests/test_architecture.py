@@ -91,7 +91,6 @@ KNOWN_LONG_MODULES: set[str] = {
     "dlexplore/widgets/traceview.py",
 }
 KNOWN_LONG_FUNCTIONS: set[str] = {
-    "dlexplore/catalog/workloads.py:workload_from_dict",
     "dlexplore/fit/hybrid_calibration.py:calibrate_hybrid",
     "dlexplore/model/comm.py:collective_time",
     "dlexplore/model/dataio.py:io_model",

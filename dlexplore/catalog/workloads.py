@@ -243,26 +243,7 @@ def workload_from_dict(entry: Mapping[str, Any], *, origin: str) -> Workload:
         raise DlexploreError(
             f"{origin}: expected an object with 'name' and a model, got {type(entry).__name__}"
         )
-    forms = [k for k in ("transformer", "builder", "layers") if k in entry]
-    if any(k in entry for k in _TOTAL_KEYS):
-        forms.append("totals")
-    if len(forms) != 1:
-        found = f"found {', '.join(forms)}" if forms else "found none"
-        raise DlexploreError(
-            f"{origin}: expected exactly one of 'transformer', 'builder', 'layers' or the totals "
-            f"{', '.join(repr(k) for k in _TOTAL_KEYS)}; {found}"
-        )
-    form = forms[0]
-    form_keys = {
-        "transformer": ("transformer",),
-        "builder": ("builder", "config"),
-        "layers": ("layers",),
-        "totals": _TOTAL_KEYS,
-    }[form]
-    allowed = (*_COMMON_KEYS, *form_keys)
-    for key in entry:
-        if key not in allowed:
-            raise _unknown_key(origin, str(key), allowed)
+    form = _form_of(entry, origin)
 
     if "name" not in entry:
         raise DlexploreError(f"{origin}: name: missing; expected a non-empty string")
@@ -309,6 +290,48 @@ def workload_from_dict(entry: Mapping[str, Any], *, origin: str) -> Workload:
             builder_name, config, where=origin, prefix="config.", input_bytes_per_sample=input_bytes, **meta
         )
 
+    layers = _custom_layers(entry, form, origin)
+    return Workload(
+        name=name,
+        kind="custom",
+        layers=layers,
+        input_bytes_per_sample=float(input_bytes),
+        sample_unit=meta["sample_unit"] or "samples",
+        source=meta["source"],
+        aliases=meta["aliases"],
+        description=meta["description"],
+        config={},
+    )
+
+
+def _form_of(entry: Mapping[str, Any], origin: str) -> str:
+    """Which of :func:`workload_from_dict`'s forms ``entry`` is, its keys checked."""
+    forms = [k for k in ("transformer", "builder", "layers") if k in entry]
+    if any(k in entry for k in _TOTAL_KEYS):
+        forms.append("totals")
+    if len(forms) != 1:
+        found = f"found {', '.join(forms)}" if forms else "found none"
+        raise DlexploreError(
+            f"{origin}: expected exactly one of 'transformer', 'builder', 'layers' or the totals "
+            f"{', '.join(repr(k) for k in _TOTAL_KEYS)}; {found}"
+        )
+    form = forms[0]
+    form_keys = {
+        "transformer": ("transformer",),
+        "builder": ("builder", "config"),
+        "layers": ("layers",),
+        "totals": _TOTAL_KEYS,
+    }[form]
+    allowed = (*_COMMON_KEYS, *form_keys)
+    for key in entry:
+        if key not in allowed:
+            raise _unknown_key(origin, str(key), allowed)
+
+    return form
+
+
+def _custom_layers(entry: Mapping[str, Any], form: str, origin: str) -> tuple[Layer, ...]:
+    """The layers of a ``layers`` or ``totals`` entry."""
     if form == "totals":
         missing = [k for k in _TOTAL_KEYS if k not in entry]
         if missing:
@@ -316,7 +339,7 @@ def workload_from_dict(entry: Mapping[str, Any], *, origin: str) -> Workload:
                 f"{origin}: missing {', '.join(missing)}; the totals form needs all of "
                 f"{', '.join(_TOTAL_KEYS)}"
             )
-        layers: tuple[Layer, ...] = (
+        return (
             Layer(
                 "model",
                 "model",
@@ -329,18 +352,7 @@ def workload_from_dict(entry: Mapping[str, Any], *, origin: str) -> Workload:
         items = entry["layers"]
         if not isinstance(items, list) or not items:
             raise _bad(origin, "layers", "a non-empty list of layer objects", items)
-        layers = tuple(_layer_from_dict(item, origin, f"layers[{i}]") for i, item in enumerate(items))
-    return Workload(
-        name=name,
-        kind="custom",
-        layers=layers,
-        input_bytes_per_sample=float(input_bytes),
-        sample_unit=meta["sample_unit"] or "samples",
-        source=meta["source"],
-        aliases=meta["aliases"],
-        description=meta["description"],
-        config={},
-    )
+        return tuple(_layer_from_dict(item, origin, f"layers[{i}]") for i, item in enumerate(items))
 
 
 def _layer_from_dict(item: object, origin: str, at: str) -> Layer:
