@@ -187,17 +187,14 @@ def trace_report(
 ) -> str:
     """The trace report page as an HTML string (see :func:`write_trace_report` for the arguments)."""
     from bokeh.layouts import row
-    from bokeh.models import CheckboxGroup
 
     from .plots.timeline import (
-        TIMELINE_JS,
         TimelineIndex,
         TraceFigures,
         collective_columns,
         default_bins,
         rank_breakdown_columns,
         timeline_columns,
-        timeline_payload,
         trace_summary,
     )
     from .traces import Trace, load_trace
@@ -225,6 +222,35 @@ def trace_report(
     # Every step's bars and table, computed here and embedded: the step selector swaps them in.
     steps = [int(s) for s in (ds["step"].values if ds is not None else index.steps)]
     per_step_tables = collectives is None and table is not None and len(steps) <= 50
+    states = _step_states(trace, index, figures, ds, table, steps, per_step_tables, attempt)
+    # back to all steps, as the page opens
+    if ds is not None:
+        figures.show_breakdown(rank_breakdown_columns(ds), steps=len(steps))
+    figures.show_collectives(collective_columns(table), note="all steps")
+    boxes, selector = _trace_controls(index, figures, states, steps, max_events, bins, embed_events)
+
+    facts = trace_summary(trace, index, ds)
+    how = _how_to_read(index, max_events, embed_events)
+    analyses = _analyses_layout(trace, index, width, attempt)
+    notes_html = "".join(f"<br><small>{html.escape(n)}</small>" for n in notes)
+    heading = html.escape(title or "dlexplore: measured trace")
+    head = Div(
+        text=f"<h2>{heading}</h2><p style='font-size:13px'>{'; '.join(facts)}</p>"
+        f"<p style='font-size:12px;color:#555'>{html.escape(how)}{notes_html}</p>",
+        width=width,
+        name="trace_report_header",
+    )
+    page = column(head, row(selector, boxes), figures.layout, analyses, name="trace_report")
+    name = title or f"dlexplore trace report: {trace.source}"
+    return file_html(page, resources=INLINE, title=name)
+
+
+def _step_states(trace, index, figures, ds, table, steps, per_step_tables, attempt) -> dict[str, dict]:
+    """The breakdown bars, collective table, titles and time window of every step (and of all
+    steps, ``"all"``), as the step selector swaps them in."""
+    from .plots.timeline import collective_columns, rank_breakdown_columns
+
+    x_range = figures.timeline.x_range
     states: dict[str, dict] = {}
     for step in [None, *steps]:
         key = "all" if step is None else str(step)
@@ -252,11 +278,16 @@ def trace_report(
             "collectives_title": figures.collectives_title.text,
             "window": window,
         }
-    # back to all steps, as the page opens
-    if ds is not None:
-        figures.show_breakdown(rank_breakdown_columns(ds), steps=len(steps))
-    figures.show_collectives(collective_columns(table), note="all steps")
+    return states
 
+
+def _trace_controls(index, figures, states, steps, max_events, bins, embed_events) -> tuple:
+    """The category boxes and the step selector, wired to the page's JavaScript."""
+    from bokeh.models import CheckboxGroup
+
+    from .plots.timeline import TIMELINE_JS, timeline_payload
+
+    x_range = figures.timeline.x_range
     present = list(index.categories)
     boxes = CheckboxGroup(
         labels=present, active=list(range(len(present))), inline=True, name="trace_categories"
@@ -296,8 +327,12 @@ def trace_report(
         ),
     )
 
-    facts = trace_summary(trace, index, ds)
-    how = (
+    return boxes, selector
+
+
+def _how_to_read(index, max_events: int, embed_events: int) -> str:
+    """The page's note on how to read the timeline and the bars."""
+    return (
         "The timeline shows each rank's threads and streams (rows) against time from the first event "
         f"(ms, each rank's own clock). Scroll to zoom, drag to pan. A window with at most {max_events:,} "
         "events shows each; a wider one shows each category's busy time per bin (bar height = the "
@@ -310,18 +345,6 @@ def trace_report(
         )
         + " Bars: the mean per step of each rank; pick a step to see it alone. Hover for values with units."
     )
-    analyses = _analyses_layout(trace, index, width, attempt)
-    notes_html = "".join(f"<br><small>{html.escape(n)}</small>" for n in notes)
-    heading = html.escape(title or "dlexplore: measured trace")
-    head = Div(
-        text=f"<h2>{heading}</h2><p style='font-size:13px'>{'; '.join(facts)}</p>"
-        f"<p style='font-size:12px;color:#555'>{html.escape(how)}{notes_html}</p>",
-        width=width,
-        name="trace_report_header",
-    )
-    page = column(head, row(selector, boxes), figures.layout, analyses, name="trace_report")
-    name = title or f"dlexplore trace report: {trace.source}"
-    return file_html(page, resources=INLINE, title=name)
 
 
 def _analyses_layout(trace: Any, index: Any, width: int, attempt) -> Any:
