@@ -94,8 +94,6 @@ KNOWN_LONG_MODULES: set[str] = {
 KNOWN_LONG_FUNCTIONS: set[str] = {
     "dlexplore/fit/hybrid_calibration.py:calibrate_hybrid",
     "dlexplore/model/comm.py:collective_time",
-    "dlexplore/model/dataio.py:io_model",
-    "dlexplore/model/energy.py:energy",
     "dlexplore/model/hybrid.py:_step",
     "dlexplore/model/step.py:predict",
     "dlexplore/model/strategy.py:advise",

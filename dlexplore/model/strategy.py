@@ -26,7 +26,7 @@ from .. import catalog, validation
 from ..errors import DlexploreError
 from .energy import pareto_front
 from .memory import DEFAULT_WORKSPACE
-from .parallel import RECOMPUTE_MODES, evaluate_hybrid, hybrid_setup
+from .parallel import RECOMPUTE_MODES, HybridSetup, evaluate_hybrid, hybrid_setup
 
 __all__ = ["advise", "pareto_configurations", "ADVISE_COLUMNS", "COLUMN_UNITS"]
 
@@ -206,42 +206,17 @@ def advise(
     if wl.kind != "transformer":
         modes = ["none"]
     configs = _configurations(wl, gpus, batch_size, gpus_per_node, stages, max_micro_batch)
-    rows, evaluated, dropped = [], 0, 0
-    columns = {
-        k: np.array([c[k] for c in configs], dtype=float) for k in ("dp", "tp", "pp", "micro_batch", "zero")
-    }
-    sp = columns["tp"] > 1 if sequence_parallel else np.zeros(len(configs), dtype=bool)
-    for mode in modes:
-        if not configs:
-            break
-        v = evaluate_hybrid(
-            st,
-            {
-                **columns,
-                "gpus": gpus,
-                "batch_size": batch_size,
-                "sequence_parallel": sp,
-                "gpus_per_node": gpus_per_node,
-                "compute_efficiency": compute_efficiency,
-                "overlap": overlap,
-                "workspace": workspace,
-            },
-            recompute=mode,
-            schedule=schedule,
-        )
-        for i, config in enumerate(configs):
-            evaluated += 1
-            if not v["fits"][i]:
-                dropped += 1
-                continue
-            row = {k: float(v[k][i]) for k in ADVISE_COLUMNS if k in v}
-            row.update(config, recompute=mode, sequence_parallel=bool(sp[i]))
-            row.update(
-                _time_bubble=float(v["time_bubble"][i]),
-                _time_optimizer=float(v["time_optimizer"][i]),
-                _time_offload=float(v["time_offload"][i]),
-            )
-            rows.append(row)
+    rows, evaluated, dropped = _evaluate_all(
+        st,
+        configs,
+        modes,
+        gpus,
+        batch_size,
+        gpus_per_node,
+        sequence_parallel,
+        schedule,
+        dict(compute_efficiency=compute_efficiency, overlap=overlap, workspace=workspace),
+    )
     if not rows:
         raise DlexploreError(
             f"no configuration of {wl.name!r} fits on {gpus} x {st.dev.name} with a global batch of "
@@ -269,6 +244,56 @@ def advise(
         source="predicted: dlexplore parallel model (dlexplore.model.parallel)",
     )
     return frame
+
+
+def _evaluate_all(
+    st: HybridSetup,
+    configs: list[dict],
+    modes: list[str],
+    gpus: int,
+    batch_size: int,
+    gpus_per_node: int,
+    sequence_parallel: bool,
+    schedule: str,
+    settings: dict,
+) -> tuple[list[dict], int, int]:
+    """Every configuration under every recompute mode, one vectorised model call per mode: the rows
+    of those that fit, how many were evaluated and how many dropped (out of memory)."""
+    rows, evaluated, dropped = [], 0, 0
+    columns = {
+        k: np.array([c[k] for c in configs], dtype=float) for k in ("dp", "tp", "pp", "micro_batch", "zero")
+    }
+    sp = columns["tp"] > 1 if sequence_parallel else np.zeros(len(configs), dtype=bool)
+    for mode in modes:
+        if not configs:
+            break
+        v = evaluate_hybrid(
+            st,
+            {
+                **columns,
+                "gpus": gpus,
+                "batch_size": batch_size,
+                "sequence_parallel": sp,
+                "gpus_per_node": gpus_per_node,
+                **settings,
+            },
+            recompute=mode,
+            schedule=schedule,
+        )
+        for i, config in enumerate(configs):
+            evaluated += 1
+            if not v["fits"][i]:
+                dropped += 1
+                continue
+            row = {k: float(v[k][i]) for k in ADVISE_COLUMNS if k in v}
+            row.update(config, recompute=mode, sequence_parallel=bool(sp[i]))
+            row.update(
+                _time_bubble=float(v["time_bubble"][i]),
+                _time_optimizer=float(v["time_optimizer"][i]),
+                _time_offload=float(v["time_offload"][i]),
+            )
+            rows.append(row)
+    return rows, evaluated, dropped
 
 
 def pareto_configurations(
