@@ -94,9 +94,7 @@ KNOWN_LONG_MODULES: set[str] = {
 KNOWN_LONG_FUNCTIONS: set[str] = {
     "dlexplore/fit/hybrid_calibration.py:calibrate_hybrid",
     "dlexplore/model/comm.py:collective_time",
-    "dlexplore/model/hybrid.py:_step",
     "dlexplore/model/step.py:predict",
-    "dlexplore/model/strategy.py:advise",
     "dlexplore/report.py:explorer_report",
     "dlexplore/sim/dependencies.py:_collective_nodes",
     "dlexplore/sim/whatif.py:whatif",

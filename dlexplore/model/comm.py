@@ -208,6 +208,8 @@ def collective_time(
     ``bandwidth``/``intra_bandwidth`` are the effective ones (the links' efficiency applied). See
     the module docstring for every formula. Arguments broadcast together like numpy arrays.
     """
+    # Kept whole: one branch per algorithm, each the formula of its row in the module docstring
+    # (read side by side with it); the shared terms are computed once above them.
     collective = normalize_collective(collective)
     algorithm = normalize_algorithm(algorithm, collective)
     p = _check_ranks(ranks)

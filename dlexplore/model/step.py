@@ -158,6 +158,8 @@ def predict(
         ``mem_workspace``, ``mem_total``, ``mem_capacity`` (bytes) and ``fits``; every variable has
         ``units`` and ``long_name``; ``attrs["source"]`` says the numbers are predicted.
     """
+    # Kept whole: the two dictionaries name every argument once, by kind (categorical, numeric);
+    # the rest is four short steps (check, sweep, evaluate, combine).
     args = dict(
         workload=workload,
         gpu=gpu,

@@ -188,21 +188,11 @@ def advise(
     batch_size = validation.batch_size("batch_size", batch_size, gpus=validation.MAX_GPUS)
     gpus_per_node = validation.gpu_count("gpus_per_node", gpus_per_node)
     validation.precision_for(st.dev, st.precision)
-    if max_micro_batch is not None:
-        validation.count("max_micro_batch", max_micro_batch, units="samples")
-    if compute_efficiency is not None:
-        validation.fraction("compute_efficiency", compute_efficiency, allow_zero=False)
-    validation.fraction("overlap", overlap)
-    validation.nonnegative("workspace", workspace, units="bytes")
+    _check_settings(max_micro_batch, compute_efficiency, overlap, workspace)
     wl = st.wl
     modes = [str(r).lower() for r in recompute]
     stages = [int(z) for z in zero]
-    if energy is None:
-        energy = _energy_function()
-    elif energy == "tdp":
-        energy = None
-    elif not callable(energy):
-        raise DlexploreError(f"energy must be None, 'tdp' or a function, got {energy!r}")
+    energy = _energy_model(energy)
     if wl.kind != "transformer":
         modes = ["none"]
     configs = _configurations(wl, gpus, batch_size, gpus_per_node, stages, max_micro_batch)
@@ -244,6 +234,28 @@ def advise(
         source="predicted: dlexplore parallel model (dlexplore.model.parallel)",
     )
     return frame
+
+
+def _check_settings(
+    max_micro_batch: int | None, compute_efficiency: float | None, overlap: float, workspace: float
+) -> None:
+    if max_micro_batch is not None:
+        validation.count("max_micro_batch", max_micro_batch, units="samples")
+    if compute_efficiency is not None:
+        validation.fraction("compute_efficiency", compute_efficiency, allow_zero=False)
+    validation.fraction("overlap", overlap)
+    validation.nonnegative("workspace", workspace, units="bytes")
+
+
+def _energy_model(energy: Callable | str | None) -> Callable | None:
+    """The energy function :func:`advise` uses: the model's, a given one, or None for the stand-in."""
+    if energy is None:
+        return _energy_function()
+    if energy == "tdp":
+        return None
+    if not callable(energy):
+        raise DlexploreError(f"energy must be None, 'tdp' or a function, got {energy!r}")
+    return energy
 
 
 def _evaluate_all(
