@@ -88,7 +88,6 @@ KNOWN_LONG_MODULES: set[str] = {
     "dlexplore/sim/replay.py",
     "dlexplore/traces/breakdown.py",
     "dlexplore/traces/collect.py",
-    "dlexplore/traces/otf2.py",
     "dlexplore/widgets/traceview.py",
 }
 KNOWN_LONG_FUNCTIONS: set[str] = {
@@ -102,7 +101,6 @@ KNOWN_LONG_FUNCTIONS: set[str] = {
     "dlexplore/traces/collect.py:collect",
     "dlexplore/traces/nsys.py:_read_file",
     "dlexplore/traces/nsys_nvtx.py:_nvtx",
-    "dlexplore/traces/otf2.py:_read_archive",
     "dlexplore/traces/scale.py:_assemble",
 }
 
