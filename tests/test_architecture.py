@@ -98,7 +98,6 @@ KNOWN_LONG_FUNCTIONS: set[str] = {
     "dlexplore/sim/dependencies.py:_collective_nodes",
     "dlexplore/sim/whatif.py:whatif",
     "dlexplore/traces/collect.py:_manifest",
-    "dlexplore/traces/collect.py:collect",
     "dlexplore/traces/nsys.py:_read_file",
     "dlexplore/traces/nsys_nvtx.py:_nvtx",
     "dlexplore/traces/scale.py:_assemble",

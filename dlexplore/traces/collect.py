@@ -167,12 +167,7 @@ def collect(
         raise DlexploreError(
             "collecting traces needs PyTorch, which is not installed: pip install 'dlexplore[torch]'"
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
-    # mkdtemp makes the folder private (0700); give it the mode a plain mkdir would have.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(partial, 0o777 & ~umask)
+    partial = _partial_folder(target)
     work = partial / ".work"
     work.mkdir()
     try:
@@ -181,46 +176,12 @@ def collect(
             f"{nproc} ranks, model {model}, {WAIT_STEPS}+{warmup}+{steps} steps "
             f"(skipped+warm-up+profiled), gloo on 127.0.0.1:{port}"
         )
-        config = dict(
-            world_size=nproc,
-            steps=steps,
-            model=model,
-            batch_size=batch_size,
-            warmup=warmup,
-            wait=WAIT_STEPS,
-            seed=seed,
-            port=port,
-            out=str(partial),
-            work=str(work),
-            timeout=timeout,
-            fail_rank=_fail_rank,
-            sys_path=list(sys.path),
-        )
+        config = _worker_config(arguments, port, partial, work, _fail_rank)
         results = _run_workers(config, nproc, timeout, say)
         shutil.rmtree(work)
-        files = []
-        for rank in range(nproc):
-            path = partial / f"rank{rank}.json.gz"
-            if not path.is_file():
-                raise DlexploreError(f"rank {rank} finished without writing its trace {path.name}")
-            files.append(
-                {"rank": rank, "path": path.name, "bytes": path.stat().st_size, "sha256": _sha256(path)}
-            )
+        files = _written_traces(partial, nproc)
         wall_time = time.perf_counter() - started
-        manifest = _manifest(
-            arguments,
-            results[0]["torch_version"],
-            nproc,
-            model,
-            results[0]["parameters"],
-            batch_size,
-            steps,
-            warmup,
-            port,
-            results,
-            files,
-            wall_time,
-        )
+        manifest = _manifest(arguments, port, results, files, wall_time)
         with atomic_open(partial / MANIFEST_NAME, "w", encoding="utf-8") as handle:
             json.dump(manifest, handle, indent=1)
             handle.write("\n")
@@ -230,6 +191,49 @@ def collect(
         raise
     say(f"wrote {nproc} traces and {MANIFEST_NAME} to {target} in {wall_time:.1f} s")
     return target / MANIFEST_NAME
+
+
+def _worker_config(
+    arguments: dict[str, Any], port: int, partial: Path, work: Path, fail_rank: int | None
+) -> dict[str, Any]:
+    """What every rank's process is told (its own rank is added when it starts)."""
+    return dict(
+        world_size=arguments["nproc"],
+        steps=arguments["steps"],
+        model=arguments["model"],
+        batch_size=arguments["batch_size"],
+        warmup=arguments["warmup"],
+        wait=WAIT_STEPS,
+        seed=arguments["seed"],
+        port=port,
+        out=str(partial),
+        work=str(work),
+        timeout=arguments["timeout"],
+        fail_rank=fail_rank,
+        sys_path=list(sys.path),
+    )
+
+
+def _partial_folder(target: Path) -> Path:
+    """A new folder beside ``target`` for the run to fill before it is published (renamed)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    # mkdtemp makes the folder private (0700); give it the mode a plain mkdir would have.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(partial, 0o777 & ~umask)
+    return partial
+
+
+def _written_traces(partial: Path, nproc: int) -> list[dict]:
+    """Each rank's trace file: its name, size and checksum; a rank without one is an error."""
+    files = []
+    for rank in range(nproc):
+        path = partial / f"rank{rank}.json.gz"
+        if not path.is_file():
+            raise DlexploreError(f"rank {rank} finished without writing its trace {path.name}")
+        files.append({"rank": rank, "path": path.name, "bytes": path.stat().st_size, "sha256": _sha256(path)})
+    return files
 
 
 def _check_arguments(
@@ -307,18 +311,16 @@ def _publish(partial: Path, target: Path, overwrite: bool) -> None:
 
 def _manifest(
     arguments: dict[str, Any],
-    torch_version: str,
-    nproc: int,
-    model: str,
-    parameters: int,
-    batch_size: int,
-    steps: int,
-    warmup: int,
     port: int,
     results: list[dict[str, Any]],
     files: list[dict[str, Any]],
     wall_time: float,
 ) -> dict[str, Any]:
+    # Kept whole: the manifest is one JSON document, written here literally in the order it has
+    # in the file, so that reading this function is reading the file.
+    nproc, steps, model = arguments["nproc"], arguments["steps"], arguments["model"]
+    batch_size, warmup = arguments["batch_size"], arguments["warmup"]
+    torch_version, parameters = results[0]["torch_version"], results[0]["parameters"]
     call_args = ", ".join(
         f"{k}={v!r}"
         for k, v in arguments.items()
