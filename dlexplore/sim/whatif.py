@@ -123,13 +123,7 @@ def whatif(
                 _values(gpus),
             )
         ]
-    scenarios = list(scenarios)
-    identity = Scenario()
-    scenarios = [identity] + [s for s in scenarios if s.label(world) != "as measured"]
-    labels: list[str] = []
-    for s in scenarios:
-        label = s.label(world)
-        labels.append(label if label not in labels else f"{label} ({len(labels)})")
+    scenarios, labels = _with_identity(list(scenarios), world)
     result = replay(graph, scenarios, algorithm=algorithm, fit=fit)
     measured = breakdown(graph.events)
     frames = []
@@ -144,28 +138,7 @@ def whatif(
     out["step_time_measured"] = measured["step_time"].assign_attrs(
         units="s", long_name="measured time per training step (first event start to last event end)"
     )
-    out = out.assign_coords(
-        bandwidth_factor=(
-            "scenario",
-            [s.bandwidth for s in scenarios],
-            {"units": "1", "long_name": "network bandwidth factor"},
-        ),
-        latency_factor=(
-            "scenario",
-            [s.latency for s in scenarios],
-            {"units": "1", "long_name": "network latency factor"},
-        ),
-        compute_factor=(
-            "scenario",
-            [s.compute for s in scenarios],
-            {"units": "1", "long_name": "compute speed factor"},
-        ),
-        gpus=(
-            "scenario",
-            [int(s.gpus) if s.gpus is not None else world for s in scenarios],
-            {"units": "count", "long_name": "ranks"},
-        ),
-    )
+    out = out.assign_coords(_scenario_coords(scenarios, world))
     out["scenario"].attrs = {"long_name": "what-if scenario"}
     batch = batch_size if batch_size is not None else _batch_size_from_manifest(graph)
     if batch:
@@ -192,6 +165,43 @@ def whatif(
         **result.fit.as_attrs(),
     }
     return out
+
+
+def _with_identity(scenarios: list[Scenario], world: int) -> tuple[list[Scenario], list[str]]:
+    """The scenarios with the unchanged replay first (once), and a distinct label for each."""
+    identity = Scenario()
+    scenarios = [identity] + [s for s in scenarios if s.label(world) != "as measured"]
+    labels: list[str] = []
+    for s in scenarios:
+        label = s.label(world)
+        labels.append(label if label not in labels else f"{label} ({len(labels)})")
+    return scenarios, labels
+
+
+def _scenario_coords(scenarios: list[Scenario], world: int) -> dict:
+    """Each scenario's factors and ranks, as coordinates along ``scenario`` with units."""
+    return dict(
+        bandwidth_factor=(
+            "scenario",
+            [s.bandwidth for s in scenarios],
+            {"units": "1", "long_name": "network bandwidth factor"},
+        ),
+        latency_factor=(
+            "scenario",
+            [s.latency for s in scenarios],
+            {"units": "1", "long_name": "network latency factor"},
+        ),
+        compute_factor=(
+            "scenario",
+            [s.compute for s in scenarios],
+            {"units": "1", "long_name": "compute speed factor"},
+        ),
+        gpus=(
+            "scenario",
+            [int(s.gpus) if s.gpus is not None else world for s in scenarios],
+            {"units": "count", "long_name": "ranks"},
+        ),
+    )
 
 
 def identity_error(ds: xr.Dataset) -> float:
