@@ -95,7 +95,6 @@ KNOWN_LONG_FUNCTIONS: set[str] = {
     "dlexplore/model/comm.py:collective_time",
     "dlexplore/model/step.py:predict",
     "dlexplore/report.py:explorer_report",
-    "dlexplore/sim/dependencies.py:_collective_nodes",
     "dlexplore/traces/collect.py:_manifest",
     "dlexplore/traces/nsys.py:_read_file",
     "dlexplore/traces/nsys_nvtx.py:_nvtx",

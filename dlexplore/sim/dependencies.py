@@ -94,6 +94,25 @@ class _Builder:
             }
         )
 
+    def collective_node(self, rank: int, comm_lane: int, op: int, span: int, start: float) -> int:
+        """A node for one rank's span of a collective operation; returns its number."""
+        node = len(self.nodes)
+        self.nodes.append(
+            {
+                "node": node,
+                "type": "collective",
+                "rank": rank,
+                "lane": -1,
+                "comm_lane": comm_lane,
+                "op": op,
+                "span": span,
+                "start": start,
+                "wait_from": np.nan,
+                "typical_gap": 0.0,
+            }
+        )
+        return node
+
 
 def _launch_nodes(
     b: _Builder, events: pd.DataFrame, lanes: list[Lane], lane_rows: list[np.ndarray], ev: _EventArrays
@@ -197,20 +216,16 @@ def _collective_nodes(
     ev: _EventArrays,
     notes: list[str],
 ) -> None:
-    """Nodes for the collectives, their issue dependencies and their consumers (module docstring)."""
+    """Nodes for the collectives, their issue dependencies and their consumers (module docstring):
+    one pass over the operations in rank and start order, each looking for what issued it (the host
+    call, the launch, its own lane, the compute stream) in that order of precedence."""
     start, end, rank, category, finite = ev.start, ev.end, ev.rank, ev.category, ev.finite
-    is_op_row, event_lane, launch_lane, launch_end, row_span = (
-        ev.is_op_row,
-        ev.event_lane,
-        ev.launch_lane,
-        ev.launch_end,
-        ev.row_span,
-    )
+    event_lane, launch_lane, launch_end, row_span = ev.event_lane, ev.launch_lane, ev.launch_end, ev.row_span
     ops["comm_lane"] = pd.factorize(
         pd.MultiIndex.from_arrays([ops["rank"].to_numpy(), ops["stream"].astype(str).to_numpy()])
     )[0]
     # host-side communication calls per rank, by start: the issuing calls
-    host = np.flatnonzero((category == "communication") & ~is_op_row & finite & (event_lane >= 0))
+    host = np.flatnonzero((category == "communication") & ~ev.is_op_row & finite & (event_lane >= 0))
     host = host[np.lexsort((start[host], rank[host]))]
     host_rank, host_start = rank[host], start[host]
     span_rows = np.flatnonzero(row_span >= 0)
@@ -227,21 +242,7 @@ def _collective_nodes(
     previous_start: dict[int, float] = {}
     for i in np.lexsort((op_start, op_rank)):
         r, s0 = int(op_rank[i]), float(op_start[i])
-        node = len(b.nodes)
-        b.nodes.append(
-            {
-                "node": node,
-                "type": "collective",
-                "rank": r,
-                "lane": -1,
-                "comm_lane": int(comm_lane[i]),
-                "op": int(op_id[i]),
-                "span": int(i),
-                "start": s0,
-                "wait_from": np.nan,
-                "typical_gap": 0.0,
-            }
-        )
+        node = b.collective_node(r, int(comm_lane[i]), int(op_id[i]), int(i), s0)
         op_nodes[i] = node
         issued = False
         # the host call that issued it: the last host-side communication call before it (and after
@@ -282,7 +283,24 @@ def _collective_nodes(
         previous_start[r] = s0
     ops["issue"] = np.where(np.isfinite(issue_point), issue_point, op_start)
     ops["node"] = op_nodes
-    # consumers: the consumer lane's first busy start after the op's end and the step's last issue.
+    _consumer_dependencies(b, ops, lanes, lane_id_of, consumer, busy_node, op_end, notes)
+
+
+def _consumer_dependencies(
+    b: _Builder,
+    ops: pd.DataFrame,
+    lanes: list[Lane],
+    lane_id_of: dict,
+    consumer: dict[int, int],
+    busy_node: Any,
+    op_end: np.ndarray,
+    notes: list[str],
+) -> None:
+    """Each operation's consumer: the consumer lane's first busy start after the operation's end
+    and the step's last issue waits for it (``op`` dependencies)."""
+    op_rank = ops["rank"].to_numpy(dtype=np.int64)
+    op_id = ops["op"].to_numpy(dtype=np.int64)
+    op_stream = ops["stream"].astype(str).to_numpy()
     # The end is the operation's (last start + transfer), the same on every rank: what a rank
     # recorded beyond it (its worker thread woken late or descheduled before closing its range,
     # the last steps of a ring) shows in the lag of the wait it released.
