@@ -97,7 +97,6 @@ KNOWN_LONG_FUNCTIONS: set[str] = {
     "dlexplore/report.py:explorer_report",
     "dlexplore/traces/collect.py:_manifest",
     "dlexplore/traces/nsys.py:_read_file",
-    "dlexplore/traces/nsys_nvtx.py:_nvtx",
     "dlexplore/traces/scale.py:_assemble",
 }
 

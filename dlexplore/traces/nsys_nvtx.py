@@ -36,34 +36,7 @@ def _nvtx(
     path: Path, db: sqlite3.Connection, have: list[str], payloads: dict[int, dict[str, float]]
 ) -> tuple[pd.DataFrame, dict[int, tuple[int, int]]]:
     table = "NVTX_EVENTS"
-    if "text" not in have and "textId" not in have:
-        raise InputFileError(path, f"table {table} has neither text nor textId; expected range names")
-    text = "e.text" if "text" in have else "NULL"
-    if "textId" in have:
-        join, name = "LEFT JOIN StringIds AS s ON s.id = e.textId", f"COALESCE({text}, s.value)"
-        if "StringIds" not in _tables(db):
-            raise InputFileError(path, f"table {table} names ranges by textId but table StringIds is missing")
-    else:
-        join, name = "", text
-    domain = "e.domainId" if "domainId" in have else "NULL"
-    event_id = "e.eventId" if "eventId" in have else "e.rowid"
-    rows = _query(
-        path,
-        db,
-        f"SELECT e.start, e.end, e.eventType, e.globalTid, {domain}, {event_id}, {name} "
-        f"FROM {table} AS e {join} WHERE e.eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END}, "
-        f"{NVTX_DOMAIN_CREATE}) ORDER BY e.rowid",
-        table,
-    )
-    for row in rows:
-        for column, value in zip(("start", "end", "eventType", "globalTid"), row[:4], strict=True):
-            if not isinstance(value, int) and (value is not None or column in ("start", "eventType")):
-                raise InputFileError(
-                    path, f"table {table}, eventId {row[5]}: {column} is {value!r}; expected an integer"
-                )
-    frame = pd.DataFrame.from_records(
-        rows, columns=["start", "end", "eventType", "globalTid", "domainId", "eventId", "name"]
-    )
+    frame = _nvtx_table(path, db, have)
     created = frame["eventType"] == NVTX_DOMAIN_CREATE
     domains = {}
     for _, row in frame[created].iterrows():
@@ -132,9 +105,52 @@ def _nvtx(
     frame_out["domain"] = np.where(nccl & (domain_names == ""), "NCCL", domain_names)
     frame_out["collective"] = collective
     frame_out["step_number"] = [int(s.group(1)) if s else -1 for s in steps]
-    nbytes = np.full(len(ranges), np.nan)
+    nbytes, nccl_ranks = _payload_fields(ranges["eventId"].to_numpy(), names, process, payloads)
+    frame_out["bytes"] = nbytes
+    return frame_out, nccl_ranks
+
+
+def _nvtx_table(path: Path, db: sqlite3.Connection, have: list[str]) -> pd.DataFrame:
+    """The NVTX ranges and domain definitions of the export, their names resolved, times checked."""
+    table = "NVTX_EVENTS"
+    if "text" not in have and "textId" not in have:
+        raise InputFileError(path, f"table {table} has neither text nor textId; expected range names")
+    text = "e.text" if "text" in have else "NULL"
+    if "textId" in have:
+        join, name = "LEFT JOIN StringIds AS s ON s.id = e.textId", f"COALESCE({text}, s.value)"
+        if "StringIds" not in _tables(db):
+            raise InputFileError(path, f"table {table} names ranges by textId but table StringIds is missing")
+    else:
+        join, name = "", text
+    domain = "e.domainId" if "domainId" in have else "NULL"
+    event_id = "e.eventId" if "eventId" in have else "e.rowid"
+    rows = _query(
+        path,
+        db,
+        f"SELECT e.start, e.end, e.eventType, e.globalTid, {domain}, {event_id}, {name} "
+        f"FROM {table} AS e {join} WHERE e.eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END}, "
+        f"{NVTX_DOMAIN_CREATE}) ORDER BY e.rowid",
+        table,
+    )
+    for row in rows:
+        for column, value in zip(("start", "end", "eventType", "globalTid"), row[:4], strict=True):
+            if not isinstance(value, int) and (value is not None or column in ("start", "eventType")):
+                raise InputFileError(
+                    path, f"table {table}, eventId {row[5]}: {column} is {value!r}; expected an integer"
+                )
+    frame = pd.DataFrame.from_records(
+        rows, columns=["start", "end", "eventType", "globalTid", "domainId", "eventId", "name"]
+    )
+    return frame
+
+
+def _payload_fields(
+    event_ids: np.ndarray, names: np.ndarray, process: np.ndarray, payloads: dict[int, dict[str, float]]
+) -> tuple[np.ndarray, dict[int, tuple[int, int]]]:
+    """Each range's message size from its payload (NaN: none), and each process's NCCL rank and
+    rank count from its ``ncclCommInitRank`` ranges (the largest communicator)."""
+    nbytes = np.full(len(event_ids), np.nan)
     nccl_ranks: dict[int, tuple[int, int]] = {}
-    event_ids = ranges["eventId"].to_numpy()
     for i, event in enumerate(event_ids):
         fields = payloads.get(int(event)) if event is not None and not pd.isna(event) else None
         if not fields:
@@ -146,8 +162,7 @@ def _nvtx(
             best = nccl_ranks.get(int(process[i]))
             if best is None or nranks > best[1]:
                 nccl_ranks[int(process[i])] = (int(fields["rank"]), nranks)
-    frame_out["bytes"] = nbytes
-    return frame_out, nccl_ranks
+    return nbytes, nccl_ranks
 
 
 def _payloads(
