@@ -73,6 +73,7 @@ missing from ``StringIds``.
 
 from __future__ import annotations
 
+import sqlite3
 import warnings
 from collections.abc import Sequence
 from contextlib import closing
@@ -193,37 +194,7 @@ def read(
 
 def _read_file(path: Path, *, kernel_names: str, runtime: bool, nvtx: bool) -> _File:
     with closing(_connect(path)) as db:
-        listing = _query(path, db, "SELECT name FROM sqlite_master WHERE type = 'table'", "sqlite_master")
-        columns = {}
-        for (name,) in listing:
-            info = _query(path, db, f'PRAGMA table_info("{name}")', name)
-            columns[name] = [row[1] for row in info]
-        known = [t for t in _REQUIRED if t in columns]
-        if not known:
-            raise InputFileError(
-                path,
-                "holds none of the tables CUPTI_ACTIVITY_KIND_KERNEL, "
-                "CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_MEMCPY, "
-                f"CUPTI_ACTIVITY_KIND_MEMSET, NVTX_EVENTS (it has {sorted(columns)[:8]}); "
-                "expected an 'nsys export --type sqlite' file of a CUDA or NVTX trace",
-            )
-        for table in known:
-            missing = [c for c in _REQUIRED[table] if c not in columns[table]]
-            if missing:
-                raise InputFileError(
-                    path,
-                    f"table {table} lacks the column(s) {missing}; expected the Nsight "
-                    "Systems export schema (nsys 2021.5 or later)",
-                )
-        needs_strings = any(
-            t in columns for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME")
-        )
-        if needs_strings and "StringIds" not in columns:
-            raise InputFileError(
-                path,
-                "table StringIds is missing, so kernel and CUDA call names (ids into "
-                "it) cannot be read; expected a complete nsys export",
-            )
+        columns = _checked_columns(path, db)
         strings = _string_table(path, db) if "StringIds" in columns else {}
         parts = []
         if "CUPTI_ACTIVITY_KIND_KERNEL" in columns:
@@ -246,24 +217,7 @@ def _read_file(path: Path, *, kernel_names: str, runtime: bool, nvtx: bool) -> _
                 _sizes_to_kernels(parts, ranges, launches)
             if nvtx:
                 parts.append(ranges)
-        mpi = {}
-        if "MPI_RANKS" in columns:
-            rows = _query(path, db, "SELECT globalTid, rank FROM MPI_RANKS", "MPI_RANKS")
-            mpi = {int(g) // _GLOBAL_ID_SHIFT: int(r) for g, r in rows if g is not None and r is not None}
-        elif "ThreadNames" in columns and "StringIds" in columns:
-            # nsys --trace=mpi names each process's main thread "MPI Rank <n>"
-            rows = _query(
-                path,
-                db,
-                "SELECT t.globalTid, s.value FROM ThreadNames AS t JOIN StringIds AS s "
-                "ON s.id = t.nameId WHERE s.value LIKE 'MPI Rank %'",
-                "ThreadNames",
-            )
-            mpi = {
-                int(g) // _GLOBAL_ID_SHIFT: int(m.group(1))
-                for g, v in rows
-                if g is not None and (m := _MPI_THREAD.match(str(v)))
-            }
+        mpi = _mpi_ranks(path, db, columns)
         meta = _file_meta(path, db, columns)
     events = (
         pd.concat([p for p in parts if len(p)], ignore_index=True)
@@ -284,6 +238,64 @@ def _read_file(path: Path, *, kernel_names: str, runtime: bool, nvtx: bool) -> _
     if not gpu_processes:
         gpu_processes = sorted(int(p) for p in events["process"].dropna().unique())
     return _File(path, events, gpu_processes, mpi, nccl_ranks, meta)
+
+
+def _checked_columns(path: Path, db: sqlite3.Connection) -> dict[str, list[str]]:
+    """Every table's columns; the export must hold one of the tables read here, with the columns
+    the schema reference gives them, and StringIds where names are ids into it."""
+    listing = _query(path, db, "SELECT name FROM sqlite_master WHERE type = 'table'", "sqlite_master")
+    columns = {}
+    for (name,) in listing:
+        info = _query(path, db, f'PRAGMA table_info("{name}")', name)
+        columns[name] = [row[1] for row in info]
+    known = [t for t in _REQUIRED if t in columns]
+    if not known:
+        raise InputFileError(
+            path,
+            "holds none of the tables CUPTI_ACTIVITY_KIND_KERNEL, "
+            "CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_MEMCPY, "
+            f"CUPTI_ACTIVITY_KIND_MEMSET, NVTX_EVENTS (it has {sorted(columns)[:8]}); "
+            "expected an 'nsys export --type sqlite' file of a CUDA or NVTX trace",
+        )
+    for table in known:
+        missing = [c for c in _REQUIRED[table] if c not in columns[table]]
+        if missing:
+            raise InputFileError(
+                path,
+                f"table {table} lacks the column(s) {missing}; expected the Nsight "
+                "Systems export schema (nsys 2021.5 or later)",
+            )
+    needs_strings = any(t in columns for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME"))
+    if needs_strings and "StringIds" not in columns:
+        raise InputFileError(
+            path,
+            "table StringIds is missing, so kernel and CUDA call names (ids into "
+            "it) cannot be read; expected a complete nsys export",
+        )
+    return columns
+
+
+def _mpi_ranks(path: Path, db: sqlite3.Connection, columns: dict[str, list[str]]) -> dict[int, int]:
+    """Each process's MPI rank, from MPI_RANKS or from threads named "MPI Rank <n>"."""
+    mpi: dict[int, int] = {}
+    if "MPI_RANKS" in columns:
+        rows = _query(path, db, "SELECT globalTid, rank FROM MPI_RANKS", "MPI_RANKS")
+        mpi = {int(g) // _GLOBAL_ID_SHIFT: int(r) for g, r in rows if g is not None and r is not None}
+    elif "ThreadNames" in columns and "StringIds" in columns:
+        # nsys --trace=mpi names each process's main thread "MPI Rank <n>"
+        rows = _query(
+            path,
+            db,
+            "SELECT t.globalTid, s.value FROM ThreadNames AS t JOIN StringIds AS s "
+            "ON s.id = t.nameId WHERE s.value LIKE 'MPI Rank %'",
+            "ThreadNames",
+        )
+        mpi = {
+            int(g) // _GLOBAL_ID_SHIFT: int(m.group(1))
+            for g, v in rows
+            if g is not None and (m := _MPI_THREAD.match(str(v)))
+        }
+    return mpi
 
 
 # --- ranks -------------------------------------------------------------------------------------
