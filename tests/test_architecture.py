@@ -96,7 +96,6 @@ KNOWN_LONG_FUNCTIONS: set[str] = {
     "dlexplore/model/step.py:predict",
     "dlexplore/report.py:explorer_report",
     "dlexplore/traces/collect.py:_manifest",
-    "dlexplore/traces/scale.py:_assemble",
 }
 
 
