@@ -71,20 +71,7 @@ def explorer_report(
     titles = figures.subtitles
 
     # Every GPU count's per-count columns and titles, computed here once and embedded in the page.
-    states: dict[str, dict] = {}
-    for count in GPU_COUNTS:
-        figures.select(prediction, count)
-        states[str(count)] = {
-            "data": {name: dict(figures.sources[name].data) for name in _PER_GPU_SOURCES},
-            "memory_title": titles["memory"].text,
-            "memory_color": titles["memory"].text_color,
-            "memory_style": titles["memory"].text_font_style,
-            "memory_background": figures.memory.background_fill_color,
-            "memory_end": figures.memory.x_range.end,
-            "capacity": figures.capacity_span.location,
-            "comm_title": titles["comm"].text,
-            "headline": headline(prediction, count),
-        }
+    states = _gpu_states(figures, prediction)
     figures.show(prediction, gpus, marks)
 
     head = Div(text=_header_html(prediction, gpus, ds, title), width=1150, name="report_header")
@@ -115,6 +102,26 @@ def explorer_report(
     page = column(head, selector, line, figures.layout, name="report")
     name = title or f"dlexplore report: {point.workload.values} on {point.gpu.values}"
     return file_html(page, resources=INLINE, title=name)
+
+
+def _gpu_states(figures: ExplorerFigures, prediction: xr.Dataset) -> dict[str, dict]:
+    """Each GPU count's columns, titles and headline, as the page's selector swaps them in."""
+    titles = figures.subtitles
+    states: dict[str, dict] = {}
+    for count in GPU_COUNTS:
+        figures.select(prediction, count)
+        states[str(count)] = {
+            "data": {name: dict(figures.sources[name].data) for name in _PER_GPU_SOURCES},
+            "memory_title": titles["memory"].text,
+            "memory_color": titles["memory"].text_color,
+            "memory_style": titles["memory"].text_font_style,
+            "memory_background": figures.memory.background_fill_color,
+            "memory_end": figures.memory.x_range.end,
+            "capacity": figures.capacity_span.location,
+            "comm_title": titles["comm"].text,
+            "headline": headline(prediction, count),
+        }
+    return states
 
 
 def write_report(path: str | os.PathLike, *args: Any, **kwargs: Any) -> Path:

@@ -101,13 +101,8 @@ def calibrate_hybrid(
 
     y = points.y
     start = predictions(np.array([f.start for f in free]), selected)
-    usable = np.isfinite(y) & (y > 0) & np.isfinite(start) & (start > 0)
+    usable = _usable(selected, y, start, fit_text)
     fit = selected & usable
-    if not fit.any():
-        raise DlexploreError(
-            f"none of the {int(selected.sum())} row(s) selected by {fit_text} can be "
-            "run by the hybrid model (check tp, pp, dp and the batch)"
-        )
     for f in free:
         f.fit_points = int(((f.members if f.members is not None else True) & fit).sum())
     log_y = np.log(np.where(fit, y, 1.0))
@@ -138,6 +133,17 @@ def calibrate_hybrid(
     result = _hybrid_result(ds, points, free, final, fit, fit_text, notes, per_map, model_kwargs)
     result.level = None if level is None else float(level)
     return with_uncertainty(result, free, x, lambda v: predictions(v, None), residual(x), dof)
+
+
+def _usable(selected: np.ndarray, y: np.ndarray, start: np.ndarray, fit_text: str) -> np.ndarray:
+    """Rows with a positive measurement that the model can run; none among the selected is an error."""
+    usable = np.isfinite(y) & (y > 0) & np.isfinite(start) & (start > 0)
+    if not (selected & usable).any():
+        raise DlexploreError(
+            f"none of the {int(selected.sum())} row(s) selected by {fit_text} can be "
+            "run by the hybrid model (check tp, pp, dp and the batch)"
+        )
+    return usable
 
 
 def _hybrid_result(
