@@ -2,6 +2,9 @@
 
 The page inlines BokehJS (no network needed to view it) and carries the prediction at every GPU
 count, so its GPU selector re-draws the per-GPU-count plots in the browser without Python.
+
+Kept whole: the two standalone pages (the explorer's, a trace's) share their page assembly, offline
+resources and atomic write.
 """
 
 from __future__ import annotations

@@ -66,30 +66,7 @@ KNOWN_CYCLES: set[frozenset[str]] = {
     frozenset(["dlexplore.traces", "dlexplore.traces.scale"]),
 }
 KNOWN_PRIVATE: set[str] = set()
-KNOWN_LONG_MODULES: set[str] = {
-    "dlexplore/catalog/_cnn.py",
-    "dlexplore/catalog/hardware.py",
-    "dlexplore/catalog/workloads.py",
-    "dlexplore/cli/predict.py",
-    "dlexplore/fit/calibration.py",
-    "dlexplore/fit/compare.py",
-    "dlexplore/fit/least_squares.py",
-    "dlexplore/fit/point_model.py",
-    "dlexplore/fit/trace_calibration.py",
-    "dlexplore/measured/_columns.py",
-    "dlexplore/measured/_reader.py",
-    "dlexplore/model/comm.py",
-    "dlexplore/model/hybrid.py",
-    "dlexplore/model/operator_table.py",
-    "dlexplore/model/step_one.py",
-    "dlexplore/plots/trace_figures.py",
-    "dlexplore/report.py",
-    "dlexplore/sim/dependencies.py",
-    "dlexplore/sim/replay.py",
-    "dlexplore/traces/breakdown.py",
-    "dlexplore/traces/collect.py",
-    "dlexplore/widgets/traceview.py",
-}
+KNOWN_LONG_MODULES: set[str] = set()
 KNOWN_LONG_FUNCTIONS: set[str] = set()
 
 

@@ -12,6 +12,9 @@ validated alike. File format (one entry per row):
 
 Errors are :class:`~dlexplore.errors.InputFileError` naming the file and the line a person sees in
 an editor (comment lines counted).
+
+Kept whole: the three hardware catalogs share one CSV reader and one record checker (the kinds,
+their columns and units); the readers of user files (:mod:`dlexplore.catalog.user`) use them too.
 """
 
 from __future__ import annotations

@@ -27,6 +27,9 @@ Input bytes per sample (what the loader reads from storage):
 Besides catalog names, :func:`workload` accepts ad-hoc specs ``"builder:config"``, e.g.
 ``"transformer:layers=24,hidden=1024,heads=16,seq=512,vocab=50257"``, its positional short form
 ``"transformer:24,1024,16,512,50257"`` (layers, hidden, heads, seq, vocab), or ``"resnet:200"``.
+
+Kept whole: the workload catalog and the three forms a user file may give a workload in, which build
+the same Workload through the same builders (:mod:`dlexplore.catalog._builders`).
 """
 
 from __future__ import annotations

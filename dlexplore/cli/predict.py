@@ -1,5 +1,9 @@
 """``dlexplore predict``: data-parallel training (every option a sweep), the hybrid-parallel model
-with ``--tp/--pp/--zero ...``, energy with ``--energy`` and time to accuracy with ``--target``."""
+with ``--tp/--pp/--zero ...``, energy with ``--energy`` and time to accuracy with ``--target``.
+
+Kept whole: the ``predict`` command's options (data-parallel, hybrid, energy, time to accuracy) and
+the code that passes each on; one command, one module.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """The result of a calibration: :class:`Calibration` holds the fitted parameters with their standard
 errors, every point with its prediction and error, and predicts other configurations with the
 fitted values (and their prediction interval).
+
+Kept whole: one class, the result every calibration returns, with its predictions, interval, table
+and text forms.
 """
 
 from __future__ import annotations

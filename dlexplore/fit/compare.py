@@ -49,6 +49,9 @@ error (MAPE) and the largest error.
 
 Points are evaluated in groups that share every setting except ``gpus``, ``batch_size`` and
 ``gpus_per_node``: one :func:`dlexplore.predict` call per group, with those three as sweeps.
+
+Kept whole: the rules by which a measured point becomes the model's arguments are written out in
+words here (half the module), beside the two functions that apply them.
 """
 
 from __future__ import annotations

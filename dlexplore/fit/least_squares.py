@@ -3,6 +3,10 @@ of points), the identifiability check, least squares on the relative error with 
 whole-number parameters, standard errors and the prediction intervals of the result.
 
 See :mod:`dlexplore.fit.calibrate` for the method in words.
+
+Kept whole: the fitter's stages (identifiability, bounded least squares, the grid of whole numbers,
+standard errors, intervals) share the free parameters' state and are used in this order by every
+calibration.
 """
 
 from __future__ import annotations

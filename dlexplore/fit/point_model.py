@@ -3,6 +3,9 @@ links, algorithm, ...: the rules of :mod:`dlexplore.fit.compare`) once, and eval
 collective model at every point, in groups that share everything but ``gpus``, ``batch_size`` and
 ``gpus_per_node`` (one model call per group, those three as sweeps), with any parameters overridden.
 :func:`dlexplore.fit.predict_points` and every calibration run on it.
+
+Kept whole: one class: resolving a point's setup and evaluating the model at it use the same
+per-point arrays and cache.
 """
 
 from __future__ import annotations

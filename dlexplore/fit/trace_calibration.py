@@ -2,6 +2,8 @@
 (1/beta) to the measured collective table, by least squares on the relative errors of each
 collective's time against :func:`dlexplore.model.collective_time` (ring allreduce:
 ``2(p-1) alpha + 2(p-1)/p n beta``), and compute time per sample from the breakdown.
+
+Kept whole: one calibration (a trace's collectives and compute), its steps each a function here.
 """
 
 from __future__ import annotations

@@ -40,6 +40,9 @@ alltoall         pairwise               (p-1) a + (p-1)/p n b
 ===============  =====================  =============================================================
 
 One rank (p = 1) costs nothing, except the parameter server, where the worker still pushes and pulls.
+
+Kept whole: the cost of every collective algorithm in one table of formulas (the module docstring)
+and the one function that evaluates it, with the names and factors they share.
 """
 
 from __future__ import annotations

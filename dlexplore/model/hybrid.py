@@ -21,6 +21,9 @@ with ``m = batch_size / (dp x micro_batch)`` micro-batches per replica. The opti
 ``offload`` the CPU updates at ``cpu_bandwidth`` and the gradient shard goes down and the 16-bit
 parameters come back over the offload link (ZeRO-Offload, Ren et al. 2021). Memory:
 :mod:`dlexplore.model.states`.
+
+Kept whole: the hybrid model's step (pipeline, tensor-, data-parallel communication, optimizer,
+offload) and its flops, evaluated together on one setup for a batch of configurations.
 """
 
 from __future__ import annotations

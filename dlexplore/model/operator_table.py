@@ -1,6 +1,9 @@
 """The operator table: the kernels a GPU runs for each layer of a workload in one training step
 (:func:`operator_table`; the rules per layer kind are in :mod:`dlexplore.model.operators`), one row
 each, with the tile quantisation of their products (:func:`tile_efficiency`). Cached per workload.
+
+Kept whole: the kernels of every layer kind, one function per kind (CNN layers, transformer layers,
+the head), adding rows to one table by the same rules.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 a :class:`~dlexplore.model.step_grid.Grid`): compute from the operator table, gradient buckets
 allreduced on one stream while backward runs, input from storage, memory per GPU. The formulas are
 in :mod:`dlexplore.model.step`'s docstring.
+
+Kept whole: one configuration's step, its stages (setup, compute, buckets, input, memory) each a
+function, in the order the model adds them up.
 """
 
 from __future__ import annotations

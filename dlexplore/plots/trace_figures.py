@@ -1,6 +1,8 @@
 """The bokeh figures of a measured trace (:class:`TraceFigures`: the timeline, breakdown bars per rank
 and the collective table, built once, their sources refilled), and the columns that fill the bars
 and the table. The timeline's own columns come from :mod:`dlexplore.plots.timeline`.
+
+Kept whole: one class, the trace's three figures built once, and the columns that fill them.
 """
 
 from __future__ import annotations

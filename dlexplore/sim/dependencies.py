@@ -1,6 +1,9 @@
 """The dependencies of a replay graph (:mod:`dlexplore.sim.graph` says what each kind means): the
 nodes on lanes and their launch, sync, issue, op and stream dependencies, then the lanes' order,
 each node's release and lags, and a topological order. Built by :func:`dlexplore.sim.build_graph`.
+
+Kept whole: every kind of dependency of the replay graph and the pass that orders and weighs them,
+which read the same nodes and lanes.
 """
 
 from __future__ import annotations

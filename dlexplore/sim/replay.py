@@ -36,6 +36,9 @@ a replay cannot invent work the trace does not show (a Horovod timeline has no c
 operations start no earlier than measured); dependencies are read from the trace's timing, so a
 consumer that the trace never shows waiting is placed at the first work after the step's last
 issue (module :mod:`dlexplore.sim.graph`).
+
+Kept whole: the replay: the discrete-event run and the replayed event table it gives, which share
+the graph's segment arithmetic.
 """
 
 from __future__ import annotations

@@ -47,6 +47,9 @@ intervals of a category set are merged once into disjoint segments, and the busy
 window is the difference of two binary-searched cumulative sums.
 
 :func:`stragglers` compares ranks on the per-rank mean of one of these variables.
+
+Kept whole: the breakdown per rank and step and the stragglers read from it: the same step windows
+and busy time.
 """
 
 from __future__ import annotations

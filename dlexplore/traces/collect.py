@@ -22,6 +22,9 @@ and the trace would show contention, not training.
 Nothing half-made is left behind: the run writes into a hidden folder beside ``out`` and renames it
 to ``out`` only when every rank has finished and the manifest is written; on any failure (a worker
 error, the time limit, Ctrl-C) the hidden folder is removed and the workers are killed.
+
+Kept whole: the parent side of a collection run, in order: arguments, workers, their output, the
+manifest, publishing the folder.
 """
 
 from __future__ import annotations
