@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import ast
+import fnmatch
 import functools
 from pathlib import Path
 
@@ -41,7 +42,11 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("sim", ("dlexplore.sim",)),
     ("plots", ("dlexplore.plots",)),
     ("widgets", ("dlexplore.widgets",)),
-    ("apps", ("dlexplore.lab", "dlexplore.report", "dlexplore.serve", "dlexplore.advisor")),
+    # accessor.py (ds.dlx, from the other half of issue 18) reaches fit and plots from its methods
+    (
+        "apps",
+        ("dlexplore.lab", "dlexplore.report", "dlexplore.serve", "dlexplore.advisor", "dlexplore.accessor"),
+    ),
     ("cli", ("dlexplore.cli", "dlexplore.dashboard")),
     ("api", ("dlexplore", "dlexplore.__main__")),
 ]
@@ -51,18 +56,20 @@ REASON_MODULE = 400
 MAX_FUNCTION = 80
 REASON = "Kept whole:"
 
-#: Files being rewritten by other work in flight (issue 13: the column decoders of the PyTorch and
-#: Horovod readers; issue 19: the explorer's trace input): the size rules wait for it to land.
-IN_FLIGHT = {
+#: Files being rewritten by other work in flight (issue 13: the PyTorch/Kineto and Horovod readers on
+#: their column decoders; issue 19: the explorer's trace input): the size rules wait for it to land.
+IN_FLIGHT = (
     "dlexplore/traces/pytorch.py",
-    "dlexplore/traces/horovod.py",
-    "dlexplore/traces/kineto_comm.py",
+    "dlexplore/traces/horovod*.py",
+    "dlexplore/traces/kineto_*.py",
+    "dlexplore/traces/jsonchunks.py",
     "dlexplore/widgets/explorer.py",
-}
+)
 
 #: Known exceptions, each with the work that removes it. traces/__init__.py defines load_trace, which
-#: traces/scale.py's Dask workers call, and scale.summarize is reached from __init__: load_trace moves
-#: out of __init__ with the reader registry (the other half of issue 18); delete this entry then.
+#: traces/scale.py's Dask workers call, and __init__'s summarize reaches scale.summarize: moving
+#: load_trace and load out of __init__ (into a traces/load.py beside the reader registry, which
+#: __init__ and scale.py both import) removes the circle; delete this entry then.
 KNOWN_CYCLES: set[frozenset[str]] = {
     frozenset(["dlexplore.traces", "dlexplore.traces.scale"]),
 }
@@ -90,7 +97,9 @@ def _layer(module: str) -> int:
     best, index = -1, None
     for i, (_, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+            # "dlexplore" (the package's own __init__) names itself only, not everything under it
+            exact = prefix == "dlexplore"
+            if (module == prefix or (not exact and module.startswith(prefix + "."))) and len(prefix) > best:
                 best, index = len(prefix), i
     if index is None:
         raise AssertionError(f"{module} belongs to no layer: add it to LAYERS in {__file__}")
@@ -273,6 +282,10 @@ def test_no_private_names_across_packages():
     )
 
 
+def _in_flight(name: str) -> bool:
+    return any(fnmatch.fnmatch(name, pattern) for pattern in IN_FLIGHT)
+
+
 def _relative(path: Path) -> str:
     return path.relative_to(ROOT).as_posix()
 
@@ -281,7 +294,7 @@ def test_module_sizes():
     wrong = {}
     for path in _modules().values():
         name = _relative(path)
-        if name in IN_FLIGHT:
+        if _in_flight(name):
             continue
         text = path.read_text(encoding="utf-8")
         lines = text.count("\n")
@@ -315,7 +328,7 @@ def _long_functions() -> dict[str, int]:
     out = {}
     for path in _modules().values():
         name = _relative(path)
-        if name in IN_FLIGHT:
+        if _in_flight(name):
             continue
         lines = path.read_text(encoding="utf-8").splitlines()
         for node in ast.walk(ast.parse("\n".join(lines))):
@@ -350,5 +363,7 @@ def test_architecture_md_names_every_layer():
             if prefix == "dlexplore":
                 continue
             name = prefix.split(".", 1)[1]
+            if not (PACKAGE / name).is_dir() and not (PACKAGE / f"{name}.py").is_file():
+                continue  # listed for work that has not landed here yet
             shown = f"{name}/" if (PACKAGE / name).is_dir() else f"{name}.py"
             assert shown in text, f"ARCHITECTURE.md does not mention {shown}"
