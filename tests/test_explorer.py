@@ -398,6 +398,12 @@ def test_storage_pue_and_the_advisor():
     assert f"{float(energy.energy_sample):.3g} J per sample" in explorer.headline_text
     explorer.controls["pue"].value = 1.5
     assert "(PUE 1.50)" in explorer.headline_text
+    # the control changes the number, not only its label: energy scales with the PUE
+    more = dlx.model.energy(
+        dlx.predict("resnet50", "V100-16GB", "25GbE", gpus=8, batch_size=256, storage="pfs"), pue=1.5
+    )
+    assert float(more.energy_sample) == pytest.approx(float(energy.energy_sample) * 1.5 / 1.25)
+    assert f"{float(more.energy_sample):.3g} J per sample" in explorer.headline_text
 
 
 def test_the_advisor_opens_with_the_explorers_settings():

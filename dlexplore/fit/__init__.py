@@ -7,6 +7,8 @@
   data-parallel, communication and hybrid-parallel (LLM) tables alike; :func:`leave_one_out`: every
   point predicted by a fit on the others; :func:`calibrate_from_trace`: latency, bandwidth and
   compute time per sample from a measured trace; all return a :class:`Calibration`;
+- :func:`fit_network` (:mod:`~dlexplore.fit.alpha_beta`): the alpha-beta model of a trace's
+  collectives (through :func:`calibrate_from_trace`, else :func:`fit_alpha_beta`'s linear fit);
 - :func:`noise_scale_from_gradients`, :func:`fit_noise_scale`, :func:`noise_scale_from_runs`
   (:mod:`~dlexplore.fit.noise_scale`): the gradient noise scale of a run, with its standard error;
   :func:`fit_published_convergence`: ``S_min`` and ``B_noise`` from published steps to a target;
@@ -17,11 +19,18 @@
 Errors are fractions, ``(predicted - measured) / measured`` (:data:`ERROR_DEFINITION`).
 """
 
-from .calibrate import PARAMETERS, Calibration, CalibrationWarning, calibrate, calibrate_from_trace
+from .alpha_beta import AlphaBeta, fit_alpha_beta, fit_network
+from .calibrate import (
+    PARAMETERS,
+    Calibration,
+    CalibrationWarning,
+    calibrate,
+    calibrate_from_trace,
+    leave_one_out,
+)
 from .compare import ERROR_DEFINITION, as_points, compare, predict_points
 from .extrap import ScalingModel, fit_scaling
 from .hybrid import smallest
-from .hybrid_calibration import leave_one_out
 from .noise_scale import (
     NoiseScale,
     compare_convergence,
@@ -38,6 +47,9 @@ __all__ = [
     "as_points",
     "calibrate",
     "calibrate_from_trace",
+    "AlphaBeta",
+    "fit_alpha_beta",
+    "fit_network",
     "smallest",
     "leave_one_out",
     "Calibration",

@@ -4,6 +4,9 @@ The parser is our own, not ``pandas.read_csv``: it must report every problem as 
 :class:`~dlexplore.errors.InputFileError` with the line number an editor shows, keep ``#`` lines
 apart from values (pandas' ``comment=`` would also cut a value at a ``#``), and never hand back a
 half-checked table. The files are small (tens to thousands of rows), so speed does not matter.
+
+Kept whole: one reader of measurement CSVs, in the order a file is read: preamble, header, units,
+rows, dataset.
 """
 
 from __future__ import annotations

@@ -169,6 +169,23 @@ def _same_gpu(names: pd.Series, gpu: str) -> np.ndarray:
     return names.astype(str).map(resolved).to_numpy() == target
 
 
+#: The columns of :func:`measured_columns`, in order.
+MEASURED_COLUMNS = (
+    "gpus",
+    "throughput",
+    "label",
+    "group",
+    "color",
+    "source",
+    "gpu",
+    "network",
+    "batch_size",
+    "algorithm",
+    "predicted",
+    "error",
+)
+
+
 def measured_columns(
     measured: xr.Dataset | None,
     pred: xr.Dataset | None = None,
@@ -190,25 +207,11 @@ def measured_columns(
     NaN. ``group`` (the legend) and ``color`` say which: ``"measured"`` (vermilion) or
     ``"measured, not compared"`` (grey).
     """
-    names = (
-        "gpus",
-        "throughput",
-        "label",
-        "group",
-        "color",
-        "source",
-        "gpu",
-        "network",
-        "batch_size",
-        "algorithm",
-        "predicted",
-        "error",
-    )
     empty = {
         n: np.array(
             [], dtype=float if n in ("gpus", "throughput", "batch_size", "predicted", "error") else object
         )
-        for n in names
+        for n in MEASURED_COLUMNS
     }
     if measured is None or "throughput" not in measured or "point" not in measured.dims:
         return empty

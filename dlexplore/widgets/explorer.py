@@ -268,8 +268,8 @@ class Explorer(MeasuredSide):
     def open_advisor(self):
         """Show the hybrid-parallelism strategy advisor under the explorer, with this workload,
         GPU, precision, network, GPU count and global batch (see
-        :class:`dlexplore.advisor.AdvisorWidget`); returns it."""
-        from ..advisor import AdvisorWidget
+        :class:`dlexplore.widgets.advisor.AdvisorWidget`); returns it."""
+        from .advisor import AdvisorWidget
 
         c = self.controls
         network = c["network"].value

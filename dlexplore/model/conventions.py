@@ -1,4 +1,5 @@
-"""Sweeps and dataset conventions shared by the model functions.
+"""Dataset conventions shared by the model functions: units and long names of every variable
+(:data:`VARIABLES`), the source of a prediction, and sweeps.
 
 A parameter given as a scalar stays a scalar coordinate; one given as a 1-D sequence becomes a
 dimension of that name. xarray then broadcasts by name, so every swept parameter ends up as one
