@@ -111,6 +111,8 @@ PARAMETERS: dict[str, _Spec] = {
     ),
     "cycle_time": _Spec("s", 0.0, 1.0, 5e-3, "Horovod's cycle time"),
     "negotiation_time": _Spec("s", 0.0, 1e-2, 1e-5, "Horovod's negotiation time per tensor and tree level"),
+    "host_bandwidth": _Spec("GB/s", 0.05, 500.0, 20.0, "host memory traffic one CPU core sustains"),
+    "server_bandwidth": _Spec("GB/s", 0.05, 500.0, 20.0, "host memory traffic of a parameter server's CPU"),
     "tp_overlap": _Spec(
         "1", 0.0, 1.0, 0.5, "fraction of tensor-parallel communication allowed to hide behind GEMMs"
     ),
@@ -125,6 +127,8 @@ _TRAINING_ONLY = (
     "ps_efficiency",
     "cycle_time",
     "negotiation_time",
+    "host_bandwidth",
+    "server_bandwidth",
     "tp_overlap",
 )
 #: dlexplore.predict's arguments: the settings Calibration.predict passes on.
@@ -137,6 +141,7 @@ _PREDICT_ARGUMENTS = (
     "bandwidth",
     "latency",
     "gpus_per_node",
+    "nics_per_node",
     "intra_link",
     "intra_bandwidth",
     "intra_latency",
@@ -167,6 +172,9 @@ _PREDICT_ARGUMENTS = (
     "ps_efficiency",
     "cycle_time",
     "negotiation_time",
+    "host_staging",
+    "host_bandwidth",
+    "server_bandwidth",
     "operators",
 )
 #: dlexplore.predict_parallel's settings a hybrid calibration's points can share.
@@ -1322,9 +1330,11 @@ def _setup_table(model: PointModel, frame: pd.DataFrame, table: str) -> pd.DataF
             precision=model.precision,
             batch_size=model.batch_size,
             grad_accum=model.grad_accum,
+            nics_per_node=model.nics_per_node,
             framework=model.framework,
             transport=model.transport,
             servers_colocated=model.colocated,
+            host_staging=model.host_staging,
             network=[n if catalog_link_known(n) else "" for n in model.network],
         )
     else:

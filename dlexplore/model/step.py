@@ -18,9 +18,12 @@ Which link carries the allreduce: when all GPUs sit in one node (``gpus <= gpus_
 intra-node link; otherwise a flat algorithm is limited by the network (its slowest link), while the
 ``hierarchical`` algorithm uses both (see :mod:`dlexplore.model.comm`).
 
+Frameworks' own delays (Horovod's cycle and negotiation, parameter servers) are in
+:mod:`dlexplore.model.gradsync`, reduction in host memory (Horovod's CPU allreduce) in
+:mod:`dlexplore.model.hoststaging`, NICs shared by a node's GPUs in :mod:`dlexplore.model.topology`.
+
 What this lacks: contention between communication and compute for GPU memory bandwidth and SMs,
-the framework's own scheduling delays (Horovod's cycle time, negotiation), multiple NICs per node
-and rail-optimised networks, stragglers (every rank is assumed identical), and the dependence of
+rail-optimised networks, stragglers (every rank is assumed identical), and the dependence of
 compute efficiency on batch size. Compare with measurements and calibrate before trusting
 extrapolations.
 """
@@ -56,9 +59,11 @@ from .gradsync import (
     resolve_transport,
     server_load_fraction,
 )
+from .hoststaging import host_allreduce_time, host_link, server_work_time
 from .io import io_time
 from .memory import ACTIVATION_SCALE, DEFAULT_WORKSPACE, bytes_per_param
 from .operators import CATEGORIES, PHASES, category_sums, operator_table, phase_sums
+from .topology import nic_share
 
 __all__ = ["predict", "gradient_buckets", "DEFAULT_BUCKET_SIZE", "NUMERIC_PARAMETERS"]
 
@@ -73,6 +78,7 @@ NUMERIC_PARAMETERS = (
     "bandwidth",
     "latency",
     "gpus_per_node",
+    "nics_per_node",
     "intra_bandwidth",
     "intra_latency",
     "servers",
@@ -89,6 +95,8 @@ NUMERIC_PARAMETERS = (
     "ps_efficiency",
     "cycle_time",
     "negotiation_time",
+    "host_bandwidth",
+    "server_bandwidth",
 )
 #: Parameters that select catalog entries or change the bucket structure: a sequence of them is
 #: evaluated one value at a time and concatenated along a dimension of that name.
@@ -107,8 +115,17 @@ CATEGORICAL_PARAMETERS = (
     "framework",
     "transport",
     "servers_colocated",
+    "host_staging",
 )
-_INTEGER_PARAMETERS = {"gpus", "batch_size", "gpus_per_node", "servers", "io_threads", "grad_accum"}
+_INTEGER_PARAMETERS = {
+    "gpus",
+    "batch_size",
+    "gpus_per_node",
+    "nics_per_node",
+    "servers",
+    "io_threads",
+    "grad_accum",
+}
 #: Fractions in (0, 1].
 _FRACTIONS = (
     "compute_efficiency",
@@ -118,7 +135,14 @@ _FRACTIONS = (
     "ps_efficiency",
 )
 #: Communication overheads and their defaults' names in data/catalog/defaults.csv.
-COMM_PARAMETERS = ("tcp_efficiency", "ps_efficiency", "cycle_time", "negotiation_time")
+COMM_PARAMETERS = (
+    "tcp_efficiency",
+    "ps_efficiency",
+    "cycle_time",
+    "negotiation_time",
+    "host_bandwidth",
+    "server_bandwidth",
+)
 
 
 @dataclass(frozen=True)
@@ -209,6 +233,10 @@ def _fraction(name: str, value: object, **_: object) -> object:
 _RULES = {
     "gpus": lambda name, value, **_: validation.gpu_count(name, value),
     "gpus_per_node": lambda name, value, **_: validation.gpu_count(name, value),
+    # 0 is the default: one NIC per GPU
+    "nics_per_node": lambda name, value, **_: validation.count(
+        name, value, minimum=0, maximum=validation.MAX_GPUS
+    ),
     # 0 is the default: one server per node
     "servers": lambda name, value, **_: validation.count(name, value, minimum=0, maximum=validation.MAX_GPUS),
     "io_threads": validation.count,
@@ -216,6 +244,8 @@ _RULES = {
     "batch_size": lambda name, value, **_: validation.batch_size(name, value),
     "bandwidth": validation.positive,
     "intra_bandwidth": validation.positive,
+    "host_bandwidth": validation.positive,
+    "server_bandwidth": validation.positive,
     **{name: _fraction for name in _FRACTIONS},
     "winograd_speedup": lambda name, value, **_: validation.number(name, value, minimum=1),
     "overlap": lambda name, value, **_: validation.fraction(name, value),
@@ -223,6 +253,8 @@ _RULES = {
 _UNITS = {
     "bandwidth": "GB/s",
     "intra_bandwidth": "GB/s",
+    "host_bandwidth": "GB/s",
+    "server_bandwidth": "GB/s",
     "latency": "s",
     "intra_latency": "s",
     "gamma": "s/byte",
@@ -242,6 +274,7 @@ def predict(
     bandwidth: float | Sequence[float] | None = None,
     latency: float | Sequence[float] | None = None,
     gpus_per_node: int | Sequence[int] = 1,
+    nics_per_node: int | Sequence[int] = 0,
     intra_link: str | catalog.Link | Sequence[str] = "PCIe3",
     intra_bandwidth: float | Sequence[float] | None = None,
     intra_latency: float | Sequence[float] | None = None,
@@ -272,6 +305,9 @@ def predict(
     ps_efficiency: float | Sequence[float] | None = None,
     cycle_time: float | Sequence[float] | None = None,
     negotiation_time: float | Sequence[float] | None = None,
+    host_staging: bool | Sequence[bool] = False,
+    host_bandwidth: float | Sequence[float] | None = None,
+    server_bandwidth: float | Sequence[float] | None = None,
     operators: bool = False,
 ) -> xr.Dataset:
     """Predict step time, throughput, scaling efficiency and memory of data-parallel training.
@@ -287,8 +323,10 @@ def predict(
         Catalog ids (or catalog records). ``bandwidth``/``latency`` override the network's figures
         and ``intra_bandwidth``/``intra_latency`` the intra-node link's; ``network=None`` requires
         both ``bandwidth`` and ``latency``. ``storage=None`` means synthetic data (no reading).
-    gpus, gpus_per_node:
-        Total GPUs and GPUs per node (default 1: every GPU talks over the network).
+    gpus, gpus_per_node, nics_per_node:
+        Total GPUs, GPUs per node (default 1: every GPU talks over the network) and network
+        adapters per node (default 0: one per GPU); the GPUs of a node share its NICs in the
+        algorithms that send from all of them at once (:mod:`dlexplore.model.topology`).
     algorithm:
         Gradient allreduce: ``ring``, ``tree``, ``recursive_doubling``, ``halving_doubling``,
         ``hierarchical`` (ring inside nodes, ring between them) or ``parameter_server`` with
@@ -321,6 +359,16 @@ def predict(
         0 = one allreduce per layer.
     overlap:
         1 lets communication overlap the backward pass as the bucket schedule allows; 0 serialises it.
+    framework, transport, servers_colocated, tcp_efficiency, ps_efficiency, cycle_time, negotiation_time:
+        How the framework synchronises gradients: Horovod's cycle and negotiation, kernel TCP's
+        efficiency, parameter servers' placement and link efficiency
+        (:mod:`dlexplore.model.gradsync`).
+    host_staging, host_bandwidth, server_bandwidth:
+        ``host_staging=True`` reduces gradients in host memory: copied off the GPU, through a
+        fusion buffer, Open MPI's ring with the sums on the CPU, and back (Horovod's CPU
+        allreduce; :mod:`dlexplore.model.hoststaging`). ``host_bandwidth`` (GB/s) is the memory
+        traffic one host CPU core sustains; ``server_bandwidth`` (GB/s) the memory traffic of a
+        parameter server's CPU receiving, summing and sending gradients.
     prefetch:
         Whether the next batch is read while the current one computes.
     buckets:
@@ -359,6 +407,7 @@ def predict(
         framework=framework,
         transport=transport,
         servers_colocated=servers_colocated,
+        host_staging=host_staging,
     )
     numeric = dict(
         gpus=gpus,
@@ -366,6 +415,7 @@ def predict(
         bandwidth=bandwidth,
         latency=latency,
         gpus_per_node=gpus_per_node,
+        nics_per_node=nics_per_node,
         intra_bandwidth=intra_bandwidth,
         intra_latency=intra_latency,
         servers=servers,
@@ -382,6 +432,8 @@ def predict(
         ps_efficiency=ps_efficiency,
         cycle_time=cycle_time,
         negotiation_time=negotiation_time,
+        host_bandwidth=host_bandwidth,
+        server_bandwidth=server_bandwidth,
     )
     workspace = validation.nonnegative("workspace", workspace, units="bytes")
     if bucket_size is not None:
@@ -478,6 +530,7 @@ def _predict_one(
     framework = _choice("framework", args["framework"], FRAMEWORKS)
     transport = _choice("transport", args["transport"], TRANSPORTS)
     colocated = bool(args["servers_colocated"])
+    staged = bool(args["host_staging"])
     bucket_size = (
         float(args["bucket_size"])
         if args["bucket_size"] is not None
@@ -535,10 +588,12 @@ def _predict_one(
         * (grid["tcp_efficiency"] if tcp else 1.0)
     )
     bw_intra = grid["intra_bandwidth"] * intra.efficiency
+    # the node's NICs shared by its GPUs where they all send at once
+    bw_nic = bw_net * nic_share(algorithm, np.minimum(G, P), grid["nics_per_node"])
     if algorithm in ("hierarchical", "nccl", "nvls"):
-        bw, lat = bw_net, grid["latency"]
+        bw, lat = bw_nic, grid["latency"]
     else:
-        bw = np.where(one_node, bw_intra, bw_net)
+        bw = np.where(one_node, bw_intra, bw_nic)
         lat = np.where(one_node, grid["intra_latency"], grid["latency"])
     if algorithm == "parameter_server":
         servers = np.where(grid["servers"] > 0, grid["servers"], np.ceil(P / np.minimum(G, P)))
@@ -556,6 +611,9 @@ def _predict_one(
         else {}
     )
     multi = P > 1
+    if staged:
+        pcie = host_link(dev)
+        pcie_bw = pcie.bandwidth_gbs * pcie.efficiency
     t_comm = 0.0
     end = 0.0
     for nbytes, ready_frac, tensors in zip(
@@ -563,6 +621,9 @@ def _predict_one(
     ):
         if algorithm == "parameter_server":
             c = parameter_server_time(nbytes, P, G, servers, share, colocated, bw_ps, lat, grid["gamma"])
+            c = c + server_work_time(nbytes, P, share, grid["server_bandwidth"])
+        elif staged:
+            c = host_allreduce_time(nbytes, P, G, bw_net, grid["latency"], pcie_bw, grid["host_bandwidth"])
         else:
             c = collective_time(
                 "allreduce",
@@ -666,6 +727,7 @@ def _predict_one(
         "framework": framework,
         "transport": resolve_transport(transport, net),
         "servers_colocated": colocated,
+        "host_staging": staged,
     }
     if wl.kind == "transformer":
         labels["seq"] = int(wl.config["seq"])
