@@ -3,12 +3,14 @@
 On the same rows of each measured table, side by side:
 
 - **dlexplore uncalibrated**: the catalog and the defaults of ``data/catalog/defaults.csv``;
-- **dlexplore calibrated**: fitted with ``dlexplore.calibrate`` on the smallest configurations
-  (data-parallel tables: the points at the smallest ``min(3, counts - 1)`` GPU counts, one GPU
-  count: the ring row; the GEMM plateau per workload, GPU and precision, and the parameters of the
-  links the fitted points use, where they determine them; hybrid-parallel tables: the smallest
-  ``min(3, rows - 1)`` configurations, ``dlexplore.fit.smallest``, and the GEMM plateau), with its
-  90% prediction interval, whose coverage of the held-out rows is reported;
+- **dlexplore calibrated**: fitted with ``dlexplore.calibrate`` on the smallest configurations that
+  exercise each part of the model (data-parallel tables: the points at the smallest
+  ``min(3, counts - 1)`` GPU counts, and the smallest configuration of each link and setup those
+  leave unused, :func:`fit_mask`; one GPU count: the ring row; the GEMM plateau per workload, GPU
+  and precision and the links first, then what each network setup adds, a parameter the points do
+  not determine keeping its default, :func:`calibrate_in_stages`; hybrid-parallel tables: the
+  smallest ``min(3, rows - 1)`` configurations, ``dlexplore.fit.smallest``, and the GEMM plateau),
+  with its 90% prediction interval, whose coverage of the held-out rows is reported;
 - **Extra-P** (``dlexplore.fit.extrap.fit_scaling``): an empirical scaling model per series of the
   fitted points, where a series has three GPU counts to fit;
 - **llm-analysis 0.2.2** on the hybrid-parallel (LLM) rows: with its documentation's
