@@ -50,8 +50,9 @@ MEASURED_PREFIX = "measured: "
 _KEY_LINE = re.compile(r"^#\s?([A-Za-z][A-Za-z0-9_]*)\s*:(?!//)\s*(.*)$")
 _CONTINUATION = re.compile(r"^#\s{2,}(\S.*)$")
 
-# Integer columns where 0 means something (servers: one per node; ZeRO stage 0: none).
-_ZERO_OK = ("servers", "zero")
+# Integer columns where 0 means something (servers: one per node; ZeRO stage 0: none; NICs: one
+# per GPU).
+_ZERO_OK = ("servers", "zero", "nics_per_node")
 #: Text columns of hybrid tables that take one of a few values.
 _CHOICES = {
     "recompute": ("none", "selective", "full"),

@@ -18,9 +18,12 @@ Which link carries the allreduce: when all GPUs sit in one node (``gpus <= gpus_
 intra-node link; otherwise a flat algorithm is limited by the network (its slowest link), while the
 ``hierarchical`` algorithm uses both (see :mod:`dlexplore.model.comm`).
 
+Frameworks' own delays (Horovod's cycle and negotiation, parameter servers) are in
+:mod:`dlexplore.model.gradsync`, reduction in host memory (Horovod's CPU allreduce) in
+:mod:`dlexplore.model.hoststaging`, NICs shared by a node's GPUs in :mod:`dlexplore.model.topology`.
+
 What this lacks: contention between communication and compute for GPU memory bandwidth and SMs,
-the framework's own scheduling delays (Horovod's cycle time, negotiation), multiple NICs per node
-and rail-optimised networks, stragglers (every rank is assumed identical), and the dependence of
+rail-optimised networks, stragglers (every rank is assumed identical), and the dependence of
 compute efficiency on batch size. Compare with measurements and calibrate before trusting
 extrapolations.
 """
@@ -56,6 +59,7 @@ def predict(
     bandwidth: float | Sequence[float] | None = None,
     latency: float | Sequence[float] | None = None,
     gpus_per_node: int | Sequence[int] = 1,
+    nics_per_node: int | Sequence[int] = 0,
     intra_link: str | catalog.Link | Sequence[str] = "PCIe3",
     intra_bandwidth: float | Sequence[float] | None = None,
     intra_latency: float | Sequence[float] | None = None,
@@ -86,6 +90,9 @@ def predict(
     ps_efficiency: float | Sequence[float] | None = None,
     cycle_time: float | Sequence[float] | None = None,
     negotiation_time: float | Sequence[float] | None = None,
+    host_staging: bool | Sequence[bool] = False,
+    host_bandwidth: float | Sequence[float] | None = None,
+    server_bandwidth: float | Sequence[float] | None = None,
     operators: bool = False,
 ) -> xr.Dataset:
     """Predict step time, throughput, scaling efficiency and memory of data-parallel training.
@@ -101,8 +108,10 @@ def predict(
         Catalog ids (or catalog records). ``bandwidth``/``latency`` override the network's figures
         and ``intra_bandwidth``/``intra_latency`` the intra-node link's; ``network=None`` requires
         both ``bandwidth`` and ``latency``. ``storage=None`` means synthetic data (no reading).
-    gpus, gpus_per_node:
-        Total GPUs and GPUs per node (default 1: every GPU talks over the network).
+    gpus, gpus_per_node, nics_per_node:
+        Total GPUs, GPUs per node (default 1: every GPU talks over the network) and network
+        adapters per node (default 0: one per GPU); the GPUs of a node share its NICs in the
+        algorithms that send from all of them at once (:mod:`dlexplore.model.topology`).
     algorithm:
         Gradient allreduce: ``ring``, ``tree``, ``recursive_doubling``, ``halving_doubling``,
         ``hierarchical`` (ring inside nodes, ring between them) or ``parameter_server`` with
@@ -135,6 +144,16 @@ def predict(
         0 = one allreduce per layer.
     overlap:
         1 lets communication overlap the backward pass as the bucket schedule allows; 0 serialises it.
+    framework, transport, servers_colocated, tcp_efficiency, ps_efficiency, cycle_time, negotiation_time:
+        How the framework synchronises gradients: Horovod's cycle and negotiation, kernel TCP's
+        efficiency, parameter servers' placement and link efficiency
+        (:mod:`dlexplore.model.gradsync`).
+    host_staging, host_bandwidth, server_bandwidth:
+        ``host_staging=True`` reduces gradients in host memory: copied off the GPU, through a
+        fusion buffer, Open MPI's ring with the sums on the CPU, and back (Horovod's CPU
+        allreduce; :mod:`dlexplore.model.hoststaging`). ``host_bandwidth`` (GB/s) is the memory
+        traffic one host CPU core sustains; ``server_bandwidth`` (GB/s) the memory traffic of a
+        parameter server's CPU receiving, summing and sending gradients.
     prefetch:
         Whether the next batch is read while the current one computes.
     buckets:
@@ -175,6 +194,7 @@ def predict(
         framework=framework,
         transport=transport,
         servers_colocated=servers_colocated,
+        host_staging=host_staging,
     )
     numeric = dict(
         gpus=gpus,
@@ -182,6 +202,7 @@ def predict(
         bandwidth=bandwidth,
         latency=latency,
         gpus_per_node=gpus_per_node,
+        nics_per_node=nics_per_node,
         intra_bandwidth=intra_bandwidth,
         intra_latency=intra_latency,
         servers=servers,
@@ -198,6 +219,8 @@ def predict(
         ps_efficiency=ps_efficiency,
         cycle_time=cycle_time,
         negotiation_time=negotiation_time,
+        host_bandwidth=host_bandwidth,
+        server_bandwidth=server_bandwidth,
     )
     workspace = validation.nonnegative("workspace", workspace, units="bytes")
     if bucket_size is not None:
