@@ -57,6 +57,10 @@ PARAMETERS: dict[str, ParameterSpec] = {
     "negotiation_time": ParameterSpec(
         "s", 0.0, 1e-2, 1e-5, "Horovod's negotiation time per tensor and tree level"
     ),
+    "host_bandwidth": ParameterSpec("GB/s", 0.05, 500.0, 20.0, "host memory traffic one CPU core sustains"),
+    "server_bandwidth": ParameterSpec(
+        "GB/s", 0.05, 500.0, 20.0, "host memory traffic of a parameter server's CPU"
+    ),
     "tp_overlap": ParameterSpec(
         "1", 0.0, 1.0, 0.5, "fraction of tensor-parallel communication allowed to hide behind GEMMs"
     ),
@@ -73,6 +77,8 @@ TRAINING_ONLY = (
     "ps_efficiency",
     "cycle_time",
     "negotiation_time",
+    "host_bandwidth",
+    "server_bandwidth",
     "tp_overlap",
 )
 
@@ -87,6 +93,7 @@ PREDICT_ARGUMENTS = (
     "bandwidth",
     "latency",
     "gpus_per_node",
+    "nics_per_node",
     "intra_link",
     "intra_bandwidth",
     "intra_latency",
@@ -117,6 +124,9 @@ PREDICT_ARGUMENTS = (
     "ps_efficiency",
     "cycle_time",
     "negotiation_time",
+    "host_staging",
+    "host_bandwidth",
+    "server_bandwidth",
     "operators",
 )
 

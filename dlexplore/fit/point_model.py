@@ -195,6 +195,7 @@ class PointModel:
             dtype=object,
         )
         self.colocated = np.array([_yes(v) for v in self._said("servers_colocated")], dtype=bool)
+        self.host_staging = np.array([_staged(v) for v in self._said("host_staging")], dtype=bool)
 
     def _algorithms(self, collective: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         labels = self._column("algorithm", "unknown").astype(object)
@@ -239,12 +240,20 @@ class PointModel:
                 except DlexploreError as exc:
                     self.reason[i] = self.reason[i] or str(exc)
         efficiency = self.kwargs.get("compute_efficiency")
+        # a point's own GEMM plateau where the points carry one (a calibration's earlier stage)
+        own = (
+            pd.to_numeric(f["compute_efficiency"], errors="coerce").to_numpy(dtype=float)
+            if "compute_efficiency" in f
+            else np.full(n, np.nan)
+        )
         defaults["compute_efficiency"] = np.array(
             [
-                efficiency
+                mine
+                if np.isfinite(mine)
+                else efficiency
                 if efficiency is not None
                 else (default_compute_efficiency(p, g) if p and g else np.nan)
-                for p, g in zip(self.precision, self.gpu, strict=True)
+                for mine, p, g in zip(own, self.precision, self.gpu, strict=True)
             ],
             dtype=float,
         )
@@ -258,6 +267,7 @@ class PointModel:
         else:
             self.baseline = np.ones(n, dtype=np.int64)
         self.grad_accum = np.array([_positive_int(v, 1) for v in self._said("grad_accum")])
+        self.nics_per_node = np.array([_positive_int(v, 0) for v in self._said("nics_per_node")])
         self.seq = np.array([_positive_int(v, 0) for v in self._said("seq")])
         keys = list(
             zip(
@@ -270,7 +280,9 @@ class PointModel:
                 self.framework,
                 self.transport,
                 self.colocated,
+                self.host_staging,
                 self.grad_accum,
+                self.nics_per_node,
                 self.seq,
                 strict=True,
             )
@@ -393,7 +405,9 @@ class PointModel:
             framework,
             transport,
             colocated,
+            staged,
             grad_accum,
+            nics,
             seq,
         ) = self.group_settings[group]
         gpus_ax, batch_ax, node_ax = self.group_axes[group]
@@ -426,7 +440,9 @@ class PointModel:
                 framework=framework,
                 transport=transport,
                 servers_colocated=bool(colocated),
+                host_staging=bool(staged),
                 grad_accum=int(grad_accum),
+                nics_per_node=int(nics),
                 # a table's seq column holds some value on every row: CNN rows ignore it
                 seq=int(seq) if seq and catalog.workload(workload).kind == "transformer" else None,
                 **{
@@ -545,6 +561,11 @@ def _positive_int(value: object, unsaid: int) -> int:
 def _yes(value: object) -> bool:
     """``servers_colocated``: yes (the default, one server on each worker node) unless it says no."""
     return str(value).strip().lower() not in ("no", "false", "0", "dedicated")
+
+
+def _staged(value: object) -> bool:
+    """``host_staging``: no (gradients reduced on the GPUs) unless it says yes."""
+    return str(value).strip().lower() in ("yes", "true", "1", "host", "cpu")
 
 
 def _transport(value: object) -> str:

@@ -35,6 +35,8 @@ PARAMETER_NAMES = (
     "ps_efficiency",
     "cycle_time",
     "negotiation_time",
+    "host_bandwidth",
+    "server_bandwidth",
 )
 
 
@@ -48,6 +50,8 @@ GLOBAL_DEFAULTS = (
     "ps_efficiency",
     "cycle_time",
     "negotiation_time",
+    "host_bandwidth",
+    "server_bandwidth",
 )
 
 
@@ -62,7 +66,9 @@ POINT_KEYWORDS = (
     "framework",
     "transport",
     "servers_colocated",
+    "host_staging",
     "grad_accum",
+    "nics_per_node",
     "seq",
 )
 
@@ -81,7 +87,7 @@ FIXED_KEYWORDS = (
 
 
 #: Coordinates :func:`compare` does not match: model settings that tables record as free labels.
-SETTINGS = ("framework", "transport", "servers_colocated", "attention")
+SETTINGS = ("framework", "transport", "servers_colocated", "host_staging", "attention")
 
 
 #: Framework labels the model runs as PyTorch DDP's bucketed allreduce (no Horovod cycle).

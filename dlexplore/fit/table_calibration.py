@@ -303,9 +303,11 @@ def setup_table(model: PointModel, frame: pd.DataFrame, table: str) -> pd.DataFr
             precision=model.precision,
             batch_size=model.batch_size,
             grad_accum=model.grad_accum,
+            nics_per_node=model.nics_per_node,
             framework=model.framework,
             transport=model.transport,
             servers_colocated=model.colocated,
+            host_staging=model.host_staging,
             network=[n if catalog_link_known(n) else "" for n in model.network],
         )
     else:

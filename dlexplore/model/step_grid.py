@@ -20,6 +20,7 @@ NUMERIC_PARAMETERS = (
     "bandwidth",
     "latency",
     "gpus_per_node",
+    "nics_per_node",
     "intra_bandwidth",
     "intra_latency",
     "servers",
@@ -36,6 +37,8 @@ NUMERIC_PARAMETERS = (
     "ps_efficiency",
     "cycle_time",
     "negotiation_time",
+    "host_bandwidth",
+    "server_bandwidth",
 )
 
 
@@ -56,10 +59,19 @@ CATEGORICAL_PARAMETERS = (
     "framework",
     "transport",
     "servers_colocated",
+    "host_staging",
 )
 
 
-INTEGER_PARAMETERS = {"gpus", "batch_size", "gpus_per_node", "servers", "io_threads", "grad_accum"}
+INTEGER_PARAMETERS = {
+    "gpus",
+    "batch_size",
+    "gpus_per_node",
+    "nics_per_node",
+    "servers",
+    "io_threads",
+    "grad_accum",
+}
 
 
 #: Fractions in (0, 1].
@@ -73,7 +85,14 @@ _FRACTIONS = (
 
 
 #: Communication overheads and their defaults' names in data/catalog/defaults.csv.
-COMM_PARAMETERS = ("tcp_efficiency", "ps_efficiency", "cycle_time", "negotiation_time")
+COMM_PARAMETERS = (
+    "tcp_efficiency",
+    "ps_efficiency",
+    "cycle_time",
+    "negotiation_time",
+    "host_bandwidth",
+    "server_bandwidth",
+)
 
 
 class Grid:
@@ -123,6 +142,10 @@ def _fraction(name: str, value: object, **_: object) -> object:
 _RULES = {
     "gpus": lambda name, value, **_: validation.gpu_count(name, value),
     "gpus_per_node": lambda name, value, **_: validation.gpu_count(name, value),
+    # 0 is the default: one NIC per GPU
+    "nics_per_node": lambda name, value, **_: validation.count(
+        name, value, minimum=0, maximum=validation.MAX_GPUS
+    ),
     # 0 is the default: one server per node
     "servers": lambda name, value, **_: validation.count(name, value, minimum=0, maximum=validation.MAX_GPUS),
     "io_threads": validation.count,
@@ -130,6 +153,8 @@ _RULES = {
     "batch_size": lambda name, value, **_: validation.batch_size(name, value),
     "bandwidth": validation.positive,
     "intra_bandwidth": validation.positive,
+    "host_bandwidth": validation.positive,
+    "server_bandwidth": validation.positive,
     **{name: _fraction for name in _FRACTIONS},
     "winograd_speedup": lambda name, value, **_: validation.number(name, value, minimum=1),
     "overlap": lambda name, value, **_: validation.fraction(name, value),
@@ -139,6 +164,8 @@ _RULES = {
 _UNITS = {
     "bandwidth": "GB/s",
     "intra_bandwidth": "GB/s",
+    "host_bandwidth": "GB/s",
+    "server_bandwidth": "GB/s",
     "latency": "s",
     "intra_latency": "s",
     "gamma": "s/byte",

@@ -34,11 +34,13 @@ from .gradsync import (
     resolve_transport,
     server_load_fraction,
 )
+from .hoststaging import host_allreduce_time, host_link, server_work_time
 from .io import io_time
 from .memory import ACTIVATION_SCALE, bytes_per_param
 from .operator_table import operator_table
 from .operators import CATEGORIES, PHASES, category_sums, phase_sums
 from .step_grid import COMM_PARAMETERS, INTEGER_PARAMETERS, NUMERIC_PARAMETERS, Grid, along, choose
+from .topology import nic_share
 
 #: PyTorch DistributedDataParallel's default ``bucket_cap_mb`` (25 MiB).
 DEFAULT_BUCKET_SIZE = 25 * 2**20
@@ -126,6 +128,7 @@ class _Setup:
     framework: str
     transport: str
     colocated: bool
+    staged: bool
     bucket_size: float
     net: catalog.Link | None
     intra: catalog.Link
@@ -171,6 +174,7 @@ def _setup(args: dict, numeric: dict) -> _Setup:
         framework=framework,
         transport=choose("transport", args["transport"], TRANSPORTS),
         colocated=bool(args["servers_colocated"]),
+        staged=bool(args["host_staging"]),
         bucket_size=bucket_size,
         net=net,
         intra=intra,
@@ -218,12 +222,14 @@ def _links(st: _Setup) -> dict:
         * (net.efficiency if net is not None else 1.0)
         * (grid["tcp_efficiency"] if tcp else 1.0)
     )
-    out = {"bw_intra": grid["intra_bandwidth"] * intra.efficiency, "node": {}}
+    out = {"bw_intra": grid["intra_bandwidth"] * intra.efficiency, "bw_net": bw_net, "node": {}}
+    # the node's NICs shared by its GPUs where they all send at once
+    bw_nic = bw_net * nic_share(algorithm, np.minimum(G, P), grid["nics_per_node"])
     if algorithm in ("hierarchical", "nccl", "nvls"):
-        out.update(bw=bw_net, lat=grid["latency"])
+        out.update(bw=bw_nic, lat=grid["latency"])
     else:
         out.update(
-            bw=np.where(one_node, out["bw_intra"], bw_net),
+            bw=np.where(one_node, out["bw_intra"], bw_nic),
             lat=np.where(one_node, grid["intra_latency"], grid["latency"]),
         )
     if algorithm == "parameter_server":
@@ -234,6 +240,9 @@ def _links(st: _Setup) -> dict:
             bw_ps=np.where(one_node, out["bw_intra"], bw_net / (grid["tcp_efficiency"] if tcp else 1.0))
             * grid["ps_efficiency"],
         )
+    if st.staged:
+        pcie = host_link(st.dev)
+        out["pcie_bw"] = pcie.bandwidth_gbs * pcie.efficiency
     if algorithm in ("nccl", "nvls"):
         out["node"] = dict(
             intra_fabric=intra.fabric or "pcie",
@@ -258,6 +267,11 @@ def _bucket_time(st: _Setup, links: dict, nbytes: float, tensors: float) -> np.n
             links["bw_ps"],
             links["lat"],
             grid["gamma"],
+        )
+        c = c + server_work_time(nbytes, P, links["share"], grid["server_bandwidth"])
+    elif st.staged:
+        c = host_allreduce_time(
+            nbytes, P, G, links["bw_net"], grid["latency"], links["pcie_bw"], grid["host_bandwidth"]
         )
     else:
         c = collective_time(
@@ -404,6 +418,7 @@ def _labels(st: _Setup, args: dict, peak: float) -> dict:
         framework=st.framework,
         transport=resolve_transport(st.transport, st.net),
         servers_colocated=st.colocated,
+        host_staging=st.staged,
     )
     if st.wl.kind == "transformer":
         labels["seq"] = int(st.wl.config["seq"])
