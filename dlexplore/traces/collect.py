@@ -54,14 +54,19 @@ from .._io import atomic_open, replace_folder
 from .._version import __version__
 from ..errors import DlexploreError, UnknownNameError
 
-__all__ = ["collect", "MODELS", "MANIFEST_NAME", "build_model"]
+__all__ = ["collect", "MODELS", "MANIFEST_NAME", "build_model", "TRANSFORMER"]
 
 #: The models a run can train, with what they are (shown in errors and the manifest).
 MODELS: dict[str, str] = {
     "mlp": "multilayer perceptron: Linear(256, 512), ReLU, Linear(512, 512), ReLU, Linear(512, 10)",
     "cnn": "small convolutional net on 3x32x32 images: Conv2d(3, 16, 3), ReLU, MaxPool(2), "
     "Conv2d(16, 32, 3), ReLU, MaxPool(2), Linear(2048, 10)",
+    "transformer": "BERT-style transformer encoder on 64-token sequences: word and position "
+    "embeddings (vocabulary 1024, hidden 128), LayerNorm, 2 post-LN TransformerEncoderLayers (4 heads, "
+    "feed-forward 512, GELU), logits through the tied word embeddings; a language-model loss",
 }
+#: The transformer's sizes, as dlexplore's catalog builds the same network (the manifest names it).
+TRANSFORMER = {"layers": 2, "hidden": 128, "heads": 4, "seq": 64, "vocab": 1024}
 
 #: File name of the run's manifest inside the output folder.
 MANIFEST_NAME = "manifest.json"
@@ -382,15 +387,16 @@ def _manifest(
             "description": MODELS[model],
             "parameters": parameters,
             "gradient_bytes": parameters * 4,  # float32 gradients, what the allreduces carry
+            **({"workload": _transformer_spec()} if model == "transformer" else {}),
             "dtype": "float32",
             "optimizer": "SGD(lr=0.01, momentum=0.9)",
             "loss": "cross_entropy",
         },
         "data": {
             "kind": "synthetic",
-            "sample_shape": list(_IMAGE_SHAPE) if model == "cnn" else [_MLP_FEATURES],
-            "classes": _NUM_CLASSES,
-            # Random labels: nothing to learn, the loss stays near ln(classes) = 2.303.
+            "sample_shape": list(_sample_shape(model)),
+            "classes": TRANSFORMER["vocab"] if model == "transformer" else _NUM_CLASSES,
+            # Random labels: nothing to learn, the loss stays near ln(classes) (2.303 for 10).
             "labels": "uniform random",
             "loader": "torch.utils.data.DataLoader(num_workers=0) with DistributedSampler",
         },
@@ -587,7 +593,55 @@ def build_model(name: str) -> Any:
             nn.Flatten(),
             nn.Linear(32 * 8 * 8, _NUM_CLASSES),
         )
+    if name == "transformer":
+        return _transformer_module()
     raise UnknownNameError("model", name, MODELS)
+
+
+def _transformer_spec() -> str:
+    """The catalog's name for the transformer: ``transformer:layers=2,hidden=128,...``."""
+    return "transformer:" + ",".join(f"{k}={v}" for k, v in TRANSFORMER.items())
+
+
+def _sample_shape(model: str) -> tuple[int, ...]:
+    if model == "cnn":
+        return _IMAGE_SHAPE
+    if model == "transformer":
+        return (TRANSFORMER["seq"],)
+    return (_MLP_FEATURES,)
+
+
+def _transformer_module() -> Any:
+    """:data:`MODELS`' transformer: token ids (batch, seq) in, logits (batch, vocab, seq) out.
+
+    Its parameters are the catalog's count for these sizes (post-LN, tied output, no token types):
+    ``V h + s h + 2h + L (12 h^2 + 13 h)`` = 131,072 + 8,192 + 256 + 2 x 198,272 = 536,064."""
+    import torch
+    from torch import nn
+
+    t = TRANSFORMER
+    h = t["hidden"]
+
+    class TinyTransformer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.word = nn.Embedding(t["vocab"], h)
+            self.position = nn.Embedding(t["seq"], h)
+            self.norm = nn.LayerNorm(h)
+            layer = nn.TransformerEncoderLayer(
+                h, t["heads"], dim_feedforward=4 * h, activation="gelu", batch_first=True
+            )
+            self.encoder = nn.TransformerEncoder(layer, t["layers"], enable_nested_tensor=False)
+            # BERT's and GPT-2's initialisation: with N(0, 1) embeddings the tied logits would be
+            # N(0, h) and the first losses near 80 instead of ln(vocab) = 6.93
+            nn.init.normal_(self.word.weight, std=0.02)
+            nn.init.normal_(self.position.weight, std=0.02)
+
+        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+            x = self.norm(self.word(tokens) + self.position.weight[: tokens.shape[1]])
+            return (self.encoder(x) @ self.word.weight.T).transpose(1, 2)
+
+    return TinyTransformer()
 
 
 def _send(kind: str, **payload: Any) -> None:
@@ -640,11 +694,17 @@ def _train(config: dict[str, Any]) -> dict[str, Any]:
         parameters = sum(p.numel() for p in net.parameters())
         if rank == 0:
             _send("progress", text=f"model {config['model']}: {parameters:,} parameters")
-        shape = _IMAGE_SHAPE if config["model"] == "cnn" else (_MLP_FEATURES,)
+        shape = _sample_shape(config["model"])
         samples = batch * total_steps * world_size
         data_rng = torch.Generator().manual_seed(int(config["seed"]) + 1)
-        inputs = torch.randn((samples, *shape), generator=data_rng)
-        labels = torch.randint(0, _NUM_CLASSES, (samples,), generator=data_rng)
+        if config["model"] == "transformer":
+            # token ids, and a next token to predict at every position (random: nothing to learn)
+            vocab = TRANSFORMER["vocab"]
+            inputs = torch.randint(0, vocab, (samples, *shape), generator=data_rng)
+            labels = torch.randint(0, vocab, (samples, *shape), generator=data_rng)
+        else:
+            inputs = torch.randn((samples, *shape), generator=data_rng)
+            labels = torch.randint(0, _NUM_CLASSES, (samples,), generator=data_rng)
         sampler = DistributedSampler(
             TensorDataset(inputs, labels),
             num_replicas=world_size,
