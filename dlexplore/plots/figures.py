@@ -41,6 +41,7 @@ from bokeh.models import (
 from bokeh.plotting import figure
 
 from . import _columns as cols
+from . import hybrid
 
 __all__ = ["ExplorerFigures", "SOURCE_NAMES"]
 
@@ -144,6 +145,8 @@ class ExplorerFigures:
         self.step_breakdown = self._step_figure(size)
         self.memory = self._memory_figure(size)
         self.comm = self._comm_figure(size)
+        #: rows above the predicted ones in the one-step view (a traced run's, dlexplore.plots.overlays)
+        self.comm_extra_rows: list[str] = []
         self._layout = None
 
     @property
@@ -289,11 +292,12 @@ class ExplorerFigures:
 
     def _step_figure(self, size: dict):
         source = self.sources["step_breakdown"]
+        parts = (*cols.STEP_PARTS, *hybrid.HYBRID_STEP_PARTS)
         source.data = _empty(
             [
                 "label",
                 "gpus",
-                *(c for c, _, _ in cols.STEP_PARTS),
+                *(c for c, _, _ in parts),
                 "step_time",
                 "comm_total",
                 "alpha",
@@ -309,22 +313,29 @@ class ExplorerFigures:
             y_axis_label="time per step (ms)",
             tools="save,reset",
         )
-        stack = [c for c, _, _ in cols.STEP_PARTS]
+        stack = [c for c, _, _ in parts]
         bars = fig.vbar_stack(
             stack,
             x="label",
             source=source,
             width=0.8,
-            color=[c for _, _, c in cols.STEP_PARTS],
+            color=[c for _, _, c in parts],
             fill_alpha="alpha",
             line_color="outline",
             line_width=1.5,
         )
         self._step_legend = Legend(
-            items=[(label, [bar]) for (_, label, _), bar in zip(cols.STEP_PARTS, bars, strict=True)]
+            items=[
+                LegendItem(label=label, renderers=[bar])
+                for (_, label, _), bar in zip(parts, bars, strict=True)
+            ]
         )
+        # the hybrid model's parts are in the legend only while it draws (show_hybrid)
+        self._hybrid_items = self._step_legend.items[len(cols.STEP_PARTS) :]
+        for item in self._hybrid_items:
+            item.visible = False
         _legend_below(fig, self._step_legend, ncols=2)
-        for bar, (column, label, _) in zip(bars, cols.STEP_PARTS, strict=True):
+        for bar, (column, label, _) in zip(bars, parts, strict=True):
             fig.add_tools(
                 HoverTool(
                     renderers=[bar],
@@ -608,15 +619,24 @@ class ExplorerFigures:
         self.sources["throughput_selected"].data = _plain(cols.selected_columns(prediction, gpus))
 
     def _select_step(self, prediction: xr.Dataset, gpus: int) -> None:
-        self.sources["step_breakdown"].data = _plain(cols.step_breakdown_columns(prediction, gpus))
+        mixed = hybrid.is_hybrid(prediction)
+        columns = (hybrid.hybrid_step_columns if mixed else cols.step_breakdown_columns)(prediction, gpus)
+        self.sources["step_breakdown"].data = _plain(columns)
+        for item in self._hybrid_items:
+            if item.visible != mixed:
+                item.visible = mixed
 
     def _select_memory(self, prediction: xr.Dataset, gpus: int) -> None:
+        if hybrid.is_hybrid(prediction):
+            self._select_hybrid_memory(prediction, gpus)
+            return
         memory = cols.memory_columns(prediction, gpus)
         self.sources["memory"].data = _plain(memory)
         total, capacity = float(memory["total"][0]), float(memory["capacity"][0])
         self.capacity_span.location = capacity
         self.memory.x_range.end = max(total, capacity) * 1.08
-        fits = f"batch <= {cols.largest_batch(prediction, gpus)} fits"
+        largest = cols.largest_batch(prediction, gpus)
+        fits = "no activation memory known" if largest == cols.ANY_BATCH else f"batch <= {largest} fits"
         subtitle = self.subtitles["memory"]
         if total > capacity:
             subtitle.text = f"OUT OF MEMORY: {total:.3g} of {capacity:.3g} GiB; {fits}"
@@ -629,7 +649,45 @@ class ExplorerFigures:
             subtitle.text_font_style = "normal"
             self.memory.background_fill_color = _OK_BACKGROUND
 
+    def _select_hybrid_memory(self, prediction: xr.Dataset, gpus: int) -> None:
+        """Each memory term of the hybrid model against the capacity (NaN: cannot run)."""
+        memory = cols.memory_columns(prediction, gpus)
+        self.sources["memory"].data = _plain(
+            {k: np.nan_to_num(v) if k != "label" else v for k, v in memory.items()}
+        )
+        total, capacity = float(np.nan_to_num(memory["total"][0])), float(memory["capacity"][0])
+        self.capacity_span.location = capacity
+        self.memory.x_range.end = max(total, capacity) * 1.08
+        subtitle = self.subtitles["memory"]
+        over = total > capacity
+        subtitle.text = ("OUT OF MEMORY: " if over else "") + hybrid.hybrid_memory_text(prediction, gpus)
+        subtitle.text_color = cols.VERMILION if over else "black"
+        subtitle.text_font_style = "bold" if over else "normal"
+        self.memory.background_fill_color = _OOM_BACKGROUND if over else _OK_BACKGROUND
+
     def _select_comm(self, prediction: xr.Dataset, gpus: int) -> None:
+        mixed = hybrid.is_hybrid(prediction)
+        rows = (*(hybrid.COMM_ROWS if mixed else ("allreduce", "compute")), *self.comm_extra_rows)
+        if tuple(self.comm.y_range.factors) != rows:
+            self.comm.y_range.factors = list(rows)
+        title = "One step: time by kind" if mixed else "One step: compute and allreduces"
+        if self.comm.title.text != title:
+            self.comm.title.text = title
+        if hybrid.is_hybrid(prediction):
+            columns = hybrid.hybrid_comm_columns(prediction, gpus)
+            self.sources["comm_phases"].data = _plain({k: v for k, v in columns.items() if k != "mib"})
+            self.sources["comm_buckets"].data = _empty(list(self.sources["comm_buckets"].data))
+            mib = {phase: m for phase, m in zip(columns["phase"], columns["mib"], strict=True)}
+            self.subtitles["comm"].text = (
+                "cannot run at this GPU count"
+                if not len(columns["phase"])
+                else "MiB per GPU and step: "
+                + ", ".join(
+                    f"{kind} {mib.get(f'{kind} (exposed)', mib.get(f'{kind} send/receive', 0.0)):,.0f}"
+                    for kind in ("tensor parallel", "pipeline", "data parallel")
+                )
+            )
+            return
         self.sources["comm_phases"].data = _plain(cols.phase_columns(prediction, gpus))
         buckets = cols.bucket_columns(prediction, gpus)
         self.sources["comm_buckets"].data = _plain(buckets)
