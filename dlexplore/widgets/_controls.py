@@ -21,7 +21,16 @@ from ..model.comm import ALGORITHMS
 from ..plots import GPU_COUNTS
 from ._layout import CONTROL_WIDTH
 
-__all__ = ["BATCH_SIZES", "GPUS_PER_NODE", "NONE", "make_controls", "control_panel", "nearest"]
+__all__ = [
+    "BATCH_SIZES",
+    "GPUS_PER_NODE",
+    "NONE",
+    "make_controls",
+    "control_panel",
+    "nearest",
+    "workload_label",
+    "workload_options",
+]
 
 #: The menus' "nothing chosen" entry (no measured dataset, no storage tier).
 NONE = "(none)"
@@ -49,6 +58,28 @@ SECTIONS = (
     ("Input and energy", ("storage", "pue")),
     ("Measurements", ("measured",)),
 )
+
+
+#: Longer names than this get a short label in the workload drop-down (its full name in the tooltip).
+SHORT_NAME = 22
+
+
+def workload_label(name: str) -> str:
+    """The workload drop-down's label for ``name``: itself, or for a long ad-hoc spec its builder and
+    size (``"transformer 536k"``), which fits the control."""
+    if len(name) <= SHORT_NAME:
+        return name
+    try:
+        wl = catalog.workload(name)
+    except Exception:  # noqa: BLE001 - a label never fails: the name cut short instead
+        return name[: SHORT_NAME - 1] + "…"
+    size = f"{wl.params / 1e6:.3g}M" if wl.params >= 1e6 else f"{wl.params / 1e3:.0f}k"
+    return f"{wl.kind} {size} params"
+
+
+def workload_options(names: Iterable[str]) -> list[tuple[str, str]]:
+    """(label, name) pairs of the workload drop-down."""
+    return [(workload_label(n), n) for n in names]
 
 
 def nearest(options: Iterable[int], value: float) -> int:
@@ -85,7 +116,9 @@ def _menus(v: dict[str, Any], menu: dict[str, Any]) -> dict[str, w.Widget]:
     if v["workload"] not in workloads:
         workloads.append(v["workload"])
     return {
-        "workload": w.Dropdown(options=workloads, value=v["workload"], description="Workload", **menu),
+        "workload": w.Dropdown(
+            options=workload_options(workloads), value=v["workload"], description="Workload", **menu
+        ),
         "gpu": w.Dropdown(options=catalog.GPUS.names(), value=v["gpu"], description="GPU", **menu),
         "network": w.Dropdown(options=links, value=v["network"], description="Network", **menu),
         "intra_link": w.Dropdown(options=intra, value=v["intra_link"], description="Intra-node link", **menu),
