@@ -169,7 +169,7 @@ def test_hybrid_controls_switch_a_transformer_to_the_hybrid_model():
     assert line[4.0] == pytest.approx(float(expected["throughput"]), rel=1e-9)
     # one GPU cannot hold tp = 2: a gap in the line, and said in words
     assert np.isnan(line[1.0])
-    assert "1 GPUs: tp x pp = 2 x 1 = 2 does not divide gpus" in text(explorer.hybrid_note)
+    assert "1 GPU: tp x pp = 2 x 1 = 2 does not divide gpus" in text(explorer.hybrid_note)
     # the one-step view splits the traffic by kind, the step stack shows tensor-parallel time
     assert explorer.figures.comm.y_range.factors[:4] == [
         "data parallel",
@@ -239,3 +239,19 @@ def test_explore_passes_the_trace_and_leaves_the_rest_to_it(tmp_path):
     assert (plain["workload"], plain["gpu"], plain["gpus"]) == ("resnet50", "V100-16GB", 8)
     with pytest.raises(DlexploreError, match="missing-run"):
         _explorer_args(build_parser().parse_args(["explore", "--trace", str(tmp_path / "missing-run")]))
+
+
+def test_a_trace_with_allocator_events_shows_its_peak_beside_the_predicted_memory():
+    from _real_traces import real
+
+    path = real(
+        "pytorch/kineto__tb_plugin__samples__resnet50_num_workers_0__worker0.1623143089861.pt.trace.json.gz"
+    )
+    # the sample trains ResNet-50 on one V100 (its device); what it does not say is given here
+    explorer = Explorer(trace=path, workload="resnet50", batch_size=32)
+    assert explorer.controls["gpu"].value == "V100-32GB"
+    assert "dlx-inferred" in explorer.controls["gpu"]._dom_classes
+    peak = explorer._trace_points[0].memory_peak
+    assert data(explorer, "memory_measured", "peak") == [pytest.approx(peak / 2**30)]
+    assert explorer.figures.memory.y_range.factors == ["measured peak", "per GPU"]
+    assert "memory peak" in text(explorer.trace_status)

@@ -12,7 +12,11 @@
   :func:`fit_published_convergence`: ``S_min`` and ``B_noise`` from published steps to a target;
   :func:`compare_convergence`: the convergence model against published large-batch points;
 - :func:`fit_scaling` (:mod:`~dlexplore.fit.extrap`): Extra-P-style empirical scaling models, the
-  baseline an analytical model must beat.
+  baseline an analytical model must beat;
+- your own runs (:mod:`~dlexplore.fit.trace_setup`, :mod:`~dlexplore.fit.trace_fit`):
+  :func:`infer_setup` (what a trace says of its run), :func:`trace_point` (its measured point),
+  :func:`calibrate_traces` (the model fitted to some runs, the others predicted), and
+  :func:`save_calibration` / :func:`load_calibration` (JSON).
 
 Errors are fractions, ``(predicted - measured) / measured`` (:data:`ERROR_DEFINITION`).
 """
@@ -31,6 +35,8 @@ from .noise_scale import (
     noise_scale_from_runs,
     steps_to_threshold,
 )
+from .trace_fit import TraceCalibration, calibrate_traces, load_calibration, save_calibration
+from .trace_setup import TracePoint, TraceSetup, infer_setup, trace_point
 
 __all__ = [
     "compare",
@@ -53,4 +59,12 @@ __all__ = [
     "steps_to_threshold",
     "fit_published_convergence",
     "compare_convergence",
+    "infer_setup",
+    "trace_point",
+    "calibrate_traces",
+    "save_calibration",
+    "load_calibration",
+    "TraceCalibration",
+    "TraceSetup",
+    "TracePoint",
 ]

@@ -250,7 +250,10 @@ def hybrid_problems(pred: xr.Dataset) -> list[str]:
         key = re.sub(r"gpus = \d+", "gpus", reason)
         groups.setdefault(key, []).append(int(gpus))
         first.setdefault(key, key)
-    return [f"{', '.join(map(str, counts))} GPUs: {first[key]}" for key, counts in groups.items()]
+    return [
+        f"{', '.join(map(str, counts))} GPU{'' if counts == [1] else 's'}: {first[key]}"
+        for key, counts in groups.items()
+    ]
 
 
 def hybrid_step_columns(pred: xr.Dataset, selected: int | None = None) -> dict[str, np.ndarray]:

@@ -189,7 +189,52 @@ class HybridSide:
                 + html.escape("; ".join(problems))
                 + "</small>"
             )
+        if self.calibration is not None:
+            text += f"<br><small>{html.escape(self._models_apart())}</small>"
         self.hybrid_note.value = text
+
+    def _models_apart(self) -> str:
+        """How far the hybrid model is from the data-parallel one the calibration was fitted with, at
+        tp = pp = 1 and the GPU count and batch selected (their compute is modelled differently)."""
+        from ..model import predict
+
+        settings = self._predict_settings()
+        g, b = self.selected_gpus, int(self.controls["batch_size"].value)
+        try:
+            plain = float(predict(**settings, gpus=g, batch_size=b)["step_time"])
+            same = self._predict_hybrid_plain(settings, g, b)
+        except DlexploreError:
+            return ""
+        return (
+            f"Calibrated with the data-parallel model: at tp = pp = 1 on {g} GPUs the hybrid model's "
+            f"step differs by {same / plain - 1:+.0%} (its compute is modelled per stage), and its "
+            "extrapolations carry that difference too."
+        )
+
+    def _predict_hybrid_plain(self, settings: Mapping[str, Any], gpus: int, batch: int) -> float:
+        """The hybrid model's step time (s) at tp = pp = 1, one micro-batch, no ZeRO or recompute."""
+        from ..model.parallel import CALIBRATED_PARAMETERS
+        from ..plots.hybrid import hybrid_grid
+
+        params = {
+            k: v
+            for k, v in settings.items()
+            if k in CALIBRATED_PARAMETERS and k not in ("bandwidth", "latency")
+        }
+        ds = hybrid_grid(
+            settings["workload"],
+            settings["gpu"],
+            settings["network"],
+            gpus=[gpus],
+            batch_sizes=[batch],
+            precision=settings["precision"],
+            gpus_per_node=settings["gpus_per_node"],
+            intra_link=settings["intra_link"],
+            bandwidth=settings.get("bandwidth"),
+            latency=settings.get("latency"),
+            params=params,
+        )
+        return float(ds["step_time"].values.ravel()[0])
 
     # -- the advisor ------------------------------------------------------------------------------
 
