@@ -366,7 +366,7 @@ class TraceCalibration(Calibration):
         for row in self.points.itertuples():
             kind = "fitted" if row.fitted else "held out"
             lines.append(
-                f"{row.label} ({row.gpus} GPUs, {kind}): measured {row.measured:,.4g} samples/s, calibrated "
+                f"{row.label} ({row.gpus} GPU{'s' if row.gpus != 1 else ''}, {kind}): measured {row.measured:,.4g} samples/s, calibrated "
                 f"{row.predicted:,.4g} ({row.error:+.1%}), {self.level:.0%} interval "
                 f"{row.lower:,.4g} to {row.upper:,.4g}"
             )

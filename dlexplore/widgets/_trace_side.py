@@ -211,7 +211,8 @@ class TraceSide:
                 f"<td>{name}: <b>{fmt(m)}</b> vs {fmt(q)} {red}{_err(q, m)}</span></td>"
                 for name, m, q, fmt in cells
             )
-            rows.append(f"<tr><td><b>{html.escape(p.label)}</b> ({p.gpus} GPUs)</td>{shown}</tr>")
+            many = "s" if p.gpus != 1 else ""
+            rows.append(f"<tr><td><b>{html.escape(p.label)}</b> ({p.gpus} GPU{many})</td>{shown}</tr>")
         legend = (
             "measured <b>bold</b> vs predicted at the same configuration, error "
             "(predicted - measured) / measured"
