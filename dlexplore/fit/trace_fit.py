@@ -365,8 +365,10 @@ class TraceCalibration(Calibration):
             lines.append(f"{row.name} = {_fmt(row.value, row.units)}{shown_se}: {row.note}")
         for row in self.points.itertuples():
             kind = "fitted" if row.fitted else "held out"
+            many = "s" if row.gpus != 1 else ""
             lines.append(
-                f"{row.label} ({row.gpus} GPU{'s' if row.gpus != 1 else ''}, {kind}): measured {row.measured:,.4g} samples/s, calibrated "
+                f"{row.label} ({row.gpus} GPU{many}, {kind}): measured {row.measured:,.4g} samples/s, "
+                f"calibrated "
                 f"{row.predicted:,.4g} ({row.error:+.1%}), {self.level:.0%} interval "
                 f"{row.lower:,.4g} to {row.upper:,.4g}"
             )
