@@ -549,11 +549,14 @@ class ExplorerFigures:
             self.show_measured(measured)
         self.select(prediction, gpus)
 
-    def show_line(self, prediction: xr.Dataset) -> None:
+    def show_line(self, prediction: xr.Dataset, *, band: bool = True) -> None:
         """The predicted (and ideal) throughput over every GPU count, and the prediction interval
-        a calibrated prediction carries (``throughput_lower``/``_upper``) as the band."""
+        a calibrated prediction carries (``throughput_lower``/``_upper``) as the band (``band=False``
+        leaves the band as it is, for a caller that sends the line before the band is worked out)."""
         columns = cols.throughput_columns(prediction)
         self.sources["throughput_predicted"].data = _plain(columns)
+        if not band:
+            return
         if np.isfinite(columns["lower"]).any():
             level = prediction.attrs.get("band_level")
             label = (

@@ -28,6 +28,7 @@ __all__ = [
     "make_controls",
     "control_panel",
     "nearest",
+    "check_arguments",
     "workload_label",
     "workload_options",
 ]
@@ -80,6 +81,20 @@ def workload_label(name: str) -> str:
 def workload_options(names: Iterable[str]) -> list[tuple[str, str]]:
     """(label, name) pairs of the workload drop-down."""
     return [(workload_label(n), n) for n in names]
+
+
+def check_arguments(**values: Any) -> None:
+    """The explorer's constructor values, refused in words before anything is built."""
+    if "workload" in values:
+        catalog.workload(values["workload"])
+    if "gpu" in values:
+        catalog.gpu(values["gpu"])
+    for name in ("gpus", "gpus_per_node"):
+        if name in values:
+            validation.count(name, values[name], maximum=max(GPU_COUNTS))
+    if "batch_size" in values:
+        validation.count("batch_size", values["batch_size"], maximum=max(BATCH_SIZES), units="samples")
+    validation.number("pue", values["pue"], minimum=1.0, maximum=2.0)
 
 
 def nearest(options: Iterable[int], value: float) -> int:

@@ -50,9 +50,9 @@ class PredictionSide:
             **kwargs,
         )
 
-    def _predict(self, *, calibrated: bool = True) -> xr.Dataset:
+    def _predict(self, *, calibrated: bool = True, band: bool = True) -> xr.Dataset:
         """The model on every GPU count and every batch of the slider (one vectorised call), with
-        the calibration's band when calibrated."""
+        the calibration's band when calibrated (``band=False``: later, :meth:`_banded`)."""
         args = self._predict_settings(calibrated=calibrated)
         if self._hybrid_active():
             ds = self._predict_hybrid(args, list(BATCH_SIZES), list(GPU_COUNTS))
@@ -66,10 +66,18 @@ class PredictionSide:
             def again(**p: Any) -> xr.Dataset:
                 return predict(**{**args, **p}, **sweep, buckets=False).transpose("gpus", "batch_size", ...)
 
-        if calibrated and self.calibration is not None and self.calibration.kind == "training":
-            # the calibrated curve carries its prediction interval (dlexplore.fit.band), which the
-            # band drawn includes (_show_band)
-            ds = self.calibration.add_band(
-                ds, again, workload=self.controls["workload"].value, precision=args["precision"]
-            )
-        return ds
+        self._again = (again, args["precision"]) if calibrated else getattr(self, "_again", None)
+        return self._banded(ds) if band else ds
+
+    def _wants_band(self) -> bool:
+        return self.calibration is not None and self.calibration.kind == "training"
+
+    def _banded(self, ds: xr.Dataset) -> xr.Dataset:
+        """``ds`` with the calibration's prediction interval (dlexplore.fit.band), which the band
+        drawn includes (``_show_band``); ``ds`` itself when there is no calibration."""
+        if not self._wants_band() or "throughput_upper" in ds:
+            return ds
+        again, precision = self._again
+        return self.calibration.add_band(
+            ds, again, workload=self.controls["workload"].value, precision=precision
+        )

@@ -223,6 +223,14 @@ class TraceSide:
             f"<b>Your run</b>: {self._setup_text()}{table}<small>{legend}{notes}</small>"
         )
 
+    def _show_bars(self) -> None:
+        """The published measurement's bar unless your run is all that is measured, and your run's."""
+        bars = [self.bar] if self.measured_dataset is not None or not self._trace_points else []
+        if self._trace_points:
+            bars.append(self.trace_box)
+        if list(self._bars.children) != bars:
+            self._bars.children = bars
+
     # -- the plots --------------------------------------------------------------------------------
 
     def _trace_marks(self, published: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -416,11 +424,3 @@ class TraceSide:
         cal = load_calibration(path)
         self._use_calibration(cal)
         return cal
-
-    def _uncalibrated_line(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """The model before calibration over the GPU counts (only while calibrated)."""
-        if self.calibration is None:
-            return None
-        before = self._predict(calibrated=False)
-        thr = before["throughput"]
-        return before["gpus"].values.astype(float), np.asarray(thr.values, dtype=float)

@@ -53,6 +53,7 @@ from ._controls import (
     GPUS_PER_NODE,
     NONE,
     SECTIONS,
+    check_arguments,
     control_panel,
     make_controls,
     nearest,
@@ -173,7 +174,7 @@ class Explorer(PredictionSide, TraceSide, HybridSide, MeasuredSide):
             ).items()
             if v is not None
         }
-        self._check(pue=pue, **given)
+        check_arguments(pue=pue, **given)
         self._model_kwargs = dict(model_kwargs)
         self._traces: dict[str, dict[str, np.ndarray]] = {}
         self._custom_workloads = {}
@@ -314,20 +315,6 @@ class Explorer(PredictionSide, TraceSide, HybridSide, MeasuredSide):
 
     # -- controls -------------------------------------------------------------------------------
 
-    @staticmethod
-    def _check(**values: Any) -> None:
-        """The constructor's values, refused in words before anything is built."""
-        if "workload" in values:
-            catalog.workload(values["workload"])
-        if "gpu" in values:
-            catalog.gpu(values["gpu"])
-        for name in ("gpus", "gpus_per_node"):
-            if name in values:
-                validation.count(name, values[name], maximum=max(GPU_COUNTS))
-        if "batch_size" in values:
-            validation.count("batch_size", values["batch_size"], maximum=max(BATCH_SIZES), units="samples")
-        validation.number("pue", values["pue"], minimum=1.0, maximum=2.0)
-
     def _control_value(self, name: str, value: Any) -> Any:
         if name == "latency":
             return validation.nonnegative("latency", value, units="s") * 1e6
@@ -400,14 +387,6 @@ class Explorer(PredictionSide, TraceSide, HybridSide, MeasuredSide):
             self.headline, self._bars, panel, self._grid, w.VBox([self.advisor_box, self.apply_box])
         )
         self._add_advisor_opener()
-
-    def _show_bars(self) -> None:
-        """The published measurement's bar unless your run is all that is measured, and your run's."""
-        bars = [self.bar] if self.measured_dataset is not None or not self._trace_points else []
-        if self._trace_points:
-            bars.append(self.trace_box)
-        if list(self._bars.children) != bars:
-            self._bars.children = bars
 
     def _add_advisor_opener(self) -> None:
         # Models larger than one GPU: the strategy advisor (tensor, pipeline, ZeRO), built on demand
@@ -518,45 +497,49 @@ class Explorer(PredictionSide, TraceSide, HybridSide, MeasuredSide):
             self._apply_network()
 
     def _recompute(self, measured_changed: bool) -> None:
-        """A model call: the grid over GPU counts and batches for the controls, then the view."""
+        """A model call: the grid over GPU counts and batches for the controls, then the view. The
+        calibration's band, the model before calibration and the energy follow the first plots."""
         try:
-            self._sweep = self._predict()
-            before = self._predict(calibrated=False) if self.calibration is not None else None
+            self._sweep = self._predict(band=False)
         except DlexploreError as err:
             message = html.escape(str(err))
             self.headline.value = f"<span style='color:#D55E00'>Cannot predict: {message}</span>"
             return
-        self._sweep_before = before
-        # Only the four phase times: energy() on the whole prediction, bucket schedule included,
-        # took most of a batch-slider move.
-        phases = self._sweep[["time_compute", "time_comm_exposed", "time_io_exposed", "step_time"]]
-        self._sweep_energy = energy(
-            phases, gpu=self.controls["gpu"].value, pue=float(self.controls["pue"].value)
-        )
+        self._sweep_before = self._sweep_energy = None
         self._show_batch(measured_changed)
 
     def _show_batch(self, measured_changed: bool = False) -> None:
-        """The batch selected from the grid, drawn: no model call."""
+        """The batch selected from the grid, drawn (no model call once the grid is whole): the
+        throughput plot first, each figure's patch on its way while the next is worked out; then the
+        band and the model before calibration, the bars, the headline and the time to accuracy."""
         b = int(self.controls["batch_size"].value)
         self.prediction = self._sweep.sel(batch_size=b)
-        self._energy = self._sweep_energy.sel(batch_size=b)
-        # The plots first, each figure's patch on its way while the next is worked out; the bar, the
-        # headline and the time to accuracy after.
         published = self._marks()
+        banded = not self._wants_band() or "throughput_upper" in self._sweep
         with self._batch(self.figures.throughput):
-            self.figures.show_line(self.prediction)
+            self.figures.show_line(self.prediction, band=banded)
             self.figures.show_measured(self._trace_marks(published))
-            self._show_band()
-            before = self._sweep_before
-            self.overlays.show_uncalibrated(
-                *(
-                    (before["gpus"].values, before["throughput"].sel(batch_size=b).values)
-                    if before is not None
-                    else (None,)
-                )
-            )
+            if banded:
+                self._show_band()
             self.figures.selection_updates(self.prediction, self.selected_gpus)[0][1]()
         self._send_selection(skip=1)
+        if self.calibration is not None:
+            if not banded:
+                self._sweep = self._banded(self._sweep)
+                self.prediction = self._sweep.sel(batch_size=b)
+            if self._sweep_before is None:
+                self._sweep_before = self._predict(calibrated=False, band=False)
+        with self._batch(self.figures.throughput):
+            if not banded:
+                self.figures.show_line(self.prediction)
+                self._show_band()
+            before = self._sweep_before if self.calibration is not None else None
+            line = (
+                (before["gpus"].values, before["throughput"].sel(batch_size=b).values)
+                if before is not None
+                else None
+            )
+            self.overlays.show_uncalibrated(*(line or (None,)))
         with self._batched():
             self._show_trace_layers()
         self._write_status(published, measured_changed)
@@ -564,6 +547,13 @@ class Explorer(PredictionSide, TraceSide, HybridSide, MeasuredSide):
             self._show_bars()
         self._write_trace_status()
         self._write_hybrid_note()
+        if self._sweep_energy is None:
+            # Only the four phase times: energy() on the whole prediction, bucket schedule included,
+            # took most of a batch-slider move.
+            phases = self._sweep[["time_compute", "time_comm_exposed", "time_io_exposed", "step_time"]]
+            pue = float(self.controls["pue"].value)
+            self._sweep_energy = energy(phases, gpu=self.controls["gpu"].value, pue=pue)
+        self._energy = self._sweep_energy.sel(batch_size=b)
         self._write_headline()
         with self._batch(self.time_to_accuracy.figure):
             self._show_time_to_accuracy()
