@@ -12,8 +12,8 @@ import xarray as xr
 
 import dlexplore as dlx
 from dlexplore.errors import DlexploreError, InvalidValueError, UnknownNameError
-from dlexplore.widgets import Explorer
 from dlexplore.plots import GPU_COUNTS
+from dlexplore.widgets import Explorer
 from dlexplore.widgets import _prediction as prediction_module
 
 
@@ -163,7 +163,9 @@ def test_gpu_and_batch_sliders_move_without_calling_the_model():
             algorithm=c["algorithm"],
             precision=c["precision"],
         )
-        assert data(explorer, "throughput_predicted", "throughput") == pytest.approx(expected.throughput.values)
+        assert data(explorer, "throughput_predicted", "throughput") == pytest.approx(
+            expected.throughput.values
+        )
         explorer.set(gpus=16, batch_size=32, bandwidth=12.5)  # one call for several controls
         assert spy.call_count == 1
     assert data(explorer, "throughput_selected", "gpus") == [16.0]

@@ -179,10 +179,13 @@ def test_hybrid_controls_switch_a_transformer_to_the_hybrid_model():
     ]
     assert data(explorer, "step_breakdown", "tp_exposed")[2] > 0
     assert explorer.figures.memory.y_range.factors[-1] == "per GPU"
-    assert (
-        "params" in explorer.figures.subtitles["memory"].text
-        and "GiB" in explorer.figures.subtitles["memory"].text
-    )
+    # every term is a bar of the stack against the capacity; the subtitle names the largest
+    at4 = explorer.prediction.sel(gpus=4)
+    terms = {k: float(at4[f"mem_{k}"]) for k in ("params", "grads", "optimizer", "activations", "workspace")}
+    assert data(explorer, "memory", "activations") == [pytest.approx(terms["activations"] / 2**30)]
+    assert sum(terms.values()) == pytest.approx(float(at4["mem_total"]))
+    largest = max(terms, key=terms.get).replace("workspace", "other")
+    assert f"largest: {largest}" in explorer.figures.subtitles["memory"].text
     explorer.set(gpus=1)
     assert "cannot run: tp x pp = 2 x 1 = 2 does not divide gpus = 1" in explorer.headline_text
     explorer.set(tp=1, gpus=2)  # back to plain data parallelism: the data-parallel model

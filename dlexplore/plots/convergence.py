@@ -105,9 +105,25 @@ class TimeToAccuracyFigure:
         height: int = 380,
         min_width: int = 340,
     ):
+        # Every column from the start: a figure first shown empty (show_nothing) still has the
+        # legend's 'label' field, which BokehJS otherwise reports as a bad column name.
+        columns = {
+            "tta_lines": ("xs", "ys", "color", "label"),
+            "tta_points": (
+                "gpus",
+                "hours",
+                "batch_size",
+                "global_batch",
+                "steps",
+                "epochs",
+                "energy_kwh",
+                "color",
+            ),
+            "tta_fastest": ("gpus", "hours", "batch_size"),
+            "tta_knees": ("gpus", "hours", "batch_size"),
+        }
         self.sources = {
-            name: ColumnDataSource(name=name)
-            for name in ("tta_lines", "tta_points", "tta_fastest", "tta_knees")
+            name: ColumnDataSource(name=name, data={c: [] for c in names}) for name, names in columns.items()
         }
         size = (
             dict(width=width, height=height)

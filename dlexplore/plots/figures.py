@@ -98,6 +98,10 @@ def _plain(columns: dict) -> dict:
     }
 
 
+def _mib(value: float) -> str:
+    return f"{value:,.0f}" if value >= 10 else f"{value:.2g}"
+
+
 def _subtitle(fig, name: str) -> Title:
     """A second title line under the figure's title, for the details that change with the data."""
     title = Title(text="", text_font_size="11px", text_font_style="normal", name=name)
@@ -663,7 +667,8 @@ class ExplorerFigures:
         self.memory.x_range.end = max(total, capacity) * 1.08
         subtitle = self.subtitles["memory"]
         over = total > capacity
-        subtitle.text = ("OUT OF MEMORY: " if over else "") + hybrid.hybrid_memory_text(prediction, gpus)
+        text = hybrid.hybrid_memory_text(prediction, gpus, short=True)
+        subtitle.text = ("OUT OF MEMORY: " if over else "") + text
         subtitle.text_color = cols.VERMILION if over else "black"
         subtitle.text_font_style = "bold" if over else "normal"
         self.memory.background_fill_color = _OOM_BACKGROUND if over else _OK_BACKGROUND
@@ -686,8 +691,8 @@ class ExplorerFigures:
                 if not len(columns["phase"])
                 else "MiB per GPU and step: "
                 + ", ".join(
-                    f"{kind} {mib.get(f'{kind} (exposed)', mib.get(f'{kind} send/receive', 0.0)):,.0f}"
-                    for kind in ("tensor parallel", "pipeline", "data parallel")
+                    f"{k} {_mib(mib[f'{k} {w}'])}"
+                    for k, w in (("tp", "exposed"), ("pp", "send/recv"), ("dp", "exposed"))
                 )
             )
             return

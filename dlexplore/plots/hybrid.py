@@ -298,34 +298,22 @@ def hybrid_comm_columns(pred: xr.Dataset, gpus: int) -> dict[str, np.ndarray]:
         k: float(p[k]) * 1e3 for k in ("time_compute", "time_tp_comm", "time_tp_comm_exposed", "time_pp_comm")
     }
     dp, dp_exposed = float(p.time_dp_comm) * 1e3, float(p.time_dp_comm_exposed) * 1e3
+    # short phase names: the legend holds them in three columns of the narrowest panel
+    tp_hidden = t["time_tp_comm"] - t["time_tp_comm_exposed"]
     rows = [
         ("compute", "compute", 0.0, t["time_compute"], BLUE, np.nan),
+        ("tensor parallel", "tp hidden", 0.0, tp_hidden, SKY, np.nan),
         (
             "tensor parallel",
-            "tensor parallel (hidden)",
-            0.0,
-            t["time_tp_comm"] - t["time_tp_comm_exposed"],
-            SKY,
-            np.nan,
-        ),
-        (
-            "tensor parallel",
-            "tensor parallel (exposed)",
+            "tp exposed",
             None,
             t["time_tp_comm_exposed"],
             PURPLE,
             float(p.tp_comm_bytes) / MIB,
         ),
-        ("pipeline", "pipeline send/receive", 0.0, t["time_pp_comm"], YELLOW, float(p.pp_comm_bytes) / MIB),
-        ("data parallel", "data parallel (hidden)", 0.0, dp - dp_exposed, ORANGE, np.nan),
-        (
-            "data parallel",
-            "data parallel (exposed)",
-            None,
-            dp_exposed,
-            VERMILION,
-            float(p.dp_comm_bytes) / MIB,
-        ),
+        ("pipeline", "pp send/recv", 0.0, t["time_pp_comm"], YELLOW, float(p.pp_comm_bytes) / MIB),
+        ("data parallel", "dp hidden", 0.0, dp - dp_exposed, ORANGE, np.nan),
+        ("data parallel", "dp exposed", None, dp_exposed, VERMILION, float(p.dp_comm_bytes) / MIB),
     ]
     out: dict[str, list] = {k: [] for k in _COMM_KEYS}
     ends: dict[str, float] = {}
@@ -347,8 +335,9 @@ def hybrid_comm_columns(pred: xr.Dataset, gpus: int) -> dict[str, np.ndarray]:
 _COMM_KEYS = ("phase", "row", "start", "end", "time", "color", "mib")
 
 
-def hybrid_memory_text(pred: xr.Dataset, gpus: int) -> str:
-    """Each memory term at ``gpus`` GPUs against the capacity, in words."""
+def hybrid_memory_text(pred: xr.Dataset, gpus: int, *, short: bool = False) -> str:
+    """Each memory term at ``gpus`` GPUs against the capacity, in words (``short``: the total and
+    the largest term)."""
     p = _at(pred, gpus)
     if not bool(p.valid):
         return f"cannot run: {p.reason}"
@@ -359,8 +348,12 @@ def hybrid_memory_text(pred: xr.Dataset, gpus: int) -> str:
         ("activations", p.mem_activations),
         ("other", p.mem_workspace),
     ]
+    head = f"{float(p.mem_total) / GIB:.1f} of {float(p.mem_capacity) / GIB:.0f} GiB"
+    if short:  # a subtitle the narrowest panel holds: the largest term (the bar shows each)
+        name, v = max(parts, key=lambda item: float(item[1]))
+        return f"{head}; largest: {name} {float(v) / GIB:.2g} GiB"
     terms = ", ".join(f"{name} {float(v) / GIB:.3g}" for name, v in parts)
-    return f"{float(p.mem_total) / GIB:.1f} of {float(p.mem_capacity) / GIB:.0f} GiB: {terms}"
+    return f"{head}: {terms}"
 
 
 def hybrid_headline(pred: xr.Dataset, gpus: int) -> str:

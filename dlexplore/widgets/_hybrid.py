@@ -200,14 +200,22 @@ class HybridSide:
 
         settings = self._predict_settings()
         g, b = self.selected_gpus, int(self.controls["batch_size"].value)
+        key = id(self._sweep)  # once per grid: the GPU count and batch it was first shown at
+        if getattr(self, "_apart", (None, ""))[0] == key:  # the same grid and point: said already
+            return self._apart[1]
         try:
             plain = float(predict(**settings, gpus=g, batch_size=b)["step_time"])
             same = self._predict_hybrid_plain(settings, g, b)
         except DlexploreError:
             return ""
+        self._apart = (key, self._models_apart_text(g, same / plain - 1))
+        return self._apart[1]
+
+    @staticmethod
+    def _models_apart_text(g: int, apart: float) -> str:
         return (
             f"Calibrated with the data-parallel model: at tp = pp = 1 on {g} GPUs the hybrid model's "
-            f"step differs by {same / plain - 1:+.0%} (its compute is modelled per stage), and its "
+            f"step differs by {apart:+.0%} (its compute is modelled per stage), and its "
             "extrapolations carry that difference too."
         )
 
