@@ -258,3 +258,21 @@ def test_a_trace_with_allocator_events_shows_its_peak_beside_the_predicted_memor
     assert data(explorer, "memory_measured", "peak") == [pytest.approx(peak / 2**30)]
     assert explorer.figures.memory.y_range.factors == ["measured peak", "per GPU"]
     assert "memory peak" in text(explorer.trace_status)
+
+
+def test_bad_hybrid_settings_and_traces_are_refused_in_words(tmp_path):
+    from dlexplore.errors import InvalidValueError
+
+    with pytest.raises(InvalidValueError, match="zero must be a whole number from 0 to 3; got 5"):
+        Explorer(measured=None, zero=5)
+    with pytest.raises(DlexploreError, match="unknown schedule 'zigzag'"):
+        Explorer(measured=None, schedule="zigzag")
+    with pytest.raises(DlexploreError, match="missing-run"):
+        Explorer(trace=tmp_path / "missing-run")
+    explorer = Explorer("gpt2", "A100-80GB", measured=None)
+    with pytest.raises(InvalidValueError, match="tp must be a whole number >= 1; got 0"):
+        explorer.set(tp=0)
+    explorer.set(tp=3)  # snaps to the slider's nearest degree, as gpus does
+    assert explorer.controls["tp"].value in (2, 4)
+    with pytest.raises(DlexploreError, match="no trace"):
+        explorer.calibrate_trace()

@@ -95,6 +95,21 @@ def check_arguments(**values: Any) -> None:
     if "batch_size" in values:
         validation.count("batch_size", values["batch_size"], maximum=max(BATCH_SIZES), units="samples")
     validation.number("pue", values["pue"], minimum=1.0, maximum=2.0)
+    for name in ("tp", "pp"):
+        if name in values:
+            validation.count(name, values[name], maximum=64)
+    if "micro_batch" in values:
+        validation.count("micro_batch", values["micro_batch"], minimum=0, maximum=64, units="samples")
+    if "zero" in values:
+        validation.count("zero", values["zero"], minimum=0, maximum=3)
+    if "recompute" in values:
+        from ..model.states import normalize_recompute
+
+        normalize_recompute(values["recompute"])
+    if "schedule" in values:
+        from ..model.pipeline import normalize_schedule
+
+        normalize_schedule(values["schedule"])
 
 
 def nearest(options: Iterable[int], value: float) -> int:

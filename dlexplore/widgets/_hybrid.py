@@ -178,7 +178,8 @@ class HybridSide:
         problems = hybrid_problems(self.prediction)
         s = self.hybrid_settings
         batch = self.controls["batch_size"].value
-        micro = "the whole replica batch" if not s["micro_batch"] else f"{s['micro_batch']} samples"
+        m = s["micro_batch"]
+        micro = "the whole replica batch" if not m else f"{m} sample{'s' if m != 1 else ''}"
         text = (
             f"<small>Hybrid model: global batch = GPUs x {batch}; each data-parallel replica "
             f"(GPUs / (tp x pp)) takes its share in micro-batches of {micro}.</small>"
@@ -268,7 +269,7 @@ class HybridSide:
             intra_link=c["intra_link"].value,
         )
         self.advisor = advisor
-        self.advisor_box.children = (advisor.box,)
+        self.advisor_box.children = (advisor.box, self.apply_box)
         # after the advisor's own handler (registered first): the new table's best rows
         advisor.button.on_click(lambda _: self._offer_advice(advisor))
         self._offer_advice(advisor)

@@ -104,14 +104,17 @@ class TraceSide:
 
     # -- the panel --------------------------------------------------------------------------------
 
-    def _make_trace_panel(self) -> w.VBox:
-        self.trace_status = w.HTML(layout=w.Layout(width="auto"))
-        self.trace_status.add_class("dlx-trace-status")
-        self.trace_report = w.HTML(layout=w.Layout(width="auto"))
-        self.trace_report.add_class("dlx-trace-report")
+    def _make_trace_panel(self) -> w.VBox | None:
+        # No trace, no panel: every widget made is a model the browser builds before the first paint.
+        self.trace_box = None
         if not self._trace_points:
-            self.trace_box = w.VBox([], layout=w.Layout(display="none"))
-            return self.trace_box
+            self.trace_report = self.fit_report  # where a loaded fit is reported
+            return None
+        layout = w.Layout(width="auto")
+        self.trace_status = w.HTML(layout=layout)
+        self.trace_status.add_class("dlx-trace-status")
+        self.trace_report = w.HTML(layout=layout)
+        self.trace_report.add_class("dlx-trace-report")
         counts = sorted({p.gpus for p in self._trace_points})
         options = [("all runs", "all")]
         options += [(f"runs on <= {g} GPUs; hold out the rest", str(g)) for g in counts[:-1]]
@@ -225,6 +228,8 @@ class TraceSide:
 
     def _show_bars(self) -> None:
         """The published measurement's bar unless your run is all that is measured, and your run's."""
+        if not self._trace_points:  # the published measurement's bar is the whole of it
+            return
         bars = [self.bar] if self.measured_dataset is not None or not self._trace_points else []
         if self._trace_points:
             bars.append(self.trace_box)

@@ -174,7 +174,16 @@ class Explorer(PredictionSide, TraceSide, HybridSide, MeasuredSide):
             ).items()
             if v is not None
         }
-        check_arguments(pue=pue, **given)
+        check_arguments(
+            pue=pue,
+            tp=tp,
+            pp=pp,
+            micro_batch=micro_batch,
+            zero=zero,
+            recompute=recompute,
+            schedule=schedule,
+            **given,
+        )
         self._model_kwargs = dict(model_kwargs)
         self._traces: dict[str, dict[str, np.ndarray]] = {}
         self._custom_workloads = {}
@@ -352,13 +361,11 @@ class Explorer(PredictionSide, TraceSide, HybridSide, MeasuredSide):
         if name == "pue":
             return validation.number("pue", value, minimum=1.0, maximum=2.0)
         if name in ("tp", "pp", "micro_batch"):
-            return (
-                nearest(
-                    [v for _, v in self.controls[name].options if v], validation.count(name, value, minimum=0)
-                )
-                if value
-                else 0
-            )
+            # micro-batch 0: the whole replica batch at once; tp and pp are at least 1
+            value = validation.count(name, value, minimum=0 if name == "micro_batch" else 1)
+            return nearest([v for _, v in self.controls[name].options if v], value) if value else 0
+        if name in ("zero", "recompute", "schedule"):
+            check_arguments(pue=1.0, **{name: value})
         return value
 
     def _build_page(self) -> None:
@@ -381,11 +388,9 @@ class Explorer(PredictionSide, TraceSide, HybridSide, MeasuredSide):
             if getattr(c, "value", "") == "<b>Parallelism (transformers)</b>"
         )
         panel.children = (*panel.children[: index + 1], self.hybrid_note, *panel.children[index + 1 :])
-        self._bars = w.VBox([])
+        self._bars = w.VBox([]) if self._trace_points else self.bar
         self._show_bars()
-        self.widget = explorer_box(
-            self.headline, self._bars, panel, self._grid, w.VBox([self.advisor_box, self.apply_box])
-        )
+        self.widget = explorer_box(self.headline, self._bars, panel, self._grid, self.advisor_box)
         self._add_advisor_opener()
 
     def _add_advisor_opener(self) -> None:
