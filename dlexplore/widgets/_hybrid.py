@@ -269,7 +269,7 @@ class HybridSide:
             intra_link=c["intra_link"].value,
         )
         self.advisor = advisor
-        self.advisor_box.children = (advisor.box, self.apply_box)
+        self.advisor_box.children = (advisor.box,)
         # after the advisor's own handler (registered first): the new table's best rows
         advisor.button.on_click(lambda _: self._offer_advice(advisor))
         self._offer_advice(advisor)

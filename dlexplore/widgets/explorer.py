@@ -390,7 +390,8 @@ class Explorer(PredictionSide, TraceSide, HybridSide, MeasuredSide):
         panel.children = (*panel.children[: index + 1], self.hybrid_note, *panel.children[index + 1 :])
         self._bars = w.VBox([]) if self._trace_points else self.bar
         self._show_bars()
-        self.widget = explorer_box(self.headline, self._bars, panel, self._grid, self.advisor_box)
+        below = w.VBox([self.advisor_box, self.apply_box])  # the advisor, then its best as buttons
+        self.widget = explorer_box(self.headline, self._bars, panel, self._grid, below)
         self._add_advisor_opener()
 
     def _add_advisor_opener(self) -> None:
