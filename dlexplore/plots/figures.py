@@ -536,6 +536,7 @@ class ExplorerFigures:
             ),
         )
         self.subtitles["comm"] = _subtitle(fig, "comm_subtitle")
+        self._bucket_item = next(item for item in fig.legend[0].items if comm in item.renderers)
         _legend_below(fig, fig.legend[0], ncols=3)
         fig.ygrid.grid_line_color = None
         return fig
@@ -681,6 +682,7 @@ class ExplorerFigures:
         title = "One step: time by kind" if mixed else "One step: compute and allreduces"
         if self.comm.title.text != title:
             self.comm.title.text = title
+            self._bucket_item.visible = not mixed  # no gradient buckets in the hybrid model's view
         if hybrid.is_hybrid(prediction):
             columns = hybrid.hybrid_comm_columns(prediction, gpus)
             self.sources["comm_phases"].data = _plain({k: v for k, v in columns.items() if k != "mib"})

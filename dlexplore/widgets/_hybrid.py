@@ -215,8 +215,9 @@ class HybridSide:
     @staticmethod
     def _models_apart_text(g: int, apart: float) -> str:
         return (
-            f"Calibrated with the data-parallel model: at tp = pp = 1 on {g} GPUs the hybrid model's "
-            f"step differs by {apart:+.0%} (its compute is modelled per stage), and its "
+            f"Calibrated with the data-parallel model: at tp = pp = 1 on {g} GPU{'s' if g != 1 else ''} "
+            f"the hybrid model's step differs by {'under 1%' if abs(apart) < 0.005 else f'{apart:+.0%}'} "
+            "(its compute is modelled per stage), and its "
             "extrapolations carry that difference too."
         )
 
