@@ -1,6 +1,6 @@
 """Your own run in the explorer: a trace as the measured point, calibrating to it, runs held out,
 saving the fit, and hybrid parallelism on the sliders. (What a trace says and the fit itself are
-tests/test_fit_traces.py's; tests/browser/test_explorer_trace.py drives all of it in Chromium.)
+tests/test_fit_traces.py's; tests/browser/test_your_run_browser.py drives all of it in Chromium.)
 
 Expected values come from the public model functions called here with the same settings
 (``dlexplore.predict``, ``dlexplore.predict_parallel``, ``calibrate_traces``) or from the events.
