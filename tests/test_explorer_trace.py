@@ -99,6 +99,11 @@ def test_calibrating_to_the_run_draws_the_calibrated_line_band_and_the_model_bef
     assert data(explorer, "throughput_predicted", "throughput") == pytest.approx(line64["throughput"].values)
     explorer.reset_calibration()
     assert not explorer.overlays.uncalibrated.visible and not explorer.figures.band.visible
+    explorer.calibrate_trace()
+    explorer.set(gpu="A100-80GB")  # another device: the fit no longer stands, and the panel says so
+    assert (
+        explorer.calibration is None and "Calibration cleared: the gpu changed" in explorer.trace_report.value
+    )
 
 
 def test_a_saved_fit_is_loaded_by_another_explorer(tmp_path):

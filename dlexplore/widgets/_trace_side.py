@@ -399,6 +399,12 @@ class TraceSide:
             + "</ul>"
         )
 
+    def _forget_calibration(self, reason: str) -> None:
+        had = self.calibration is not None
+        super()._forget_calibration(reason)
+        if had and self.trace_box is not None:  # said where the fit was reported
+            self.trace_report.value = self.fit_report.value
+
     def _save_clicked(self) -> None:
         if self.calibration is None:
             self.trace_report.value = "<i>Calibrate first: there is no fit to save.</i>"
