@@ -46,6 +46,10 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:,.3g} ms" if np.isfinite(seconds) else "n/a"
 
 
+def _rate(samples_per_s: float) -> str:
+    return f"{samples_per_s:,.4g}/s" if np.isfinite(samples_per_s) else "n/a"
+
+
 def _err(predicted: float, measured: float) -> str:
     if not (np.isfinite(predicted) and np.isfinite(measured) and measured):
         return ""
@@ -195,7 +199,7 @@ class TraceSide:
                 continue
             at = pred.sel(gpus=p.gpus)
             cells = [
-                ("throughput", p.throughput, float(at["throughput"]), lambda v: f"{v:,.4g}/s"),
+                ("throughput", p.throughput, float(at["throughput"]), _rate),
                 ("step", p.step_time, float(at["step_time"]), lambda v: _ms(v)),
                 ("compute", p.time_compute, float(at["time_compute"]), lambda v: _ms(v)),
                 ("comm (exposed)", p.time_comm_exposed, float(at["time_comm_exposed"]), lambda v: _ms(v)),
@@ -211,13 +215,15 @@ class TraceSide:
                 )
             red = f"<span style='color:{_VERMILION}'>"
             shown = "".join(
-                f"<td>{name}: <b>{fmt(m)}</b> vs {fmt(q)} {red}{_err(q, m)}</span></td>"
+                f"<td>{name}: <b>{fmt(m)}</b> vs {fmt(q) if np.isfinite(q) else 'cannot run'} "
+                f"{red}{_err(q, m)}</span></td>"
                 for name, m, q, fmt in cells
             )
             many = "s" if p.gpus != 1 else ""
             rows.append(f"<tr><td><b>{html.escape(p.label)}</b> ({p.gpus} GPU{many})</td>{shown}</tr>")
         legend = (
-            "measured <b>bold</b> vs predicted at the same configuration, error "
+            "measured <b>bold</b> vs the line at the run's GPU count (the settings shown: the run's "
+            "until you change them), error "
             "(predicted - measured) / measured"
         )
         notes = "".join(f"; {html.escape(n)}" for p in self._trace_points for n in p.notes)
