@@ -57,13 +57,12 @@ MAX_FUNCTION = 80
 REASON = "Kept whole:"
 
 #: Files being rewritten by other work in flight (issue 13: the PyTorch/Kineto and Horovod readers on
-#: their column decoders; issue 19: the explorer's trace input): the size rules wait for it to land.
+#: their column decoders): the size rules wait for it to land.
 IN_FLIGHT = (
     "dlexplore/traces/pytorch.py",
     "dlexplore/traces/horovod*.py",
     "dlexplore/traces/kineto_*.py",
     "dlexplore/traces/jsonchunks.py",
-    "dlexplore/widgets/explorer.py",
 )
 
 #: Known exceptions, each with the work that removes it. traces/__init__.py defines load_trace, which

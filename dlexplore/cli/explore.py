@@ -10,11 +10,22 @@ from ..errors import DlexploreError
 from .options import UsageError
 
 
-def add_explorer_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workload", default="resnet50", help="workload id (default resnet50)")
-    parser.add_argument("--gpu", default="V100-16GB", help="GPU id (default V100-16GB)")
-    parser.add_argument("--gpus", type=int, default=8, help="GPUs selected at start (default 8)")
-    parser.add_argument("--algorithm", default="ring", help="allreduce algorithm (default ring)")
+def add_explorer_options(parser: argparse.ArgumentParser, *, trace: bool = False) -> None:
+    if trace:
+        parser.add_argument(
+            "--trace",
+            action="append",
+            default=[],
+            metavar="PATH",
+            help="your own run as the measured point: a trace file, a folder of per-rank files or a "
+            "glob; repeat for runs of one job at other GPU counts. The controls start at what the "
+            "trace says (GPUs, workload, batch, GPU, precision); options given win",
+        )
+    by_trace = " or the trace's" if trace else ""
+    parser.add_argument("--workload", help=f"workload id (default{by_trace} resnet50)")
+    parser.add_argument("--gpu", help=f"GPU id (default{by_trace} V100-16GB)")
+    parser.add_argument("--gpus", type=int, help=f"GPUs selected at start (default{by_trace} 8)")
+    parser.add_argument("--algorithm", help=f"allreduce algorithm (default{by_trace} ring)")
     unset = "; default: the matching measurement's setup, else {}"
     parser.add_argument("--network", help="network id" + unset.format("25GbE"))
     parser.add_argument("--batch-size", type=int, help="batch per GPU" + unset.format(64))
@@ -42,13 +53,28 @@ def explorer_args(args: argparse.Namespace) -> dict[str, object]:
     from ..model.comm import normalize_algorithm
     from ..model.compute import normalize_precision
 
-    config: dict[str, object] = {
-        "workload": catalog.workload(args.workload).name if ":" not in args.workload else args.workload,
-        "gpu": catalog.gpu(args.gpu).name,
-        "algorithm": normalize_algorithm(args.algorithm),
-        "gpus": validation.count("--gpus", args.gpus, maximum=1024),
-    }
-    if ":" in args.workload:
+    traces = [os.path.abspath(t) for t in getattr(args, "trace", None) or []]
+    if not traces:  # a trace says what it can of these; without one, the explorer's defaults
+        args.workload = args.workload or "resnet50"
+        args.gpu = args.gpu or "V100-16GB"
+        args.algorithm = args.algorithm or "ring"
+        args.gpus = 8 if args.gpus is None else args.gpus
+    config: dict[str, object] = {"trace": traces} if traces else {}
+    if args.workload is not None:
+        config["workload"] = (
+            catalog.workload(args.workload).name if ":" not in args.workload else args.workload
+        )
+    if args.gpu is not None:
+        config["gpu"] = catalog.gpu(args.gpu).name
+    if args.algorithm is not None:
+        config["algorithm"] = normalize_algorithm(args.algorithm)
+    if args.gpus is not None:
+        config["gpus"] = validation.count("--gpus", args.gpus, maximum=1024)
+    if traces:
+        from ..fit.trace_setup import load_traces
+
+        load_traces(traces if len(traces) > 1 else traces[0])  # a bad trace: one line here, not a page
+    if args.workload is not None and ":" in args.workload:
         catalog.workload(args.workload)
     if args.network is not None:
         config["network"] = catalog.network(args.network).name
@@ -56,7 +82,7 @@ def explorer_args(args: argparse.Namespace) -> dict[str, object]:
         config["intra_link"] = catalog.network(args.intra_link).name
     if args.precision is not None:
         config["precision"] = validation.precision_for(
-            catalog.gpu(args.gpu), normalize_precision(args.precision)
+            catalog.gpu(args.gpu or "V100-16GB"), normalize_precision(args.precision)
         )
     if args.batch_size is not None:
         config["batch_size"] = validation.count("--batch-size", args.batch_size, maximum=1024)
@@ -124,5 +150,5 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="stop a page's kernel after this long without activity (default 900); a "
         "closed page's kernel stops at once",
     )
-    add_explorer_options(e)
+    add_explorer_options(e, trace=True)
     e.set_defaults(func=run)

@@ -14,7 +14,11 @@
   :func:`fit_published_convergence`: ``S_min`` and ``B_noise`` from published steps to a target;
   :func:`compare_convergence`: the convergence model against published large-batch points;
 - :func:`fit_scaling` (:mod:`~dlexplore.fit.extrap`): Extra-P-style empirical scaling models, the
-  baseline an analytical model must beat.
+  baseline an analytical model must beat;
+- your own runs (:mod:`~dlexplore.fit.trace_setup`, :mod:`~dlexplore.fit.trace_fit`):
+  :func:`infer_setup` (what a trace says of its run), :func:`trace_point` (its measured point),
+  :func:`calibrate_traces` (the model fitted to some runs, the others predicted), and
+  :func:`save_calibration` / :func:`load_calibration` (JSON).
 
 Errors are fractions, ``(predicted - measured) / measured`` (:data:`ERROR_DEFINITION`).
 """
@@ -28,6 +32,7 @@ from .calibrate import (
     calibrate_from_trace,
     leave_one_out,
 )
+from .calibration_file import load_calibration, save_calibration
 from .compare import ERROR_DEFINITION, as_points, compare, predict_points
 from .extrap import ScalingModel, fit_scaling
 from .hybrid import smallest
@@ -40,6 +45,9 @@ from .noise_scale import (
     noise_scale_from_runs,
     steps_to_threshold,
 )
+from .trace_fit import TraceCalibration, calibrate_traces
+from .trace_point import TracePoint, trace_point
+from .trace_setup import TraceSetup, infer_setup
 
 __all__ = [
     "compare",
@@ -65,4 +73,12 @@ __all__ = [
     "steps_to_threshold",
     "fit_published_convergence",
     "compare_convergence",
+    "infer_setup",
+    "trace_point",
+    "calibrate_traces",
+    "save_calibration",
+    "load_calibration",
+    "TraceCalibration",
+    "TraceSetup",
+    "TracePoint",
 ]

@@ -19,8 +19,8 @@ from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem
 from bokeh.plotting import figure
 
 from ..errors import DlexploreError
-from ._columns import BLUE, GREEN, GREY, ORANGE, PURPLE, SKY, VERMILION, YELLOW
 from .figure_parts import new_figure, subtitle
+from .palette import BLUE, GREEN, GREY, ORANGE, PURPLE, SKY, VERMILION, YELLOW
 
 __all__ = ["TimeToAccuracyFigure", "time_to_accuracy_columns", "loss_curves_figure"]
 
@@ -107,6 +107,30 @@ def _points_hover(dots: object) -> HoverTool:
     )
 
 
+#: The figure's sources and their columns.
+_COLUMNS = {
+    "tta_lines": ("xs", "ys", "color", "label"),
+    "tta_points": ("gpus", "hours", "batch_size", "global_batch", "steps", "epochs", "energy_kwh", "color"),
+    "tta_fastest": ("gpus", "hours", "batch_size"),
+    "tta_knees": ("gpus", "hours", "batch_size"),
+}
+
+
+def _small_legend(legend: Legend, knees: object, star: object) -> None:
+    """The lines' legend with the knee and fastest markers, small, in the empty lower left."""
+    legend.items.extend(
+        [
+            LegendItem(label="more GPUs stop helping", renderers=[knees]),
+            LegendItem(label="fastest", renderers=[star]),
+        ]
+    )
+    legend.location = "bottom_left"
+    legend.label_text_font_size = "8pt"
+    legend.background_fill_alpha = 0.7
+    legend.spacing = 0
+    legend.padding = 4
+
+
 class TimeToAccuracyFigure:
     """Time to the target accuracy against GPUs, built once, fed new datasets by :meth:`show`.
 
@@ -122,9 +146,10 @@ class TimeToAccuracyFigure:
         height: int = 380,
         min_width: int = 340,
     ):
+        # Every column from the start: a figure first shown empty (show_nothing) still has the
+        # legend's 'label' field, which BokehJS otherwise reports as a bad column name.
         self.sources = {
-            name: ColumnDataSource(name=name)
-            for name in ("tta_lines", "tta_points", "tta_fastest", "tta_knees")
+            name: ColumnDataSource(name=name, data={c: [] for c in names}) for name, names in _COLUMNS.items()
         }
         size = (
             dict(width=width, height=height)
@@ -166,21 +191,10 @@ class TimeToAccuracyFigure:
             source=self.sources["tta_fastest"],
         )
         fig.add_tools(_points_hover(dots))
-        legend = fig.legend[0]
-        legend.items.extend(
-            [
-                LegendItem(label="more GPUs stop helping", renderers=[knees]),
-                LegendItem(label="fastest", renderers=[star]),
-            ]
-        )
+        _small_legend(fig.legend[0], knees, star)
         # The workload, rule and useful batch change with the controls: a second, smaller line keeps
         # the title within the narrowest panel the explorer gives this figure.
         self.subtitle = subtitle(fig, "time_to_accuracy_subtitle")
-        legend.location = "bottom_left"
-        legend.label_text_font_size = "8pt"
-        legend.background_fill_alpha = 0.7
-        legend.spacing = 0
-        legend.padding = 4
         del lines
         self.figure = fig
         if tta is not None:

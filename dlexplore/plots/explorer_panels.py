@@ -6,9 +6,19 @@ the other half feeds the figures new data.
 
 from __future__ import annotations
 
-from bokeh.models import FactorRange, FixedTicker, HoverTool, Legend, NumeralTickFormatter, Range1d, Span
+from bokeh.models import (
+    FactorRange,
+    FixedTicker,
+    HoverTool,
+    Legend,
+    LegendItem,
+    NumeralTickFormatter,
+    Range1d,
+    Span,
+)
 
 from . import _columns as cols
+from . import hybrid
 from .figure_parts import empty_columns, legend_below, new_figure, subtitle
 
 MEASURED_STEP_PARTS = (
@@ -138,11 +148,12 @@ class Panels:
 
     def _step_figure(self, size: dict):
         source = self.sources["step_breakdown"]
+        parts = (*cols.STEP_PARTS, *hybrid.HYBRID_STEP_PARTS)
         source.data = empty_columns(
             [
                 "label",
                 "gpus",
-                *(c for c, _, _ in cols.STEP_PARTS),
+                *(c for c, _, _ in parts),
                 "step_time",
                 "comm_total",
                 "alpha",
@@ -158,22 +169,29 @@ class Panels:
             y_axis_label="time per step (ms)",
             tools="save,reset",
         )
-        stack = [c for c, _, _ in cols.STEP_PARTS]
+        stack = [c for c, _, _ in parts]
         bars = fig.vbar_stack(
             stack,
             x="label",
             source=source,
             width=0.8,
-            color=[c for _, _, c in cols.STEP_PARTS],
+            color=[c for _, _, c in parts],
             fill_alpha="alpha",
             line_color="outline",
             line_width=1.5,
         )
         self._step_legend = Legend(
-            items=[(label, [bar]) for (_, label, _), bar in zip(cols.STEP_PARTS, bars, strict=True)]
+            items=[
+                LegendItem(label=label, renderers=[bar])
+                for (_, label, _), bar in zip(parts, bars, strict=True)
+            ]
         )
+        # the hybrid model's parts are in the legend only while it draws (show_hybrid)
+        self._hybrid_items = self._step_legend.items[len(cols.STEP_PARTS) :]
+        for item in self._hybrid_items:
+            item.visible = False
         legend_below(fig, self._step_legend, ncols=2)
-        for bar, (column, label, _) in zip(bars, cols.STEP_PARTS, strict=True):
+        for bar, (column, label, _) in zip(bars, parts, strict=True):
             fig.add_tools(
                 HoverTool(
                     renderers=[bar],
@@ -338,6 +356,7 @@ class Panels:
             ),
         )
         self.subtitles["comm"] = subtitle(fig, "comm_subtitle")
+        self._bucket_item = next(item for item in fig.legend[0].items if comm in item.renderers)
         legend_below(fig, fig.legend[0], ncols=3)
         fig.ygrid.grid_line_color = None
         return fig

@@ -33,6 +33,7 @@ from bokeh.models import (
 )
 
 from . import _columns as cols
+from . import hybrid
 from .explorer_panels import MEASURED_STEP_PARTS, Panels
 from .figure_parts import empty_columns, plain_columns
 
@@ -55,6 +56,10 @@ _HEIGHT = 340
 #: The narrowest a figure gets: its legend, titles and toolbar fit in this many pixels.
 MIN_WIDTH = 340
 _OOM_BACKGROUND, _OK_BACKGROUND = "#fde0dc", "#ffffff"
+
+
+def _mib(value: float) -> str:
+    return f"{value:,.0f}" if value >= 10 else f"{value:.2g}"
 
 
 class ExplorerFigures(Panels):
@@ -90,6 +95,8 @@ class ExplorerFigures(Panels):
         self.step_breakdown = self._step_figure(size)
         self.memory = self._memory_figure(size)
         self.comm = self._comm_figure(size)
+        #: rows above the predicted ones in the one-step view (a traced run's, dlexplore.plots.overlays)
+        self.comm_extra_rows: list[str] = []
         self._layout = None
 
     @property
@@ -157,11 +164,14 @@ class ExplorerFigures(Panels):
             self.show_measured(measured)
         self.select(prediction, gpus)
 
-    def show_line(self, prediction: xr.Dataset) -> None:
+    def show_line(self, prediction: xr.Dataset, *, band: bool = True) -> None:
         """The predicted (and ideal) throughput over every GPU count, and the prediction interval
-        a calibrated prediction carries (``throughput_lower``/``_upper``) as the band."""
+        a calibrated prediction carries (``throughput_lower``/``_upper``) as the band (``band=False``
+        leaves the band as it is, for a caller that sends the line before the band is worked out)."""
         columns = cols.throughput_columns(prediction)
         self.sources["throughput_predicted"].data = plain_columns(columns)
+        if not band:
+            return
         if np.isfinite(columns["lower"]).any():
             level = prediction.attrs.get("band_level")
             label = (
@@ -227,15 +237,24 @@ class ExplorerFigures(Panels):
         self.sources["throughput_selected"].data = plain_columns(cols.selected_columns(prediction, gpus))
 
     def _select_step(self, prediction: xr.Dataset, gpus: int) -> None:
-        self.sources["step_breakdown"].data = plain_columns(cols.step_breakdown_columns(prediction, gpus))
+        mixed = hybrid.is_hybrid(prediction)
+        columns = (hybrid.hybrid_step_columns if mixed else cols.step_breakdown_columns)(prediction, gpus)
+        self.sources["step_breakdown"].data = plain_columns(columns)
+        for item in self._hybrid_items:
+            if item.visible != mixed:
+                item.visible = mixed
 
     def _select_memory(self, prediction: xr.Dataset, gpus: int) -> None:
+        if hybrid.is_hybrid(prediction):
+            self._select_hybrid_memory(prediction, gpus)
+            return
         memory = cols.memory_columns(prediction, gpus)
         self.sources["memory"].data = plain_columns(memory)
         total, capacity = float(memory["total"][0]), float(memory["capacity"][0])
         self.capacity_span.location = capacity
         self.memory.x_range.end = max(total, capacity) * 1.08
-        fits = f"batch <= {cols.largest_batch(prediction, gpus)} fits"
+        largest = cols.largest_batch(prediction, gpus)
+        fits = "no activation memory known" if largest == cols.ANY_BATCH else f"batch <= {largest} fits"
         subtitle = self.subtitles["memory"]
         if total > capacity:
             subtitle.text = f"OUT OF MEMORY: {total:.3g} of {capacity:.3g} GiB; {fits}"
@@ -248,7 +267,47 @@ class ExplorerFigures(Panels):
             subtitle.text_font_style = "normal"
             self.memory.background_fill_color = _OK_BACKGROUND
 
+    def _select_hybrid_memory(self, prediction: xr.Dataset, gpus: int) -> None:
+        """Each memory term of the hybrid model against the capacity (NaN: cannot run)."""
+        memory = cols.memory_columns(prediction, gpus)
+        self.sources["memory"].data = plain_columns(
+            {k: np.nan_to_num(v) if k != "label" else v for k, v in memory.items()}
+        )
+        total, capacity = float(np.nan_to_num(memory["total"][0])), float(memory["capacity"][0])
+        self.capacity_span.location = capacity
+        self.memory.x_range.end = max(total, capacity) * 1.08
+        subtitle = self.subtitles["memory"]
+        over = total > capacity
+        text = hybrid.hybrid_memory_text(prediction, gpus, short=True)
+        subtitle.text = ("OUT OF MEMORY: " if over else "") + text
+        subtitle.text_color = cols.VERMILION if over else "black"
+        subtitle.text_font_style = "bold" if over else "normal"
+        self.memory.background_fill_color = _OOM_BACKGROUND if over else _OK_BACKGROUND
+
     def _select_comm(self, prediction: xr.Dataset, gpus: int) -> None:
+        mixed = hybrid.is_hybrid(prediction)
+        rows = (*(hybrid.COMM_ROWS if mixed else ("allreduce", "compute")), *self.comm_extra_rows)
+        if tuple(self.comm.y_range.factors) != rows:
+            self.comm.y_range.factors = list(rows)
+        title = "One step: time by kind" if mixed else "One step: compute and allreduces"
+        if self.comm.title.text != title:
+            self.comm.title.text = title
+            self._bucket_item.visible = not mixed  # no gradient buckets in the hybrid model's view
+        if mixed:
+            columns = hybrid.hybrid_comm_columns(prediction, gpus)
+            self.sources["comm_phases"].data = plain_columns({k: v for k, v in columns.items() if k != "mib"})
+            self.sources["comm_buckets"].data = empty_columns(list(self.sources["comm_buckets"].data))
+            mib = {phase: m for phase, m in zip(columns["phase"], columns["mib"], strict=True)}
+            self.subtitles["comm"].text = (
+                "cannot run at this GPU count"
+                if not len(columns["phase"])
+                else "MiB per GPU and step: "
+                + ", ".join(
+                    f"{k} {_mib(mib[f'{k} {w}'])}"
+                    for k, w in (("tp", "exposed"), ("pp", "send/recv"), ("dp", "exposed"))
+                )
+            )
+            return
         self.sources["comm_phases"].data = plain_columns(cols.phase_columns(prediction, gpus))
         buckets = cols.bucket_columns(prediction, gpus)
         self.sources["comm_buckets"].data = plain_columns(buckets)

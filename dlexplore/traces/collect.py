@@ -55,16 +55,17 @@ from .._io import atomic_open, replace_folder
 from .._version import __version__
 from ..errors import DlexploreError, UnknownNameError
 from .collect_worker import (
-    IMAGE_SHAPE,
     MESSAGE_PREFIX,
-    MLP_FEATURES,
     MODELS,
     NUM_CLASSES,
+    TRANSFORMER,
     WAIT_STEPS,
     build_model,
+    sample_shape,
+    transformer_spec,
 )
 
-__all__ = ["collect", "MODELS", "MANIFEST_NAME", "build_model"]
+__all__ = ["collect", "MODELS", "MANIFEST_NAME", "build_model", "TRANSFORMER"]
 
 
 #: File name of the run's manifest inside the output folder.
@@ -378,15 +379,16 @@ def _manifest(
             "description": MODELS[model],
             "parameters": parameters,
             "gradient_bytes": parameters * 4,  # float32 gradients, what the allreduces carry
+            **({"workload": transformer_spec()} if model == "transformer" else {}),
             "dtype": "float32",
             "optimizer": "SGD(lr=0.01, momentum=0.9)",
             "loss": "cross_entropy",
         },
         "data": {
             "kind": "synthetic",
-            "sample_shape": list(IMAGE_SHAPE) if model == "cnn" else [MLP_FEATURES],
-            "classes": NUM_CLASSES,
-            # Random labels: nothing to learn, the loss stays near ln(classes) = 2.303.
+            "sample_shape": list(sample_shape(model)),
+            "classes": TRANSFORMER["vocab"] if model == "transformer" else NUM_CLASSES,
+            # Random labels: nothing to learn, the loss stays near ln(classes) (2.303 for 10).
             "labels": "uniform random",
             "loader": "torch.utils.data.DataLoader(num_workers=0) with DistributedSampler",
         },

@@ -20,7 +20,7 @@ from typing import Any
 from .._io import atomic_open
 from ..errors import UnknownNameError
 
-__all__ = ["MODELS", "build_model", "main"]
+__all__ = ["MODELS", "TRANSFORMER", "build_model", "main", "sample_shape", "transformer_spec"]
 
 # Steps skipped before the profiler's warm-up: the first iteration builds DDP's buckets and the
 # allocator's pools, which is not what a steady-state trace should show.
@@ -36,7 +36,12 @@ MODELS: dict[str, str] = {
     "mlp": "multilayer perceptron: Linear(256, 512), ReLU, Linear(512, 512), ReLU, Linear(512, 10)",
     "cnn": "small convolutional net on 3x32x32 images: Conv2d(3, 16, 3), ReLU, MaxPool(2), "
     "Conv2d(16, 32, 3), ReLU, MaxPool(2), Linear(2048, 10)",
+    "transformer": "BERT-style transformer encoder on 64-token sequences: word and position "
+    "embeddings (vocabulary 1024, hidden 128), LayerNorm, 2 post-LN TransformerEncoderLayers (4 heads, "
+    "feed-forward 512, GELU), logits through the tied word embeddings; a language-model loss",
 }
+#: The transformer's sizes, as dlexplore's catalog builds the same network (the manifest names it).
+TRANSFORMER = {"layers": 2, "hidden": 128, "heads": 4, "seq": 64, "vocab": 1024}
 
 NUM_CLASSES = 10
 
@@ -70,7 +75,56 @@ def build_model(name: str) -> Any:
             nn.Flatten(),
             nn.Linear(32 * 8 * 8, NUM_CLASSES),
         )
+    if name == "transformer":
+        return _transformer_module()
     raise UnknownNameError("model", name, MODELS)
+
+
+def transformer_spec() -> str:
+    """The catalog's name for the transformer: ``transformer:layers=2,hidden=128,...``."""
+    return "transformer:" + ",".join(f"{k}={v}" for k, v in TRANSFORMER.items())
+
+
+def sample_shape(model: str) -> tuple[int, ...]:
+    """The shape of one sample of ``model``'s synthetic data."""
+    if model == "cnn":
+        return IMAGE_SHAPE
+    if model == "transformer":
+        return (TRANSFORMER["seq"],)
+    return (MLP_FEATURES,)
+
+
+def _transformer_module() -> Any:
+    """:data:`MODELS`' transformer: token ids (batch, seq) in, logits (batch, vocab, seq) out.
+
+    Its parameters are the catalog's count for these sizes (post-LN, tied output, no token types):
+    ``V h + s h + 2h + L (12 h^2 + 13 h)`` = 131,072 + 8,192 + 256 + 2 x 198,272 = 536,064."""
+    import torch
+    from torch import nn
+
+    t = TRANSFORMER
+    h = t["hidden"]
+
+    class TinyTransformer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.word = nn.Embedding(t["vocab"], h)
+            self.position = nn.Embedding(t["seq"], h)
+            self.norm = nn.LayerNorm(h)
+            layer = nn.TransformerEncoderLayer(
+                h, t["heads"], dim_feedforward=4 * h, activation="gelu", batch_first=True
+            )
+            self.encoder = nn.TransformerEncoder(layer, t["layers"], enable_nested_tensor=False)
+            # BERT's and GPT-2's initialisation: with N(0, 1) embeddings the tied logits would be
+            # N(0, h) and the first losses near 80 instead of ln(vocab) = 6.93
+            nn.init.normal_(self.word.weight, std=0.02)
+            nn.init.normal_(self.position.weight, std=0.02)
+
+        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+            x = self.norm(self.word(tokens) + self.position.weight[: tokens.shape[1]])
+            return (self.encoder(x) @ self.word.weight.T).transpose(1, 2)
+
+    return TinyTransformer()
 
 
 def _send(kind: str, **payload: Any) -> None:
@@ -148,11 +202,17 @@ def _data_loader(config: dict[str, Any], rank: int, world_size: int, total_steps
     from torch.utils.data.distributed import DistributedSampler
 
     batch = int(config["batch_size"])
-    shape = IMAGE_SHAPE if config["model"] == "cnn" else (MLP_FEATURES,)
+    shape = sample_shape(config["model"])
     samples = batch * total_steps * world_size
     data_rng = torch.Generator().manual_seed(int(config["seed"]) + 1)
-    inputs = torch.randn((samples, *shape), generator=data_rng)
-    labels = torch.randint(0, NUM_CLASSES, (samples,), generator=data_rng)
+    if config["model"] == "transformer":
+        # token ids, and a next token to predict at every position (random: nothing to learn)
+        vocab = TRANSFORMER["vocab"]
+        inputs = torch.randint(0, vocab, (samples, *shape), generator=data_rng)
+        labels = torch.randint(0, vocab, (samples, *shape), generator=data_rng)
+    else:
+        inputs = torch.randn((samples, *shape), generator=data_rng)
+        labels = torch.randint(0, NUM_CLASSES, (samples,), generator=data_rng)
     sampler = DistributedSampler(
         TensorDataset(inputs, labels),
         num_replicas=world_size,
