@@ -235,7 +235,7 @@ def test_the_advisors_best_goes_to_the_sliders_in_one_click():
 
 
 def test_explore_passes_the_trace_and_leaves_the_rest_to_it(tmp_path):
-    from dlexplore.cli import _explorer_args
+    from dlexplore.cli.explore import explorer_args as _explorer_args
 
     args = build_parser().parse_args(["explore", "--trace", str(TRACES / "gloo-mlp-2rank")])
     config = _explorer_args(args)

@@ -211,10 +211,12 @@ def run_all_cells(page) -> None:
     first_prompt = page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").first
     for _ in range(3):
         # On a loaded machine JupyterLab may open the notebook before it has listed the kernel
-        # specs and ask which kernel to start: its preselected choice is the notebook's own.
+        # specs and ask which kernel to start: its preselected choice is the notebook's own. The
+        # accept button's label differs between JupyterLab releases ("Select", "Select Kernel"),
+        # its class does not.
         dialog = page.locator(".jp-Dialog")
         if dialog.count() and "Select Kernel" in dialog.first.inner_text():
-            dialog.first.get_by_role("button", name="Select", exact=True).click()
+            dialog.first.locator("button.jp-mod-accept").first.click()
         # Run All acts on the current notebook, which the one just opened is not always yet when
         # its kernel first reports idle: a click on a cell makes it current.
         first_prompt.click()
