@@ -66,7 +66,9 @@ class DlxAccessor:
         """Units of every variable and coordinate that has them (pint spellings,
         :mod:`dlexplore.units`)."""
         return {
-            name: str(var.attrs["units"]) for name, var in self._ds.variables.items() if "units" in var.attrs
+            str(name): str(var.attrs["units"])
+            for name, var in self._ds.variables.items()
+            if "units" in var.attrs
         }
 
     def quantify(self) -> xr.Dataset:
@@ -115,8 +117,8 @@ class DlxAccessor:
         needed = ("time_compute", "time_comm", "time_comm_exposed", "step_time")
         if kind != "prediction" or any(name not in ds for name in needed):
             raise DlexploreError(
-                f"a {kind} dataset with variables {sorted(ds.data_vars)[:8]} has no step-time breakdown; "
-                "predictions (dlexplore.predict) and trace breakdowns have one"
+                f"a {kind} dataset with variables {sorted(map(str, ds.data_vars))[:8]} has no step-time "
+                "breakdown; predictions (dlexplore.predict) and trace breakdowns have one"
             )
         compute = ds["time_compute"]
         overlapped = (ds["time_comm"] - ds["time_comm_exposed"]).clip(min=0.0)

@@ -36,7 +36,7 @@ class DlexploreError(ValueError):
         return (_restore, (type(self), self.args, dict(self.__dict__)))
 
 
-def _restore(cls: type, args: tuple, state: dict) -> DlexploreError:
+def _restore(cls: type[DlexploreError], args: tuple, state: dict) -> DlexploreError:
     error = cls.__new__(cls)
     error.args = args
     error.__dict__.update(state)

@@ -22,7 +22,9 @@ require_extra("dlexplore.report", ("bokeh",))
 import xarray as xr
 from bokeh.embed import file_html
 from bokeh.layouts import column
-from bokeh.models import CustomJS, Div, Select
+
+# bokeh.models builds its __all__ from its submodules' at run time, which mypy cannot follow.
+from bokeh.models import CustomJS, Div, Select  # type: ignore[attr-defined]
 from bokeh.resources import INLINE
 
 from . import catalog, measured
@@ -298,7 +300,8 @@ def _step_states(trace, index, figures, ds, table, steps, per_step_tables, attem
 
 def _trace_controls(index, figures, states, steps, max_events, bins, embed_events) -> tuple:
     """The category boxes and the step selector, wired to the page's JavaScript."""
-    from bokeh.models import CheckboxGroup
+    # bokeh.models builds its __all__ from its submodules' at run time, which mypy cannot follow.
+    from bokeh.models import CheckboxGroup  # type: ignore[attr-defined]
 
     from .plots.timeline import TIMELINE_JS, timeline_payload
 

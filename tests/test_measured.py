@@ -218,6 +218,23 @@ def test_load_accepts_any_case_and_reads_missing_paths_as_files(tmp_path):
         measured.load(tmp_path / "nope.csv")
 
 
+class _PathLike:
+    """An os.PathLike that is not a pathlib.Path: its str() is not its path."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+
+def test_load_reads_any_path_like():
+    # report.report(measured_data=) passes os.PathLike through; load once took str() of it
+    path = data_dir() / "measured" / "goyal-2017-resnet50.csv"
+    got = measured.load(_PathLike(path))
+    xr.testing.assert_identical(got, measured.load(path))
+
+
 # --- the published numbers -----------------------------------------------------------------------
 
 

@@ -235,6 +235,28 @@ def test_a_crashing_sniff_warns_and_a_wrong_result_is_refused(tmp_path):
         unregister_reader("crashing")
 
 
+class _CrashingProfile(Reader):
+    kind = "profile"
+
+    def read(self, paths, **options):
+        raise RuntimeError("read bug")
+
+
+def test_a_crashing_profile_reader_is_named_with_the_folder_it_was_given(tmp_path):
+    # profile readers get the paths as given (a folder, as TAU's): the error names that folder,
+    # not its first character as it once did
+    (tmp_path / "profile.0.0.0").write_text("1 templated_functions\n")
+    register_reader(_CrashingProfile, name="crashing-profile")
+    try:
+        with pytest.raises(DlexploreError) as caught:
+            dlexplore.load(str(tmp_path), format="crashing-profile")
+    finally:
+        unregister_reader("crashing-profile")
+    assert str(caught.value).startswith(
+        f"{tmp_path}: the reader 'crashing-profile' of this session failed: RuntimeError: read bug"
+    )
+
+
 def test_unknown_format_names_list_the_trace_readers():
     with pytest.raises(
         DlexploreError, match=r"unknown trace format 'nope'; expected one of \['horovod', 'netcdf'"

@@ -30,6 +30,9 @@ def test_standard_normal_known_values():
     got = expected_max_standard_normal([1, 2, 3, 5, 10])
     want = [0.0, 1 / math.sqrt(math.pi), 1.5 / math.sqrt(math.pi), 1.162964, 1.538753]
     np.testing.assert_allclose(got, want, atol=2e-6)
+    # any iterable of counts, as the signature says: a generator was once taken for one scalar
+    np.testing.assert_allclose(expected_max_standard_normal(n for n in (1, 2, 3, 5, 10)), want, atol=2e-6)
+    np.testing.assert_allclose(harmonic(iter([1, 2, 4])), [1.0, 1.5, 25 / 12])
     # grows like sqrt(2 ln n) for large n: the Blom approximation Phi^-1((n - 0.375)/(n + 0.25))
     from scipy.stats import norm
 

@@ -24,6 +24,7 @@ import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import pandas as pd
 
@@ -314,7 +315,7 @@ def _make_record(
             f"expected {len(header)} values ({', '.join(c.name for c in header)}), got {len(cells)}",
             line=line,
         )
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}  # the record's fields, of the types its columns parse to
     for col, text in zip(header, cells, strict=True):
         target = col.field or col.name
         if col.optional and text.lower() in _BLANK:
@@ -428,11 +429,12 @@ REGISTRY_OF: dict[type, Registry] = {GPU: GPUS, Link: NETWORKS, StorageTier: STO
 
 def _load_bundled() -> None:
     folder = data_dir() / "catalog"
-    for registry, filename, kind in (
+    files: tuple[tuple[Registry[Any], str, str], ...] = (  # each file's records are its registry's type
         (GPUS, "gpus.csv", "gpus"),
         (NETWORKS, "networks.csv", "networks"),
         (STORAGE, "storage.csv", "storage"),
-    ):
+    )
+    for registry, filename, kind in files:
         for record in read_csv(folder / filename, kind):
             registry.add(record)
 
@@ -457,7 +459,10 @@ def storage(name: str | StorageTier) -> StorageTier:
     return _checked(name) if isinstance(name, StorageTier) else STORAGE.get(name)
 
 
-def _checked(record: GPU | Link | StorageTier) -> GPU | Link | StorageTier:
+_R = TypeVar("_R", GPU, Link, StorageTier)
+
+
+def _checked(record: _R) -> _R:
     """A record made in Python (``dataclasses.replace(gpu("V100"), fp32_tflops=...)``) held to the
     rules a catalog file's cells are: numbers >= 0, > 0 where the model divides by them, NaN only
     where a blank cell is allowed."""

@@ -72,7 +72,7 @@ def _element_lines(text: str) -> list[int]:
     must already be known to be a valid JSON array."""
     decoder = json.JSONDecoder()
     i = len(text) - len(text.lstrip(_JSON_WS)) + 1  # just past "["
-    lines = []
+    lines: list[int] = []
     while True:
         while text[i] in _JSON_WS:
             i += 1

@@ -294,6 +294,7 @@ def workload_from_dict(entry: Mapping[str, Any], *, origin: str) -> Workload:
         )
 
     layers = _custom_layers(entry, form, origin)
+    assert input_bytes is not None  # required for these forms: checked above
     return Workload(
         name=name,
         kind="custom",

@@ -42,7 +42,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import pandas as pd
@@ -79,7 +79,7 @@ __all__ = [
 # --- calibrate ----------------------------------------------------------------------------------
 
 
-def _is_trace_source(source: Any) -> bool:
+def _is_trace_source(source: Any) -> TypeGuard[Trace | str | Path]:
     if isinstance(source, Trace):
         return True
     if not isinstance(source, (str, Path)):
@@ -152,7 +152,7 @@ def calibrate(
     """
     if isinstance(fit_on, str) and fit_on.strip().lower() in ("leave-one-out", "loo"):
         return leave_one_out(measured, params=params, per=per, level=level, **model_kwargs)
-    if _is_trace_source(measured):
+    if isinstance(measured, Trace) or _is_trace_source(measured):  # isinstance: narrows the rest to tables
         trace_params = params if params is not None else ("latency", "bandwidth")
         return calibrate_from_trace(measured, fit_on=fit_on, params=trace_params, **model_kwargs)
     ds = as_points(measured)
@@ -165,11 +165,11 @@ def calibrate(
 
 
 def leave_one_out(
-    measured: str | Path | xr.Dataset,
+    measured: str | Path | xr.Dataset | Trace,
     *,
     params: Sequence[str] | str | None = None,
     per: Any = None,
-    level: float = DEFAULT_LEVEL,
+    level: float | None = DEFAULT_LEVEL,
     **model_kwargs: Any,
 ) -> Calibration:
     """Every point predicted by a calibration on all the others (any table

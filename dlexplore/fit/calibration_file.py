@@ -115,6 +115,6 @@ def load_calibration(path: str | os.PathLike) -> Calibration:
         dof=int(data.get("dof") or 0),
         level=data.get("level"),
     )
-    if cls is TraceCalibration:
+    if isinstance(cal, TraceCalibration):
         cal.explained = list(data["explained"])
     return cal

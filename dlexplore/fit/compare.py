@@ -147,7 +147,7 @@ def predict_points(measured: str | Path | xr.Dataset, **model_kwargs: Any) -> xr
 
 
 def _shared_variables(predicted: xr.Dataset, measured: xr.Dataset, variable: str | None) -> list[str]:
-    both = [v for v in measured.data_vars if v in predicted.data_vars]
+    both = [str(v) for v in measured.data_vars if v in predicted.data_vars]
     ordered = [v for v in VARIABLE_ORDER if v in both] + [v for v in both if v not in VARIABLE_ORDER]
     if not ordered:
         raise DlexploreError(
@@ -216,7 +216,7 @@ def _align_grid(
     gpus = measured["gpus"].values if "gpus" in measured.coords else None
     indexers: dict[str, xr.DataArray] = {}
     used: dict[str, np.ndarray] = {}
-    for name in predicted.coords:
+    for name in map(str, predicted.coords):
         if name not in measured.coords or measured[name].dims != ("point",) or name == "point":
             continue
         if name in SETTINGS:

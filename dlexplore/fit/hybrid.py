@@ -95,11 +95,18 @@ def _workload(row: Mapping[str, Any]) -> catalog.Workload:
     spec = str(row.get("workload", "") or "")
     if spec:
         return catalog.workload(spec)
-    sizes = {k: int(row[k]) for k in ("layers", "hidden", "heads", "seq", "vocab")}
+    layers, hidden, heads, seq, vocab = (int(row[k]) for k in ("layers", "hidden", "heads", "seq", "vocab"))
     ffn = row.get("ffn_hidden")
     label = str(row.get("model", "") or "") or None
     return catalog.transformer(
-        **sizes, ffn_hidden=int(ffn) if ffn and not pd.isna(ffn) else None, causal=True, name=label
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        seq=seq,
+        vocab=vocab,
+        ffn_hidden=int(ffn) if ffn and not pd.isna(ffn) else None,
+        causal=True,
+        name=label,
     )
 
 

@@ -61,7 +61,7 @@ def calibrate_hybrid(
     fit_on: Selection = None,
     params: Sequence[str] | str | None = None,
     per: Any = None,
-    level: float = DEFAULT_LEVEL,
+    level: float | None = DEFAULT_LEVEL,
     **model_kwargs: Any,
 ) -> Calibration:
     """Fit the hybrid model's physical parameters to the rows ``fit_on`` selects (see

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -67,7 +68,7 @@ class NoiseScale:
     b_noise_lower_bound: bool = False
     note: str = ""
 
-    def params(self, **fields: object) -> ConvergenceParams:
+    def params(self, **fields: Any) -> ConvergenceParams:
         """Convergence parameters with this ``s_min`` and ``b_noise`` (and the other fields given),
         for :func:`dlexplore.model.convergence.predict_convergence` and time to accuracy."""
         if math.isnan(self.s_min):
@@ -82,7 +83,7 @@ class NoiseScale:
             b_noise_stderr=self.b_noise_stderr,
             source=f"dlexplore.fit ({self.method}, {self.points} points)",
             **fields,
-        )  # type: ignore[arg-type]
+        )
 
 
 def _finite_1d(name: str, values: object) -> np.ndarray:
@@ -235,7 +236,7 @@ def noise_scale_from_runs(
     of the runs' ``steps_to_threshold``.
     """
     if tag not in runs:
-        raise DlexploreError(f"no scalar {tag!r} in the runs; they have {sorted(runs.data_vars)}")
+        raise DlexploreError(f"no scalar {tag!r} in the runs; they have {sorted(map(str, runs.data_vars))}")
     rows = []
     for name, batch in batch_sizes.items():
         if name not in runs["run"].values:

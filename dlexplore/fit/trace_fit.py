@@ -81,7 +81,7 @@ def _row(name: str, value: float, stderr: float, default: float, points: int, no
 
 def _links(
     fitted: Sequence[TracePoint], settings: Mapping[str, Any], notes: list[str]
-) -> dict[str, tuple[float, float, int]]:
+) -> dict[str, tuple[tuple[float, float], tuple[float, float], int]]:
     """Per link kind ("intra", "network"): effective (bandwidth GB/s, its stderr) and
     (latency s, its stderr), combined over the fitted runs, and how many runs."""
     per_node = int(settings.get("gpus_per_node") or 1)
@@ -280,6 +280,7 @@ def calibrate_traces(
         rows.append(_row("overlap", ov, ov_se, math.nan, ov_n, "measured share of communication hidden"))
 
     def model(p: TracePoint, extra: Mapping[str, float]) -> Any:
+        assert p.batch_size is not None  # every run has one: checked above
         return predict(gpus=p.gpus, batch_size=p.batch_size, **{**base, **params, **extra})
 
     eff, eff_se, s2, dof, m = _fit_compute_efficiency(fitted, model)
@@ -347,7 +348,7 @@ def _band(
     return float(lo[0]), float(hi[0])
 
 
-def _explained(p: TracePoint, ds: Any) -> dict[str, float]:
+def _explained(p: TracePoint, ds: Any) -> dict[str, Any]:
     """The measured step (s) beside the calibrated model's: what each holds."""
     return {
         "label": p.label,
@@ -368,12 +369,13 @@ class TraceCalibration(Calibration):
     """A :class:`~dlexplore.fit.Calibration` from traced runs, with :attr:`explained`: for every run
     the measured step and its parts beside the calibrated model's (seconds)."""
 
-    explained: list[dict[str, float]]
+    explained: list[dict[str, Any]]  # the run's label, then figures in s
 
     def report(self) -> list[str]:
         """The calibration in sentences: each parameter with its uncertainty, the error on the
         runs fitted and held out, and what the fitted compute time holds."""
         lines = []
+        row: Any  # a named tuple of the table's columns, which pandas-stubs cannot know
         for row in self.params.itertuples():
             se = row.stderr
             shown_se = (

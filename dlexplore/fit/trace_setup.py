@@ -183,7 +183,7 @@ def _label(trace: Trace) -> str:
 
 
 def _devices(trace: Trace) -> list[dict]:
-    out = []
+    out: list[dict] = []
     for rank in (trace.meta.get("ranks") or {}).values():
         if isinstance(rank, dict):
             out.extend(d for d in (rank.get("deviceProperties") or []) if isinstance(d, dict))

@@ -107,6 +107,7 @@ editor numbers it, the column and what was expected; nothing is returned half-re
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -166,7 +167,7 @@ def read_csv(path: str | Path) -> xr.Dataset:
     return read_table(path)
 
 
-def load(name: str | Path, *, by: str = "bytes") -> xr.Dataset:
+def load(name: str | os.PathLike[str], *, by: str = "bytes") -> xr.Dataset:
     """Load a bundled measured dataset by name (see :func:`available`), or a CSV file by path.
 
     A path to nccl-tests output returns :func:`dlexplore.traces.nccl_tests.read_tests`'s dataset
@@ -175,7 +176,7 @@ def load(name: str | Path, *, by: str = "bytes") -> xr.Dataset:
 
     An unknown name raises :class:`~dlexplore.errors.UnknownNameError` with the nearest names.
     """
-    text = str(name)
+    text = os.fspath(name)
     names = available()
     if text in names:
         return read_table(_folder() / f"{text}.csv")
@@ -219,7 +220,7 @@ def describe() -> pd.DataFrame:
                 "title": ds.attrs["title"],
                 "table": ds.attrs["table"],
                 "points": ds.sizes["point"],
-                "variables": ", ".join(ds.data_vars),
+                "variables": ", ".join(str(v) for v in ds.data_vars),
                 "source": ds.attrs["source"].removeprefix(MEASURED_PREFIX),
             }
         )

@@ -390,26 +390,26 @@ def _cell(
                 raise InputFileError(path, f"column 'collective': {exc}", line=number) from None
         return text
     if column.kind == "int":
-        value = _parse_int(text)
+        count = _parse_int(text)
         if (
-            value is None
-            or value < (0 if column.name in _ZERO_OK else 1)
-            or (column.name == "zero" and value > 3)
+            count is None
+            or count < (0 if column.name in _ZERO_OK else 1)
+            or (column.name == "zero" and count > 3)
         ):
             _bad(path, number, column, text)
-        return value
+        return count
     # A measured quantity: an empty cell is "not measured" (NaN); the row check above makes
     # sure that every row has at least one measured value.
     if not text:
         return math.nan
     try:
-        value = float(text)
+        quantity = float(text)
     except ValueError:
-        value = math.nan
-    too_small = value <= column.minimum if column.strict else value < column.minimum
-    if not math.isfinite(value) or too_small:
+        quantity = math.nan
+    too_small = quantity <= column.minimum if column.strict else quantity < column.minimum
+    if not math.isfinite(quantity) or too_small:
         _bad(path, number, column, text)
-    return value / divisors.get(column.name, 1.0)
+    return quantity / divisors.get(column.name, 1.0)
 
 
 def _check_duplicates(
@@ -433,8 +433,8 @@ def _check_duplicates(
 
 
 def _dataset(path: Path, meta: _Meta, table: str, columns: dict[str, list]) -> xr.Dataset:
-    coords = {}
-    data_vars = {}
+    coords: dict[str, xr.Variable] = {}
+    data_vars: dict[str, xr.Variable] = {}
     for name, column in COLUMNS.items():
         if name not in columns:
             continue
@@ -466,13 +466,13 @@ def _dataset(path: Path, meta: _Meta, table: str, columns: dict[str, list]) -> x
     # Variables first in canonical order; derived ones were appended at the end.
     ds = ds[[name for name in COLUMNS if name in ds.data_vars]]
 
-    values = dict(meta.values)
-    units_line = values.pop("units", "")
-    attrs = {key: values.get(key, "") for key in _STANDARD_META}
-    attrs.update({k: v for k, v in values.items() if k not in attrs and k != "kind"})
+    given = dict(meta.values)
+    units_line = given.pop("units", "")
+    attrs = {key: given.get(key, "") for key in _STANDARD_META}
+    attrs.update({k: v for k, v in given.items() if k not in attrs and k != "kind"})
     attrs["name"] = attrs["name"] or path.stem
     attrs["title"] = attrs["title"] or f"measurements from {path.name}"
-    attrs["source"] = MEASURED_PREFIX + (values.get("source") or f"file {path}")
+    attrs["source"] = MEASURED_PREFIX + (given.get("source") or f"file {path}")
     attrs["kind"] = "measured"
     attrs["table"] = table
     attrs["file"] = str(path)

@@ -396,10 +396,15 @@ def predict_comm(
 def _comm_time_da(collective, algorithm, n, p, bw, lat, gam, kwargs, node=None) -> xr.DataArray:
     # xarray broadcasts by dimension name (outer product of the sweeps), numpy does the arithmetic.
     arrays = xr.broadcast(n, p, bw, lat, gam, *kwargs.values())
+    nbytes, ranks, bandwidth, latency, gamma = (x.values for x in arrays[:5])
     values = collective_time(
         collective,
         algorithm,
-        *(x.values for x in arrays[:5]),
+        nbytes,
+        ranks,
+        bandwidth,
+        latency,
+        gamma,
         **{k: v.values for k, v in zip(kwargs, arrays[5:], strict=True)},
         **(node or {}),
     )

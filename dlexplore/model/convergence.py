@@ -54,6 +54,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -224,7 +225,7 @@ class ConvergenceParams:
             bound = min(bound, self.b_noise * ratio) if ratio > 0 else 0.0
         return float(bound)
 
-    def with_(self, **changes: object) -> ConvergenceParams:
+    def with_(self, **changes: Any) -> ConvergenceParams:
         """A copy with some fields changed (checked again)."""
         return replace(self, **changes)
 

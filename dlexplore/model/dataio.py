@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -356,7 +357,7 @@ class DLIOWorkload:
         """:func:`io_model` for this workload, plus ``time_compute`` and the predicted accelerator
         utilisation ``au`` (%: ``computation_time / max(computation_time, time_io)``, prefetching
         hiding I/O up to the compute time, as DLIO's AU metric measures)."""
-        kw = dict(
+        kw: dict[str, Any] = dict(
             layout=self.layout,
             sample_bytes=float(self.record_length),
             file_bytes=float(self.record_length) * self.num_samples_per_file,

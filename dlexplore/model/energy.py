@@ -26,6 +26,7 @@ fabric's power, cooling that varies with load (PUE is one constant), and the ene
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -70,7 +71,9 @@ ENERGY_VARIABLES: dict[str, tuple[str, str]] = {
 }
 
 
-def _gpu_figures(prediction: xr.Dataset, gpu: str | catalog.GPU | None) -> tuple[object, object]:
+def _gpu_figures(
+    prediction: xr.Dataset, gpu: str | catalog.GPU | None
+) -> tuple[float | xr.DataArray, float | xr.DataArray]:
     """TDP and idle power (W) as scalars, or DataArrays along a swept ``gpu`` dimension."""
     if gpu is not None:
         dev = catalog.gpu(gpu)
@@ -206,8 +209,8 @@ def _checked_utilization(
     node_power_w: float,
     comm_power_fraction: float,
     samples_per_epoch: float | None,
-    utilization: object,
-) -> object:
+    utilization: float | str | xr.DataArray | None,
+) -> float | xr.DataArray:
     """Check :func:`energy`'s arguments; the compute utilisation (a fraction, or the prediction's
     ``compute_efficiency``)."""
     missing = [
@@ -229,7 +232,7 @@ def _checked_utilization(
         raise DlexploreError(f"samples_per_epoch must be > 0, got {samples_per_epoch!r}")
 
     if utilization is None:
-        u: object = 1.0
+        u: float | xr.DataArray = 1.0
     elif isinstance(utilization, str):
         if utilization != "efficiency":
             raise DlexploreError(f"utilization must be a fraction or 'efficiency', got {utilization!r}")
@@ -347,7 +350,7 @@ def time_energy_tradeoff(
     node_power_w: float = 0.0,
     utilization: float | str | None = None,
     comm_power_fraction: float = 0.5,
-    **predict_kwargs: object,
+    **predict_kwargs: Any,
 ) -> xr.Dataset:
     """Time and energy of the same training work on different GPU counts (and GPU types).
 

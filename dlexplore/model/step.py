@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 import xarray as xr
@@ -179,7 +180,7 @@ def predict(
     """
     # Kept whole: the two dictionaries name every argument once, by kind (categorical, numeric);
     # the rest is four short steps (check, sweep, evaluate, combine).
-    args = dict(
+    args: dict[str, Any] = dict(
         workload=workload,
         gpu=gpu,
         network=network,
@@ -246,7 +247,7 @@ def predict(
     return finish_dataset(ds, title=title)
 
 
-def _each(value: object) -> list:
+def _each(value: Any) -> list:
     return list(value) if is_sweep(value) else [value]
 
 

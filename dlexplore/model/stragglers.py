@@ -87,9 +87,14 @@ def _log_cdf() -> np.ndarray:
 def _ranks(ranks: int | Iterable[int], bounded: bool = True) -> tuple[np.ndarray, bool]:
     """Rank counts as a 1-D int array, and whether a single count was given. ``bounded``: at most
     :data:`dlexplore.validation.MAX_GPUS` (the pure-math helpers take any count)."""
-    scalar = np.ndim(ranks) == 0
+    counts: int | np.integer | Sequence[int] | np.ndarray | xr.DataArray
+    if isinstance(ranks, (int, np.integer, Sequence, np.ndarray, xr.DataArray)):
+        counts = ranks
+    else:  # a generator or a set: numpy would take it for one object, a scalar
+        counts = list(ranks)
+    scalar = np.ndim(counts) == 0
     check = validation.gpu_count if bounded else validation.count
-    n = np.atleast_1d(check("ranks", ranks))
+    n = np.atleast_1d(check("ranks", counts))
     return n.astype(np.int64), scalar
 
 

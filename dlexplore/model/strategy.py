@@ -18,6 +18,7 @@ The widget over it is :class:`dlexplore.widgets.advisor.AdvisorWidget`, the comm
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -297,7 +298,7 @@ def _evaluate_all(
             if not v["fits"][i]:
                 dropped += 1
                 continue
-            row = {k: float(v[k][i]) for k in ADVISE_COLUMNS if k in v}
+            row: dict[str, Any] = {k: float(v[k][i]) for k in ADVISE_COLUMNS if k in v}
             row.update(config, recompute=mode, sequence_parallel=bool(sp[i]))
             row.update(
                 _time_bubble=float(v["time_bubble"][i]),

@@ -74,7 +74,7 @@ def time_to_accuracy(
     if "step_time" not in prediction:
         raise DlexploreError("time_to_accuracy needs the prediction's step_time")
     if params is None:
-        names = np.unique(prediction["workload"].values) if "workload" in prediction.coords else []
+        names = np.unique(prediction["workload"].values) if "workload" in prediction.coords else np.array([])
         if len(names) != 1:
             raise DlexploreError(
                 "give convergence parameters (or a workload name): the prediction has no single workload"

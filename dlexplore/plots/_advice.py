@@ -3,6 +3,8 @@ from the prediction's settings (never what is set already nor what the GPU canno
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import xarray as xr
 
@@ -29,7 +31,7 @@ def bottleneck(pred: xr.Dataset, gpus: int) -> tuple[str, float]:
     return name, parts[name] / step
 
 
-def _coord(point: _Point, name: str, default: object = None) -> object:
+def _coord(point: _Point, name: str, default: Any = None) -> Any:
     if name not in point:
         return default
     value = np.asarray(point[name])

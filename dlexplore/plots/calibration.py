@@ -50,7 +50,9 @@ def calibration_columns(cal: Any) -> dict[str, np.ndarray]:
 def calibration_figure(cal: Any, *, width: int = 560, height: int = 460):
     """Predicted against measured for every point of ``cal``, with prediction intervals."""
     data = calibration_columns(cal)
-    source = ColumnDataSource(data, name="calibration_points")
+    # bokeh's stubs declare figure's own options (axis labels and types, tools, tuple ranges) as
+    # InitVars of a dataclass base that mypy drops, and the source's data as an invariant dict.
+    source = ColumnDataSource(data, name="calibration_points")  # type: ignore[arg-type]
     finite = np.concatenate(
         [data[k][np.isfinite(data[k]) & (data[k] > 0)] for k in ("measured", "predicted", "lower", "upper")]
     )
@@ -58,14 +60,14 @@ def calibration_figure(cal: Any, *, width: int = 560, height: int = 460):
     variable = str(data["variable"][0]) if len(data["variable"]) else "value"
     units = str(data["units"][0]) if len(data["units"]) else ""
     level = getattr(cal, "level", 0.9)
-    fig = figure(
+    fig = figure(  # type: ignore[call-arg]
         name="calibration_figure",
         width=width,
         height=height,
         x_axis_type="log",
         y_axis_type="log",
-        x_range=(lo, hi),
-        y_range=(lo, hi),
+        x_range=(lo, hi),  # type: ignore[arg-type]
+        y_range=(lo, hi),  # type: ignore[arg-type]
         tools="pan,wheel_zoom,box_zoom,reset,save",
         title=f"Calibration of {cal.name or 'the measured points'}: {cal.fit_on}",
         x_axis_label=f"measured {variable} ({units})",

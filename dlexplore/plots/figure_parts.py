@@ -4,11 +4,15 @@ house title size, a second title line, the legend below the data, and columns as
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from bokeh.models import Legend, Title
 from bokeh.plotting import figure
+
+if TYPE_CHECKING:
+    from bokeh.models.sources import DataDict
 
 
 def legend_below(fig, legend: Legend, *, ncols: int) -> None:
@@ -24,11 +28,11 @@ def legend_below(fig, legend: Legend, *, ncols: int) -> None:
     fig.add_layout(legend, "below")
 
 
-def empty_columns(columns: Sequence[str]) -> dict[str, list]:
+def empty_columns(columns: Sequence[str]) -> DataDict:
     return {name: [] for name in columns}
 
 
-def plain_columns(columns: dict) -> dict:
+def plain_columns(columns: Mapping) -> DataDict:
     """Columns as lists: BokehJS gets them inside the patch's JSON instead of one binary buffer
     (two more comm messages) per array; the explorer's columns hold at most a few hundred values."""
     return {

@@ -26,7 +26,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import xarray as xr
 from bokeh.layouts import gridplot
-from bokeh.models import (
+
+# bokeh.models builds its __all__ from its submodules' at run time, which mypy cannot follow.
+from bokeh.models import (  # type: ignore[attr-defined]
     ColumnDataSource,
     LegendItem,
     Title,
@@ -124,7 +126,7 @@ class ExplorerFigures(Panels):
         source = self.sources["step_breakdown_measured"]
         fig = self.step_breakdown
         if not data or not len(data["label"]):
-            source.data = empty_columns(list(source.data))
+            source.data = empty_columns(source.column_names)
             fig.x_range.factors = [str(g) for g in self.gpu_counts]
             fig.xaxis.major_label_orientation = "horizontal"
             return
@@ -197,8 +199,8 @@ class ExplorerFigures(Panels):
 
     def show_band(
         self,
-        lower: Sequence[float] | None,
-        upper: Sequence[float] | None = None,
+        lower: Sequence[float] | np.ndarray | None,
+        upper: Sequence[float] | np.ndarray | None = None,
         *,
         label: str = "calibrated band",
     ) -> None:
@@ -209,6 +211,8 @@ class ExplorerFigures(Panels):
                 self.sources["throughput_band"].data = empty_columns(["gpus", "lower", "upper"])
             self.band.visible = self.band_item.visible = False
             return
+        if upper is None:
+            raise TypeError("show_band: a band needs its upper edge as well as its lower one")
         self.sources["throughput_band"].data = {
             "gpus": [float(g) for g in self.gpu_counts],
             "lower": [float(v) for v in lower],
@@ -296,7 +300,7 @@ class ExplorerFigures(Panels):
         if mixed:
             columns = hybrid.hybrid_comm_columns(prediction, gpus)
             self.sources["comm_phases"].data = plain_columns({k: v for k, v in columns.items() if k != "mib"})
-            self.sources["comm_buckets"].data = empty_columns(list(self.sources["comm_buckets"].data))
+            self.sources["comm_buckets"].data = empty_columns(self.sources["comm_buckets"].column_names)
             mib = {phase: m for phase, m in zip(columns["phase"], columns["mib"], strict=True)}
             self.subtitles["comm"].text = (
                 "cannot run at this GPU count"

@@ -22,8 +22,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from ..errors import DlexploreError
+
+if TYPE_CHECKING:
+    from bokeh.resources import Component
 
 __all__ = ["load_bokehjs", "output_notebook", "bokehjs_loader", "COMPONENTS"]
 
@@ -31,7 +35,7 @@ __all__ = ["load_bokehjs", "output_notebook", "bokehjs_loader", "COMPONENTS"]
 _VOILA_VARIABLES = ("VOILA_BASE_URL", "VOILA_PREHEAT", "VOILA_KERNEL_ID")
 _JS_MIME = "application/javascript"
 #: BokehJS bundles to load (bokeh/server/static/js/<name>.min.js), in load order.
-COMPONENTS = ("bokeh", "bokeh-gl", "bokeh-widgets", "bokeh-tables")
+COMPONENTS: tuple[Component, ...] = ("bokeh", "bokeh-gl", "bokeh-widgets", "bokeh-tables")
 _LOAD_MIME = "application/vnd.bokehjs_load.v0+json"
 
 # The bundles this kernel has put inline into its (Voila) page.
@@ -47,7 +51,7 @@ def _inline_wanted(inline: bool | None) -> bool:
     return any(os.environ.get(name) for name in _VOILA_VARIABLES)
 
 
-def _components(components: Iterable[str] | None) -> list[str]:
+def _components(components: Iterable[str] | None) -> list[Component]:
     wanted = list(COMPONENTS if components is None else components)
     unknown = sorted(set(wanted) - set(COMPONENTS))
     if unknown:

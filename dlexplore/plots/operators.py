@@ -71,9 +71,11 @@ def operator_columns(ds: xr.Dataset, **where: object) -> dict[str, list]:
 def operator_figure(ds: xr.Dataset, *, title: str | None = None, **where: object) -> figure:
     """A horizontal bar per operator category: compute time per step (ms) and its share."""
     columns = operator_columns(ds, **where)
-    source = ColumnDataSource(columns, name="operator_breakdown")
-    fig = figure(
-        y_range=list(reversed(columns["operator"])),
+    # bokeh's stubs declare figure's own options (axis labels and types, tools, tuple ranges) as
+    # InitVars of a dataclass base that mypy drops, and the source's data as an invariant dict.
+    source = ColumnDataSource(columns, name="operator_breakdown")  # type: ignore[arg-type]
+    fig = figure(  # type: ignore[call-arg]
+        y_range=list(reversed(columns["operator"])),  # type: ignore[arg-type]
         height=320,
         width=520,
         title=title or "Where the compute time goes (per step)",

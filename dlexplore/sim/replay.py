@@ -202,14 +202,17 @@ def replay(
     gpus = np.array([s.gpus if s.gpus is not None else world for s in scenarios], dtype=float)
     shrink = np.array([1.0 - 1.0 / s.compute for s in scenarios])
     ops = graph.ops
-    if not isinstance(fit, AlphaBeta):
+    network: AlphaBeta
+    if isinstance(fit, AlphaBeta):
+        network = fit
+    else:
         key = (fit, repr(algorithm))
         if key not in graph.fits:
             graph.fits[key] = fit_network(graph.trace, ops, algorithm, fit)
-        fit = graph.fits[key]
+        network = graph.fits[key]
     ratio, unscaled = transfer_ratio(
         ops,
-        fit,
+        network,
         bandwidth=np.array([s.bandwidth for s in scenarios]),
         latency=np.array([s.latency for s in scenarios]),
         gpus=gpus,
@@ -219,7 +222,7 @@ def replay(
     node_rank = graph.nodes["rank"].to_numpy(dtype=np.int64)
     kept = np.array([[r < g for g in gpus] for r in range(int(node_rank.max(initial=0)) + 1)], dtype=bool)
     S, op_end = _Replay(graph, ratio, shrink, kept).run()
-    return ReplayResult(graph, list(scenarios), S, op_end, shrink, kept, fit, unscaled)
+    return ReplayResult(graph, list(scenarios), S, op_end, shrink, kept, network, unscaled)
 
 
 class _Replay:
@@ -240,6 +243,7 @@ class _Replay:
         ops = graph.ops
         self.op_rows: dict[int, np.ndarray] = {}
         if len(ops):
+            op: Any  # an operation id; pandas-stubs type group keys as any scalar
             for op, group in ops.groupby("op"):
                 self.op_rows[int(op)] = group.index.to_numpy()
         none_int, none_float = np.zeros(0, dtype=np.int64), np.zeros(0)

@@ -45,7 +45,7 @@ SUMMARY_VARIABLES: dict[str, tuple[str, str]] = {
 }
 
 
-def _values(value: float | Iterable[float] | None) -> list:
+def _values(value: float | Iterable[float | None] | None) -> list:
     if value is None or isinstance(value, (str, int, float, np.integer, np.floating)):
         return [value]
     return list(value)
@@ -70,7 +70,7 @@ def whatif(
     bandwidth: float | Iterable[float] = 1.0,
     latency: float | Iterable[float] = 1.0,
     compute: float | Iterable[float] = 1.0,
-    gpus: int | Iterable[int] | None = None,
+    gpus: int | Iterable[int | None] | None = None,
     batch_size: int | None = None,
     scenarios: Sequence[Scenario] | None = None,
     algorithm: str | Mapping[str, str] | None = None,
@@ -159,7 +159,9 @@ def whatif(
         "weak_scaling": "more ranks: each rank's work as measured, extra ranks copies of measured ones; "
         "transfers from the alpha-beta model fitted to the trace's collectives",
         **({"batch_size": int(batch)} if batch else {}),
-        "clock_offsets_s": json.dumps({int(k): float(v) for k, v in graph.offsets.items()}),
+        "clock_offsets_s": json.dumps(
+            {int(k): float(v) for k, v in zip(graph.offsets.index, graph.offsets, strict=True)}
+        ),
         "unscaled_operations": int(result.unscaled),
         "notes": "; ".join(graph.notes) or "none",
         **result.fit.as_attrs(),

@@ -124,9 +124,9 @@ def _detect_all(entries: list[tuple[Path, bool]], *, warn: bool = True) -> tuple
             reasons[path] = str(err).replace(f"{path}: ", "").replace(f"{path}", "").strip(" :")
     traces = {p: k for p, k in found.items() if not _measured(k)}
     if traces:
-        listed = {p for p, flag in entries if flag}
+        named = {p for p, flag in entries if flag}
         for path, kind in found.items():
-            if _measured(kind) and path in listed:
+            if _measured(kind) and path in named:
                 reasons[path] = f"{kind} output, not a trace"
         found = {p: k for p, k in found.items() if p not in reasons}
     elif reasons and not found:
@@ -175,7 +175,7 @@ def load(
         tables = sorted(k for k in set(kinds) if _measured(k))
         kind = tables[0] if tables and len(set(kinds)) == 1 else None
     reader = None if kind is None else get_reader(kind)
-    if reader is None or reader.kind == "trace":
+    if kind is None or reader is None or reader.kind == "trace":
         return load_trace(paths, format=kind, **options)
     if reader.kind == "profile":  # a profile reader takes the paths as given: TAU's are folders
         return registry.read(kind, paths, **options)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +93,7 @@ def _memory_variables(memory: pd.DataFrame | None) -> dict[str, xr.Variable]:
     out = {}
     for name, (units, long_name) in MEMORY_COLUMNS.items():
         column = memory[name]
-        attrs = {"long_name": long_name, "pandas_dtype": str(column.dtype)}
+        attrs: dict[str, Any] = {"long_name": long_name, "pandas_dtype": str(column.dtype)}
         if units:
             attrs["units"] = units
         if name == "device":
@@ -137,7 +137,8 @@ def _encode_nullable(column: pd.Series) -> tuple[np.ndarray, int]:
     (its type's minimum, else maximum); not float with NaN, which loses integers beyond 2**53."""
     if isinstance(column.array, pd.arrays.BooleanArray):
         column = column.astype("Int8")
-    dtype = column.dtype.numpy_dtype
+    # a masked dtype's numpy twin (Int64 -> int64), which pandas-stubs do not declare
+    dtype = column.dtype.numpy_dtype  # type: ignore[union-attr]
     present = column.dropna().to_numpy(dtype=dtype)
     info = np.iinfo(dtype)
     for candidate in (info.min, info.max):
@@ -149,14 +150,14 @@ def _encode_nullable(column: pd.Series) -> tuple[np.ndarray, int]:
     )
 
 
-def _decode_nullable(ds: xr.Dataset, name: str) -> Any:
+def _decode_nullable(ds: xr.Dataset, name: Hashable) -> Any:
     values = ds[name].values
     if values.dtype.kind not in "iu":
         raise ValueError(f"column {name!r} marks missing values with {_NA_ATTR} but holds {values.dtype}")
     return pd.arrays.IntegerArray(values.copy(), values == ds[name].attrs[_NA_ATTR])
 
 
-def _decode_categorical(ds: xr.Dataset, name: str) -> Any:
+def _decode_categorical(ds: xr.Dataset, name: Hashable) -> Any:
     variable = ds[name]
     label_name = variable.attrs["categories"]
     if label_name not in ds.variables:
@@ -165,7 +166,7 @@ def _decode_categorical(ds: xr.Dataset, name: str) -> Any:
     if codes.dtype.kind not in "iu":
         raise ValueError(f"column {name!r} holds {codes.dtype} codes; expected integers")
     labels = [str(label) for label in ds[label_name].values]
-    return pd.Categorical.from_codes(codes.astype(np.int64), categories=labels)
+    return pd.Categorical.from_codes(codes.astype(np.int64), categories=pd.Index(labels))
 
 
 #: The pandas dtypes a column may be restored to, by the kind it is stored as: labels become strings
@@ -189,7 +190,8 @@ def _restore_dtype(column: pd.Series, dtype: str) -> pd.Series:
         )
     if dtype == "object":  # missing as None, as a reader building Python objects leaves it
         return column.astype(object).where(column.notna(), None)
-    return column.astype(dtype)
+    # pandas-stubs type astype's dtype as literals; this one is checked against _RESTORABLE above
+    return column.astype(dtype)  # type: ignore[call-overload]
 
 
 def from_dataset(ds: xr.Dataset, origin: str = "dataset") -> Trace:
@@ -198,8 +200,8 @@ def from_dataset(ds: xr.Dataset, origin: str = "dataset") -> Trace:
     if missing or "event" not in ds.dims and ds.sizes:
         raise DlexploreError(f"{origin}: not a dlexplore trace (missing {missing or 'event dim'})")
     columns: dict[str, Any] = {}
-    for name in ds.data_vars:
-        if str(name).startswith(_MEMORY_PREFIX):
+    for name in map(str, ds.data_vars):
+        if name.startswith(_MEMORY_PREFIX):
             continue
         if "categories" in ds[name].attrs:
             columns[name] = _decode_categorical(ds, name)
@@ -207,7 +209,7 @@ def from_dataset(ds: xr.Dataset, origin: str = "dataset") -> Trace:
         if _NA_ATTR in ds[name].attrs:
             columns[name] = _decode_nullable(ds, name)
             continue
-        values = ds[name].values
+        values: Any = ds[name].values
         if name == "step":  # straight to Int64 with its mask: a pd.NA per event is 30x slower
             missing = values == _NO_STEP
             values = pd.arrays.IntegerArray(np.where(missing, 0, values).astype(np.int64), missing)
@@ -230,7 +232,7 @@ def from_dataset(ds: xr.Dataset, origin: str = "dataset") -> Trace:
     )
 
 
-def netcdf_encoding(ds: xr.Dataset) -> dict[str, dict[str, Any]]:
+def netcdf_encoding(ds: xr.Dataset) -> dict[Hashable, dict[str, Any]]:
     """HDF5 storage of an event Dataset: zlib level 1 after byte shuffling, in chunks of 65,536 events.
 
     Measured on a 1e6-event trace with distinct timestamps (``benchmarks/bench_trace_store.py``,

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import fnmatch
 import importlib
+import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,10 @@ ENTRY_POINT_GROUP = "dlexplore.readers"
 KINDS = ("trace", "measured", "profile")
 
 
+#: Paths as a user gives them (a ``profile`` reader gets them so): one file or folder, or several.
+PathsGiven = str | os.PathLike | Iterable[str | os.PathLike]
+
+
 class Reader:
     """One file format: how to recognise its files (:meth:`sniff`) and read them (:meth:`read`).
 
@@ -82,6 +87,8 @@ class Reader:
     patterns: tuple[str, ...] = ()
     kind: str = "trace"
     url: str = ""
+    #: Set by the registry on the readers it adds: the distribution (or "this session") that added it.
+    distribution: str = ""
 
     def sniff(self, path: Path) -> bool | float:
         """Whether this reader can read ``path`` (a file, or a folder a user named): ``True``/``False``
@@ -89,7 +96,7 @@ class Reader:
         matches :attr:`patterns` against the file name. Must not raise for files it does not know."""
         return any(fnmatch.fnmatch(path.name, pattern) for pattern in self.patterns)
 
-    def read(self, paths: Sequence[Path], **options: Any) -> Any:
+    def read(self, paths: Sequence[Path] | PathsGiven, **options: Any) -> Any:
         """Read ``paths`` (files: a folder the user named comes as its files, sorted; ``profile``
         readers get the paths as given) into a :class:`~dlexplore.traces.schema.Trace` (kind
         ``trace``) or a table. ``options`` are the keyword arguments of ``dlexplore.load``. Bad
@@ -119,18 +126,19 @@ class _Builtin(Reader):
     def _reader(self) -> Any:
         return getattr(importlib.import_module(self._module, __package__), self._function)
 
-    def read(self, paths: Sequence[Path], **options: Any) -> Any:
+    def read(self, paths: Sequence[Path] | PathsGiven, **options: Any) -> Any:
+        if self.kind == "profile":
+            return self._reader()(paths, **options)
+        files = [Path(paths)] if isinstance(paths, (str, os.PathLike)) else [Path(p) for p in paths]
         if self.kind == "trace":
             if self.name != "pytorch":
                 options.pop("allow_missing_ranks", None)  # other readers take whatever ranks they get
-            return self._reader()(list(paths), **options)
-        if self.kind == "profile":
-            return self._reader()(paths, **options)
-        if len(paths) != 1:
-            raise DlexploreError(f"{self.name} output is read one file at a time; got {len(paths)} files")
+            return self._reader()(files, **options)
+        if len(files) != 1:
+            raise DlexploreError(f"{self.name} output is read one file at a time; got {len(files)} files")
         if options and self.name != "nccl-tests":
             raise DlexploreError(f"{self.name} files take no options, got {sorted(options)}")
-        return self._reader()(paths[0], **options)
+        return self._reader()(files[0], **options)
 
 
 _JSON = ("*.json", "*.json.gz")
@@ -246,7 +254,8 @@ def register_reader(
     _load_entry_points()
     if isinstance(reader, type):
         reader = reader()
-    return _register(reader, name or getattr(reader, "name", ""), "this session", replace=replace)
+    own_name: str = getattr(reader, "name", "")
+    return _register(reader, name or own_name, "this session", replace=replace)
 
 
 def unregister_reader(name: str) -> Reader:
@@ -318,9 +327,10 @@ def detect(path: str | Path) -> str:
     raise failure
 
 
-def read(name: str, paths: Sequence[Path], **options: Any) -> Any:
-    """Read ``paths`` with the reader of format ``name``; a plug-in's failure other than a
-    :class:`DlexploreError` is given as one that names the reader and its package."""
+def read(name: str, paths: Sequence[Path] | PathsGiven, **options: Any) -> Any:
+    """Read ``paths`` (files; a ``profile`` reader's as the user gave them: a folder, a list...) with
+    the reader of format ``name``; a plug-in's failure other than a :class:`DlexploreError` is given
+    as one that names the reader and its package."""
     reader = get_reader(name)
     if reader is None:
         raise DlexploreError(f"unknown format {name!r}; registered readers: {listing()}")
@@ -332,7 +342,9 @@ def read(name: str, paths: Sequence[Path], **options: Any) -> Any:
     except DlexploreError:
         raise
     except Exception as err:  # noqa: BLE001 - a third party's reader: say whose it was
-        first = paths[0] if len(paths) else "?"
+        # a profile reader's single folder or file names itself, not its first character
+        given = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+        first = given[0] if given else "?"
         raise DlexploreError(f"{first}: the {origin} failed: {type(err).__name__}: {err}") from err
     if reader.kind == "trace":
         from .schema import Trace

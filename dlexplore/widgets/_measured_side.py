@@ -51,7 +51,7 @@ class MeasuredSide(CalibrationSide):
         self._adopting = False
         self._notes: list[str] = []
         self.calibration = None
-        self._band: tuple[np.ndarray, np.ndarray] | None = None
+        self._band: tuple[float, float] | None = None
         for name in measured.available():
             ds = measured.load(name)
             if "throughput" in ds:

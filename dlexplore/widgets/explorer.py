@@ -163,7 +163,7 @@ class Explorer(PredictionSide, TraceSide, HybridSide, MeasuredSide):
         for name in ("gpus", "batch_size", "gpus_per_node", "bandwidth", "latency", "buckets"):
             if name in model_kwargs:
                 raise DlexploreError(f"Explorer: {name!r} is a control; pass it as gpus=, batch_size= ...")
-        given = dict(network=network, batch_size=batch_size, gpus_per_node=gpus_per_node)
+        given: dict[str, Any] = dict(network=network, batch_size=batch_size, gpus_per_node=gpus_per_node)
         given.update(intra_link=intra_link, precision=precision, algorithm=algorithm)
         given.update(workload=workload, gpu=gpu, gpus=gpus)
         given = {k: v for k, v in given.items() if v is not None}
@@ -172,7 +172,7 @@ class Explorer(PredictionSide, TraceSide, HybridSide, MeasuredSide):
         check_arguments(pue=pue, **{k: v for k, v in hybrid.items() if k != "sequence_parallel"}, **given)
         self._model_kwargs = dict(model_kwargs)
         self._traces: dict[str, dict[str, np.ndarray]] = {}
-        self._custom_workloads = {}
+        self._custom_workloads: dict[str, catalog.Workload] = {}
         given = {**self._init_traces(trace, batch_size), **given}
         if trace is not None and isinstance(measured, str) and measured == "auto":
             measured = None  # the trace is the measurement; a published one is a choice away
@@ -185,7 +185,7 @@ class Explorer(PredictionSide, TraceSide, HybridSide, MeasuredSide):
             **({} if wl.name in catalog.WORKLOADS else {wl.name: wl}),
         }
         given = {k: v for k, v in given.items() if k not in ("workload", "gpu")}
-        gpus = given.pop("gpus", 8)
+        selected = given.pop("gpus", 8)
         first = self._init_measured(measured, wl.name, dev.name, given)
         settings = {**DEFAULTS, **first["setup"], **given}
         if "workload" in first["setup"]:
@@ -193,7 +193,7 @@ class Explorer(PredictionSide, TraceSide, HybridSide, MeasuredSide):
         if "gpu" in first["setup"]:
             dev = catalog.gpu(first["setup"]["gpu"])
         settings["precision"] = validation.precision_for(dev, normalize_precision(settings["precision"]))
-        self._make_controls(wl, dev, gpus, settings, storage, pue, first["name"], hybrid)
+        self._make_controls(wl, dev, selected, settings, storage, pue, first["name"], hybrid)
         self._mark_inferred()
         self._make_views()
         self._make_measured_bar(first["note"])
@@ -249,6 +249,7 @@ class Explorer(PredictionSide, TraceSide, HybridSide, MeasuredSide):
         self.headline.add_class("dlx-headline")
         self.prediction: xr.Dataset | None = None
         self._sweep: xr.Dataset | None = None
+        self._sweep_before: xr.Dataset | None = None
         self._sweep_energy: xr.Dataset | None = None
         self._energy: xr.Dataset | None = None
         self._holding = 0
@@ -261,9 +262,10 @@ class Explorer(PredictionSide, TraceSide, HybridSide, MeasuredSide):
     @property
     def headline_text(self) -> str:
         """The headline (throughput, efficiency, bottleneck and what would help, energy) as text."""
-        mixed = is_hybrid(self.prediction)
-        text = (hybrid_headline if mixed else headline)(self.prediction, self.selected_gpus)
-        if mixed and not bool(self.prediction.sel(gpus=self.selected_gpus)["valid"]):
+        prediction = self._shown()
+        mixed = is_hybrid(prediction)
+        text = (hybrid_headline if mixed else headline)(prediction, self.selected_gpus)
+        if mixed and not bool(prediction.sel(gpus=self.selected_gpus)["valid"]):
             return text
         if self._energy is not None:
             point = self._energy.sel(gpus=self.selected_gpus)
@@ -421,11 +423,23 @@ class Explorer(PredictionSide, TraceSide, HybridSide, MeasuredSide):
             views[self.time_to_accuracy.figure] = self._tta_view
         return views[figure].batch() if figure in views else nullcontext()
 
+    def _shown(self) -> xr.Dataset:
+        """The prediction on show: there is one from the first model call on."""
+        if self.prediction is None:
+            raise DlexploreError("Explorer: no prediction yet (the model failed on the first settings)")
+        return self.prediction
+
+    def _model_grid(self) -> xr.Dataset:
+        """The last model call's grid over GPU counts and batch sizes."""
+        if self._sweep is None:
+            raise DlexploreError("Explorer: no prediction yet (the model failed on the first settings)")
+        return self._sweep
+
     def _send_selection(self, skip: int = 0) -> None:
         """The selected GPU count in every figure (after the first ``skip``), each figure's message
         sent as soon as it is made: the throughput plot reaches the browser while the others are
         worked out."""
-        for figure, update in self.figures.selection_updates(self.prediction, self.selected_gpus)[skip:]:
+        for figure, update in self.figures.selection_updates(self._shown(), self.selected_gpus)[skip:]:
             with self._batch(figure):
                 update()
                 if figure is self.figures.comm:
@@ -480,9 +494,10 @@ class Explorer(PredictionSide, TraceSide, HybridSide, MeasuredSide):
         throughput plot first, each figure's patch on its way while the next is worked out; then the
         band and the model before calibration, the bars, the headline and the time to accuracy."""
         b = int(self.controls["batch_size"].value)
-        self.prediction = self._sweep.sel(batch_size=b)
+        sweep = self._model_grid()
+        self.prediction = sweep.sel(batch_size=b)
         published = self._marks()
-        banded = not self._wants_band() or "throughput_upper" in self._sweep
+        banded = not self._wants_band() or "throughput_upper" in sweep
         with self._batch(self.figures.throughput):
             self.figures.show_line(self.prediction, band=banded)
             self.figures.show_measured(self._trace_marks(published))
@@ -492,8 +507,8 @@ class Explorer(PredictionSide, TraceSide, HybridSide, MeasuredSide):
         self._send_selection(skip=1)
         if self.calibration is not None:
             if not banded:
-                self._sweep = self._banded(self._sweep)
-                self.prediction = self._sweep.sel(batch_size=b)
+                self._sweep = sweep = self._banded(sweep)
+                self.prediction = sweep.sel(batch_size=b)
             if self._sweep_before is None:
                 self._sweep_before = self._predict(calibrated=False, band=False)
         with self._batch(self.figures.throughput):
@@ -517,7 +532,7 @@ class Explorer(PredictionSide, TraceSide, HybridSide, MeasuredSide):
         if self._sweep_energy is None:
             # Only the four phase times: energy() on the whole prediction, bucket schedule included,
             # took most of a batch-slider move.
-            phases = self._sweep[["time_compute", "time_comm_exposed", "time_io_exposed", "step_time"]]
+            phases = sweep[["time_compute", "time_comm_exposed", "time_io_exposed", "step_time"]]
             pue = float(self.controls["pue"].value)
             self._sweep_energy = energy(phases, gpu=self.controls["gpu"].value, pue=pue)
         self._energy = self._sweep_energy.sel(batch_size=b)
@@ -532,7 +547,7 @@ class Explorer(PredictionSide, TraceSide, HybridSide, MeasuredSide):
             self.time_to_accuracy.show_nothing("time to accuracy: data-parallel model only")
             return
         try:
-            self.time_to_accuracy.show(time_to_accuracy(self.prediction, energy=self._energy))
+            self.time_to_accuracy.show(time_to_accuracy(self._shown(), energy=self._energy))
         except DlexploreError:
             self.time_to_accuracy.show_nothing(
                 f"no convergence parameters for {workload_label(self.controls['workload'].value)}"

@@ -181,10 +181,10 @@ class TraceView:
         with self._hold():
             if ranks is not None:
                 wanted = [int(r) for r in ranks]
-                unknown = sorted(set(wanted) - set(self.index.ranks.tolist()))
-                if unknown:
+                missing = sorted(set(wanted) - set(self.index.ranks.tolist()))
+                if missing:
                     raise DlexploreError(
-                        f"TraceView.set: no rank(s) {unknown} in the trace; "
+                        f"TraceView.set: no rank(s) {missing} in the trace; "
                         f"ranks: {self.index.ranks.tolist()}"
                     )
                 self.controls["ranks"].value = tuple(wanted)
@@ -433,7 +433,7 @@ class TraceView:
         if self.diff is not None:
             title = f"Largest changes, test against control ({self.diff.attrs['per']})"
             self.analysis_figures.show_diff(diff_columns(self.diff), title=title)
-        self._paths: dict[tuple[int, int | None], Any] = {}
+        self._paths: dict[tuple[int | None, int | None], Any] = {}
 
     def _draw_analyses(self, ranks: list[int], step: int | None) -> None:
         rank = ranks[0] if ranks else (int(self.index.ranks[0]) if len(self.index.ranks) else None)
