@@ -27,8 +27,10 @@ measured maximum well above the i.i.d. prediction.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from functools import cache
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -87,11 +89,9 @@ def _log_cdf() -> np.ndarray:
 def _ranks(ranks: int | Iterable[int], bounded: bool = True) -> tuple[np.ndarray, bool]:
     """Rank counts as a 1-D int array, and whether a single count was given. ``bounded``: at most
     :data:`dlexplore.validation.MAX_GPUS` (the pure-math helpers take any count)."""
-    counts: int | np.integer | Sequence[int] | np.ndarray | xr.DataArray
-    if isinstance(ranks, (int, np.integer, Sequence, np.ndarray, xr.DataArray)):
-        counts = ranks
-    else:  # a generator or a set: numpy would take it for one object, a scalar
-        counts = list(ranks)
+    # a generator or a set: numpy would take it for one object, a scalar; anything else (a float, a
+    # string, None) goes to the validator as given, which refuses it in words
+    counts: Any = list(ranks) if isinstance(ranks, (Iterator, AbstractSet)) else ranks
     scalar = np.ndim(counts) == 0
     check = validation.gpu_count if bounded else validation.count
     n = np.atleast_1d(check("ranks", counts))
