@@ -27,7 +27,7 @@ import math
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Collection, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -52,13 +52,14 @@ from .kineto_columns import (
     new_labels,
     python_chunk,
 )
+from .kineto_select import select_chunk, struct_ids, subset_chunk
 
 try:
     import msgspec
 except ImportError:  # pragma: no cover - exercised where msgspec has no wheel
     msgspec = None
 
-__all__ = ["KinetoColumns", "decode_kineto", "decode_kineto_files", "PARSER"]
+__all__ = ["KinetoColumns", "decode_kineto", "decode_kineto_files", "iter_kineto_files", "PARSER"]
 
 #: The decoder in use: ``"msgspec"`` (typed structs) or ``"json"`` (the standard library).
 PARSER = "msgspec" if msgspec is not None else "json"
@@ -87,6 +88,10 @@ class KinetoColumns:
     #: ``lenient=True``: ``(event index, field, value)`` of every value that could not be read
     #: (see :func:`~.kineto_columns.python_chunk`); None when decoded strictly.
     problems: list[tuple[int, str, Any]] | None = None
+    #: Events in ``traceEvents`` (kept or not).
+    events_read: int = 0
+    #: ``phases=``: each row's index in ``traceEvents`` (None: every event has its row, in order).
+    index: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.columns["ts"])
@@ -172,7 +177,7 @@ def _fast_chunk(
     n = len(events)
     get = attrgetter
     codes = {key: labels[key].encode_strings(list(map(get(key), events))) for key in ("ph", "cat", "name")}
-    ids = {key: _ids(list(map(get(key), events)), labels[key], lenient) for key in ("pid", "tid")}
+    ids = {key: struct_ids(list(map(get(key), events)), labels[key], lenient) for key in ("pid", "tid")}
     ts = np.fromiter(map(get("ts"), events), np.float64, n)
     dur = np.fromiter(map(get("dur"), events), np.float64, n)
     args = list(map(get("args"), events))
@@ -233,6 +238,7 @@ def decode_kineto(
     chunk_bytes: int | None = None,
     parser: str | None = None,
     lenient: bool = False,
+    phases: Collection[str] | None = None,
 ) -> KinetoColumns:
     """Decode one Kineto trace (``.json`` or ``.json.gz``) into columns.
 
@@ -241,23 +247,35 @@ def decode_kineto(
     byte offset for anything that is not a complete trace. ``lenient``: a value that cannot be
     read (a string where a number belongs ...) is no error but goes to ``columns.problems`` (the
     reader decides which matter for the events it keeps); the JSON itself must still be sound.
+    ``phases``: keep only the events of these ``ph`` values (lenient only): the columns hold those
+    events in file order and ``columns.index`` their indices in ``traceEvents``; the other events
+    are skipped unread (:mod:`.kineto_select`).
     """
     use = parser or PARSER
     if use not in ("msgspec", "json") or (use == "msgspec" and msgspec is None):
         raise ValueError(f"parser={parser!r}: expected 'json'" + (" or 'msgspec'" if msgspec else ""))
+    keep = None if phases is None else frozenset(phases)
+    if keep is not None and not lenient:
+        raise ValueError("phases= reads the events it keeps only: it needs lenient=True")
     stream = EventChunks(path, chunk_bytes=chunk_bytes)
     labels = new_labels()
     problems: list[tuple[int, str, Any]] | None = [] if lenient else None
 
     def reference(events: list[Any], first: int) -> ChunkColumns:
-        return python_chunk(events, first, labels, stream.error, problems)
+        chunk = python_chunk(events, first, labels, stream.error, problems)
+        return chunk if keep is None else subset_chunk(chunk, first, labels["ph"], keep)
 
     def fast(view: memoryview, first: int) -> tuple[ChunkColumns, int]:
+        if keep is not None:
+            return select_chunk(view, first, labels, keep, lenient)
         return _fast_chunk(view, labels, lenient)
 
     chunks = list(stream.decode(fast if use == "msgspec" else None, reference))
     columns = _join(str(path), stream.meta, labels, chunks, use)
     columns.problems = problems
+    columns.events_read = stream.events_read
+    if keep is not None:
+        columns.index = np.concatenate([c.index for c in chunks]) if chunks else np.zeros(0, np.int64)
     return columns
 
 
@@ -308,32 +326,9 @@ def _join(
     )
 
 
-def _ids(values: list[Any], labels: Labels, lenient: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """pid or tid: int64 numbers (:data:`NO_INT` for others) and label codes (-1 for numbers)."""
-    if set(map(type, values)) <= {int}:  # the usual case (fromiter alone would take "5", 1.5)
-        try:
-            return np.fromiter(values, np.int64, len(values)), np.full(len(values), -1, np.int32)
-        except OverflowError:
-            pass  # beyond 64 bits: named below
-    table = {}
-    for value in dict.fromkeys(values):  # a few distinct ids: decide each once, in order
-        if value is None and lenient:
-            raise ValueError("a null id")  # the reference notes where
-        if type(value) is int:
-            if not -(2**63) <= value < 2**63:
-                raise OverflowError("an id beyond 64 bits")  # the reference decides
-            table[value] = (value, -1)
-        else:
-            table[value] = (NO_INT, labels.code("" if value is None else value))
-    pairs = np.array([table[v] for v in table], dtype=np.int64).reshape(-1, 2)
-    index = {v: i for i, v in enumerate(table)}
-    rows = np.fromiter(map(index.__getitem__, values), np.int64, len(values))
-    return pairs[rows, 0], pairs[rows, 1].astype(np.int32)
-
-
-def _decode_one(args: tuple[str, int | None, str | None, bool]) -> KinetoColumns:
-    path, chunk_bytes, parser, lenient = args
-    return decode_kineto(path, chunk_bytes=chunk_bytes, parser=parser, lenient=lenient)
+def _decode_one(args: tuple[str, int | None, str | None, bool, frozenset[str] | None]) -> KinetoColumns:
+    path, chunk_bytes, parser, lenient, phases = args
+    return decode_kineto(path, chunk_bytes=chunk_bytes, parser=parser, lenient=lenient, phases=phases)
 
 
 #: Smallest set (bytes of JSON) decoded in worker processes by default, on 4 cores or more: a worker
@@ -371,6 +366,7 @@ def decode_kineto_files(
     parser: str | None = None,
     progress: bool | None = None,
     lenient: bool = False,
+    phases: Collection[str] | None = None,
 ) -> list[KinetoColumns]:
     """Decode several trace files, in parallel worker processes; results in the order given.
 
@@ -381,32 +377,59 @@ def decode_kineto_files(
     bounded by the number of workers: each holds about three chunks of JSON and one file's columns
     and sends back its compact numpy columns only, so the peak is the set's columns plus
     ``workers`` x (24 MiB + one file's columns). ``progress`` shows a tqdm bar of files done
-    (default: when someone watches, :func:`dlexplore.progress.progress_enabled`).
+    (default: when someone watches, :func:`dlexplore.progress.progress_enabled`). ``lenient``,
+    ``phases``: as for :func:`decode_kineto`. :func:`iter_kineto_files` yields them one at a time.
     """
+    return list(
+        iter_kineto_files(
+            paths,
+            workers=workers,
+            chunk_bytes=chunk_bytes,
+            parser=parser,
+            progress=progress,
+            lenient=lenient,
+            phases=phases,
+        )
+    )
+
+
+def iter_kineto_files(
+    paths: Sequence[str | os.PathLike],
+    *,
+    workers: int | None = None,
+    chunk_bytes: int | None = None,
+    parser: str | None = None,
+    progress: bool | None = None,
+    lenient: bool = False,
+    phases: Collection[str] | None = None,
+) -> Iterator[KinetoColumns]:
+    """:func:`decode_kineto_files` one file at a time, in the order given: a caller that turns each
+    file's columns into something smaller before taking the next holds one file's columns at a
+    time (with workers, also those decoded ahead of it)."""
     from ..progress import progress_bar
 
     files = [str(Path(p)) for p in paths]
     count = min(len(files), workers if workers is not None else _default_workers(files))
-    tasks = [(p, chunk_bytes, parser, lenient) for p in files]
+    tasks = [(p, chunk_bytes, parser, lenient, None if phases is None else frozenset(phases)) for p in files]
+    done = 0
     with progress_bar(total=len(files), desc="traces", unit="file", enabled=progress) as bar:
         if count > 1:
             try:
                 # spawn: a forked child of a process holding threads (Jupyter, Dask) may deadlock
                 with ProcessPoolExecutor(max_workers=count, mp_context=get_context("spawn")) as pool:
-                    results = []
                     for result in pool.map(_decode_one, tasks):
-                        results.append(result)
+                        done += 1
                         bar.update(1)
-                    return results
+                        yield result
+                    return
             except BrokenProcessPool:
                 warnings.warn(
                     "worker processes could not start (a script without an "
                     "'if __name__ == \"__main__\":' guard?); decoding here instead",
                     stacklevel=2,
                 )
-                bar.reset()
-        results = []
-        for task in tasks:
-            results.append(_decode_one(task))
+        for task in tasks[done:]:
+            result = _decode_one(task)
             bar.update(1)
-        return results
+            yield result
+            del result
