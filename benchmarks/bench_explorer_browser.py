@@ -7,6 +7,12 @@ same machine::
 
     python benchmarks/bench_explorer_browser.py --root . --root /path/to/baseline --rounds 3
 
+With ``--trace PATH`` (repeatable) the server explores your own run (``dlexplore explore --trace``);
+``--calibrate`` clicks "Calibrate to the trace" before the moves and ``--hybrid`` moves the tp
+slider to 2 (the hybrid model draws), and the tp slider's moves (each a model call) are timed too:
+the slider path with a trace loaded and the hybrid controls shown. A root whose explorer has no
+``--trace`` is measured without it (and says so).
+
 Each root must hold a ``.venv`` with dlexplore and its ``explore`` and ``test`` extras; Chromium is
 Debian's (``/usr/bin/chromium``, or ``$DLX_CHROMIUM``). First paint is from the page request to the
 first figure drawn, in a fresh browser context (nothing cached), once the server's kernels are idle
@@ -86,7 +92,35 @@ def _slider(page, label: str):
     )
 
 
-def measure(root: Path, browser, pages: int, moves: int) -> dict:
+def _prepare(page, calibrate: bool, hybrid: bool) -> None:
+    """Calibrate to the trace and switch to the hybrid model, as a person would, then settle."""
+    if calibrate:
+        page.get_by_role("button", name="Calibrate to the trace").click()
+        page.wait_for_function(
+            "() => document.querySelector('.dlx-trace-report')?.innerText.includes('Calibrated')",
+            timeout=120_000,
+        )
+    if hybrid:
+        before = page.evaluate("() => document.querySelector('.dlx-hybrid-note')?.innerText || ''")
+        _slider(page, "tp (tensor)").focus()
+        page.keyboard.press("ArrowRight")
+        page.wait_for_function(
+            "(old) => (document.querySelector('.dlx-hybrid-note')?.innerText || '') !== old",
+            arg=before,
+            timeout=120_000,
+        )
+    wait_settled(page, SOURCES, quiet_ms=500)
+
+
+def measure(
+    root: Path,
+    browser,
+    pages: int,
+    moves: int,
+    traces: list[Path] = (),
+    calibrate: bool = False,
+    hybrid: bool = False,
+) -> dict:
     """One round against one checkout: first paints and slider latencies (ms)."""
     exe = root / ".venv" / "bin" / "dlexplore"
     help_text = subprocess.run([str(exe), "explore", "--help"], capture_output=True, text=True).stdout
@@ -95,8 +129,11 @@ def measure(root: Path, browser, pages: int, moves: int) -> dict:
     argv = [str(exe), "explore", "--no-browser", "--port", str(port)]
     if "--pool-size" in help_text:
         argv += ["--pool-size", "1"]
+    traced = bool(traces) and "--trace" in help_text
+    for path in traces if traced else ():
+        argv += ["--trace", str(Path(path).resolve())]
     server = Server(str(root), argv, port=port, cwd=home, env=jupyter_env(home), log_path=home / "server.log")
-    out: dict = {"root": str(root), "pool": "--pool-size" in help_text}
+    out: dict = {"root": str(root), "pool": "--pool-size" in help_text, "trace": traced}
     try:
         server.wait_ready()
         paints = []
@@ -117,10 +154,17 @@ def measure(root: Path, browser, pages: int, moves: int) -> dict:
         page.goto(server.url + "/")
         page.wait_for_function(DRAWN, timeout=120_000)
         wait_settled(page, SOURCES, quiet_ms=500)
-        for label, source, columns, key_pairs in (
+        if traced:
+            _prepare(page, calibrate, hybrid)
+        sliders = [
             ("GPUs", "throughput_selected", ["gpus"], ["ArrowRight"] * 4 + ["ArrowLeft"] * 4),
             ("Batch/GPU", "throughput_predicted", ["throughput"], ["ArrowRight", "ArrowLeft"] * 4),
-        ):
+        ]
+        if traced and hybrid:
+            sliders.append(
+                ("tp (tensor)", "throughput_predicted", ["throughput"], ["ArrowRight", "ArrowLeft"] * 4)
+            )
+        for label, source, columns, key_pairs in sliders:
             handle = _slider(page, label)
             samples = []
             for i in range(moves):
@@ -157,6 +201,13 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=5, help="first paints per round")
     parser.add_argument("--moves", type=int, default=16, help="moves per slider per round")
     parser.add_argument("--json", help="write every sample here")
+    parser.add_argument(
+        "--trace", action="append", default=[], type=Path, help="explore this traced run (repeat for several)"
+    )
+    parser.add_argument("--calibrate", action="store_true", help="calibrate to the trace before the moves")
+    parser.add_argument(
+        "--hybrid", action="store_true", help="tp = 2 before the moves; time the tp slider too"
+    )
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -171,7 +222,11 @@ def main() -> None:
         )
         for round_ in range(args.rounds):
             for root in args.root:
-                one = measure(root.resolve(), browser, args.pages, args.moves)
+                one = measure(
+                    root.resolve(), browser, args.pages, args.moves, args.trace, args.calibrate, args.hybrid
+                )
+                if args.trace and not one["trace"]:
+                    print(f"{root}: its explorer has no --trace; measured without it", flush=True)
                 merged = results.setdefault(str(root.resolve()), {})
                 for key, value in one.items():
                     if isinstance(value, list):
@@ -183,7 +238,8 @@ def main() -> None:
     for root, figures in results.items():
         print(f"\n{root}")
         for key, samples in figures.items():
-            print(f"  {key:22s} {_summary(samples)}")
+            if samples:
+                print(f"  {key:22s} {_summary(samples)}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
 

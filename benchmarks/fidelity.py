@@ -3,12 +3,14 @@
 On the same rows of each measured table, side by side:
 
 - **dlexplore uncalibrated**: the catalog and the defaults of ``data/catalog/defaults.csv``;
-- **dlexplore calibrated**: fitted with ``dlexplore.calibrate`` on the smallest configurations
-  (data-parallel tables: the points at the smallest ``min(3, counts - 1)`` GPU counts, one GPU
-  count: the ring row; the GEMM plateau per workload, GPU and precision, and the parameters of the
-  links the fitted points use, where they determine them; hybrid-parallel tables: the smallest
-  ``min(3, rows - 1)`` configurations, ``dlexplore.fit.smallest``, and the GEMM plateau), with its
-  90% prediction interval, whose coverage of the held-out rows is reported;
+- **dlexplore calibrated**: fitted with ``dlexplore.calibrate`` on the smallest configurations that
+  exercise each part of the model (data-parallel tables: the points at the smallest
+  ``min(3, counts - 1)`` GPU counts, and the smallest configuration of each link and setup those
+  leave unused, :func:`fit_mask`; one GPU count: the ring row; the GEMM plateau per workload, GPU
+  and precision and the links first, then what each network setup adds, a parameter the points do
+  not determine keeping its default, :func:`calibrate_in_stages`; hybrid-parallel tables: the
+  smallest ``min(3, rows - 1)`` configurations, ``dlexplore.fit.smallest``, and the GEMM plateau),
+  with its 90% prediction interval, whose coverage of the held-out rows is reported;
 - **Extra-P** (``dlexplore.fit.extrap.fit_scaling``): an empirical scaling model per series of the
   fitted points, where a series has three GPU counts to fit;
 - **llm-analysis 0.2.2** on the hybrid-parallel (LLM) rows: with its documentation's
@@ -73,13 +75,65 @@ BAND_LEVEL = 0.9
 
 
 def fit_mask(frame: pd.DataFrame) -> np.ndarray:
-    """The points a calibration fits on: the smallest ``min(3, counts - 1)`` GPU counts; with one
-    GPU count, the ring rows (nccl-tests: fit on NCCL_ALGO=RING, predict NVLink SHARP)."""
+    """The points a calibration fits on: the smallest configurations that exercise each part of the
+    model, the rest held out.
+
+    - The points at the smallest ``min(3, counts - 1)`` GPU counts (with one GPU count: the ring
+      rows; nccl-tests: fit on NCCL_ALGO=RING, predict NVLink SHARP).
+    - A link and setup those points do not exercise (the network, when only the largest GPU
+      count spans nodes; each setup of it: a framework, transport or parameter server) is
+      exercised by its own smallest configuration: the smallest GPU count that uses it, and there
+      the smallest message (bytes for collectives, the model's gradient bytes for training), which
+      is fitted too where another configuration with that link and setup is left to predict.
+    """
     counts = np.unique(frame["gpus"].to_numpy())
     if len(counts) == 1:
         return (frame["algorithm"].astype(str) == "ring").to_numpy()
-    keep = counts[: min(3, len(counts) - 1)]
-    return np.isin(frame["gpus"].to_numpy(), keep)
+    gpus = frame["gpus"].to_numpy()
+    fit = np.isin(gpus, counts[: min(3, len(counts) - 1)])
+    classes = _exercised(frame)
+    size = _size(frame)
+    for label in dict.fromkeys(classes[~fit]):
+        if not label or label in set(classes[fit]):
+            continue
+        rows = np.flatnonzero(classes == label)
+        configurations = {(gpus[i], size[i]) for i in rows}
+        if len(configurations) < 2:
+            continue  # nothing would be left to predict
+        smallest = rows[gpus[rows] == gpus[rows].min()]
+        fit[smallest[size[smallest] == size[smallest].min()]] = True
+    return fit
+
+
+def _exercised(frame: pd.DataFrame) -> np.ndarray:
+    """The link and setup each point exercises: '' for one GPU, else 'intra' (one node) or
+    'network', with the point's setup label (its algorithm where the table has no setup)."""
+    gpus = frame["gpus"].to_numpy()
+    per_node = frame["gpus_per_node"].to_numpy() if "gpus_per_node" in frame else np.ones(len(frame))
+    setup = (frame["setup"] if "setup" in frame else frame["algorithm"]).astype(str).to_numpy()
+    link = np.where(gpus <= 1, "", np.where(gpus <= per_node, "intra", "network"))
+    return np.array([f"{a}|{b}" if a else "" for a, b in zip(link, setup, strict=True)], dtype=object)
+
+
+def _size(frame: pd.DataFrame) -> np.ndarray:
+    """Bytes each point communicates per GPU, for ordering configurations: a collective's message,
+    or the workload's gradients (2 bytes per parameter in 16-bit precision, else 4; zero where
+    neither is known)."""
+    if "bytes" in frame:
+        return frame["bytes"].to_numpy(dtype=float)
+    if "workload" not in frame:
+        return np.zeros(len(frame))
+    precision = (
+        frame["precision"].astype(str) if "precision" in frame else pd.Series("fp32", index=frame.index)
+    )
+    out = []
+    for name, prec in zip(frame["workload"].astype(str), precision, strict=True):
+        try:
+            params = float(dlx.catalog.workload(name).params)
+        except DlexploreError:
+            params = 0.0
+        out.append(params * (2.0 if prec.strip().lower() in ("fp16", "bf16") else 4.0))
+    return np.array(out)
 
 
 def _series(frame: pd.DataFrame) -> list[np.ndarray]:
@@ -118,17 +172,126 @@ def _extrap(frame: pd.DataFrame, y: np.ndarray, fit: np.ndarray) -> np.ndarray:
 # --- bundled tables ----------------------------------------------------------------------------------
 
 
-def _calibration_params(frame: pd.DataFrame, fit: np.ndarray, table: str) -> tuple | None:
-    if table == "communication":
-        return None  # calibrate's choice: the links the fitted points use
+def _calibration_params(frame: pd.DataFrame, fit: np.ndarray, table: str) -> tuple:
+    """The parameters the fitted points determine: the GEMM plateau (training tables); the
+    bandwidth of each link a collective benchmark's fitted points use, and its latency where they
+    hold two message sizes or more; for training runs inside a node the intra-node link likewise;
+    across nodes, what each setup adds to the catalog's network: Horovod's negotiation, kernel
+    TCP's efficiency, the host CPU of an allreduce in host memory, a parameter server's CPU, and
+    the network's bandwidth only for a plain allreduce with none of these."""
     rows = frame[fit]
-    multi = rows["gpus"] > 1
-    if not multi.any():
-        return ("compute_efficiency",)
-    per_node = rows["gpus_per_node"] if "gpus_per_node" in rows else pd.Series(1, index=rows.index)
-    if (rows.loc[multi, "gpus"] <= per_node[multi]).all():
-        return ("compute_efficiency", "intra_bandwidth", "intra_latency")
-    return ("compute_efficiency", "bandwidth", "latency")
+    gpus = rows["gpus"].to_numpy()
+    per_node = rows["gpus_per_node"].to_numpy() if "gpus_per_node" in rows else np.ones(len(rows))
+    size = _size(rows)
+    params: list[str] = ["compute_efficiency"] if table == "training" else []
+    intra = (gpus > 1) & (gpus <= per_node)
+    spans = gpus > per_node
+    for used, bandwidth, latency in (
+        (intra, "intra_bandwidth", "intra_latency"),
+        (spans, "bandwidth", "latency"),
+    ):
+        if not used.any():
+            continue
+        if table == "communication" or bandwidth == "intra_bandwidth":
+            params.append(bandwidth)
+            if len(np.unique(size[used])) > 1:
+                params.append(latency)
+            continue
+        far = rows[spans]
+
+        def said(column: str, value: str, far: pd.DataFrame = far) -> np.ndarray:
+            if column not in far:
+                return np.zeros(len(far), bool)
+            return (far[column].astype(str).str.strip().str.lower() == value).to_numpy()
+
+        server = said("algorithm", "parameter_server")
+        staged = said("host_staging", "yes") & ~server
+        tcp = said("transport", "tcp") & ~server & ~staged
+        horovod = said("framework", "horovod")
+        if (~server & ~staged & ~tcp & ~horovod).any():
+            params.append(bandwidth)
+        if horovod.any():
+            params.append("negotiation_time")
+        if tcp.any():
+            params.append("tcp_efficiency")
+        if staged.any():
+            params.append("host_bandwidth")
+        if server.any():
+            params.append("server_bandwidth")
+    return tuple(params)
+
+
+#: A fitted parameter whose standard error exceeds this share of its value is not determined by the
+#: fitted points (benchmarks/fit_defaults.py's rule for the defaults).
+UNDETERMINED = 0.5
+
+
+def calibrate_determined(ds, fit: np.ndarray, params: tuple, per: dict, **model_kwargs):
+    """``dlexplore.calibrate`` on the ``fit`` points, where a parameter the points do not determine
+    (standard error above :data:`UNDETERMINED` of its value, or infinite) keeps its default and the
+    others are fitted again; the GEMM plateau is always fitted (one GPU's points determine it), and
+    a parameter fitted exactly (as many points as parameters: no standard error) is kept. None when
+    no parameter is left."""
+    while params:
+        calibration = dlx.calibrate(ds, fit_on=fit, params=params, per=per, **model_kwargs)
+        loose = {
+            str(r.name)
+            for r in calibration.params.itertuples()
+            if r.name != "compute_efficiency"
+            and bool(r.identifiable)
+            and float(r.stderr) > UNDETERMINED * abs(float(r.value))
+        }
+        if not loose:
+            return calibration
+        params = tuple(p for p in params if p not in loose)
+        per = {k: v for k, v in per.items() if k in params}
+    return None
+
+
+def _per(params: tuple, frame: pd.DataFrame, table: str) -> dict:
+    """The GEMM plateau per workload, GPU and precision; a link's figures per network (a table's
+    rows may span several: PCIe inside the node, InfiniBand between nodes)."""
+    per = {"compute_efficiency": ("workload", "gpu", "precision")} if table == "training" else {}
+    per.update({p: ("network",) for p in ("bandwidth", "latency") if p in params and "network" in frame})
+    return {k: v for k, v in per.items() if k in params}
+
+
+def calibrate_in_stages(ds, frame: pd.DataFrame, fit: np.ndarray, table: str):
+    """The calibration of a bundled table on the ``fit`` points (:func:`fit_mask`), each parameter
+    from the smallest configurations that exercise it. A training table in two stages: first what
+    the smallest GPU counts determine (the GEMM plateau, the links they use), then, holding those,
+    what the smallest configurations of the rest add (the network and the overheads of its setups;
+    :func:`_calibration_params`), so that the compute fitted on one GPU is not traded against the
+    network. A collective benchmark in one (its links are separate parameters on separate points).
+    Each stage keeps the default of a parameter its points do not determine
+    (:func:`calibrate_determined`)."""
+    counts = np.unique(frame["gpus"].to_numpy())
+    base = fit & np.isin(frame["gpus"].to_numpy(), counts[: max(1, min(3, len(counts) - 1))])
+    # a collective benchmark's links are separate parameters on separate points: one stage
+    if table != "training" or len(counts) == 1 or not (fit & ~base).any():
+        params = _calibration_params(frame, fit, table)
+        only = calibrate_determined(ds, fit, params, _per(params, frame, table))
+        return only if only is not None else dlx.calibrate(ds, fit_on=fit, params=params)
+    first_params = _calibration_params(frame, base, table)
+    first = calibrate_determined(ds, base, first_params, _per(first_params, frame, table))
+    if first is None:
+        first = dlx.calibrate(ds, fit_on=base, params=first_params)
+    held = {}
+    if "compute_efficiency" in first_params:
+        plateau = [
+            first.fitted(workload=w, gpu=g, precision=p).get("compute_efficiency", math.nan)
+            for w, g, p in zip(frame["workload"], frame["gpu"], frame["precision"], strict=True)
+        ]
+        ds = ds.assign_coords(compute_efficiency=("point", np.asarray(plateau, dtype=float)))
+    for name in ("intra_bandwidth", "intra_latency"):
+        if name in first_params:
+            held[name] = first.fitted().get(name)
+    held = {k: v for k, v in held.items() if v is not None}
+    params = tuple(p for p in _calibration_params(frame, fit & ~base, table) if p not in first_params)
+    if not params:
+        return first
+    second = calibrate_determined(ds, fit, params, _per(params, frame, table), **held)
+    return second if second is not None else first
 
 
 def bundled(name: str) -> pd.DataFrame:
@@ -146,9 +309,7 @@ def bundled(name: str) -> pd.DataFrame:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         uncal = dlx.predict_points(ds)[variable].values
-        params = _calibration_params(frame, fit, table)
-        per = {"compute_efficiency": ("workload", "gpu", "precision")} if table == "training" else None
-        calibration = dlx.calibrate(ds, fit_on=fit, params=params, per=per)
+        calibration = calibrate_in_stages(ds, frame, fit, table)
         cal = calibration.points["predicted"].to_numpy(float)
         band = (
             calibration.points[["lower", "upper"]].to_numpy(float)

@@ -100,6 +100,20 @@ PRIORS: dict[str, Prior] = {
     "negotiation_time": Prior(
         0.0, "s", "Horovod's negotiation time per tensor and tree level", "no published figure; none assumed"
     ),
+    "host_bandwidth": Prior(
+        20.0,
+        "GB/s",
+        "host memory traffic one CPU core sustains (bytes read and written)",
+        "Puget Systems (2014), Memory Performance for Intel Xeon Haswell-EP DDR4: STREAM Triad on "
+        "one core of a Xeon E5-2697 v3, 20 GB/s",
+    ),
+    "server_bandwidth": Prior(
+        20.0,
+        "GB/s",
+        "host memory traffic of a parameter server's CPU receiving, summing and sending gradients",
+        "as one core (host_bandwidth's prior): TensorFlow's server copies each tensor out of and "
+        "into its gRPC messages on the thread that handles the request",
+    ),
 }
 FITTED = (
     "memory_efficiency",
@@ -108,6 +122,8 @@ FITTED = (
     "tcp_efficiency",
     "ps_efficiency",
     "negotiation_time",
+    "host_bandwidth",
+    "server_bandwidth",
 )
 
 

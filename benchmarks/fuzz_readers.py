@@ -143,7 +143,7 @@ def _catalog(path: Path) -> Any:
 
 
 def _workflow(path: Path) -> Any:
-    from dlexplore.model.workflow import read_task_events
+    from dlexplore.traces.tasks import read_task_events
 
     return read_task_events(path)
 

@@ -7,8 +7,13 @@ a bad input from a bug. Messages name the file, the row or event, and what was e
 from __future__ import annotations
 
 import difflib
+import math
+import numbers
 from collections.abc import Iterable
 from importlib import import_module
+from typing import Any
+
+import numpy as np
 
 __all__ = [
     "DlexploreError",
@@ -16,6 +21,8 @@ __all__ = [
     "InputFileError",
     "InvalidValueError",
     "require_extra",
+    "describe",
+    "describe_number",
     "suggest",
 ]
 
@@ -78,8 +85,6 @@ class InvalidValueError(DlexploreError):
     """
 
     def __init__(self, name: str, value: object, expected: str, *, note: str = ""):
-        from .validation import describe
-
         self.name = name
         self.value = value
         self.expected = expected
@@ -116,3 +121,41 @@ def require_extra(what: str, packages: Iterable[str], extra: str = "plots") -> N
                 f"pip install 'dlexplore[{extra}]' (or 'dlexplore[explore]' for the dashboard too)",
                 name=package,
             ) from None
+
+
+_MAX_SHOWN = 6
+
+
+def describe(value: Any) -> str:
+    """``value`` as a person writes it: ``-1``, ``2.5e+30``, ``[1, 2, -1]``, ``'abc'``, ``None``."""
+    if value is None or isinstance(value, (bool, np.bool_)):
+        return str(bool(value)) if value is not None else "None"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, numbers.Number):
+        return describe_number(value)
+    try:
+        arr = np.asarray(value)
+    except Exception:  # an object numpy cannot hold: say what it is
+        return f"a {type(value).__name__}"
+    if arr.dtype == object and arr.ndim == 0:
+        return f"a {type(value).__name__}"
+    if arr.ndim == 0:
+        return describe(arr.item())
+    items = [describe(v) for v in arr.ravel()[:_MAX_SHOWN].tolist()]
+    more = ", ..." if arr.size > _MAX_SHOWN else ""
+    return "[" + ", ".join(items) + more + "]"
+
+
+def describe_number(value: numbers.Number) -> str:
+    """A number as a person writes it: ``10,000``, ``2.5e+30``, ``nan``, ``-inf``."""
+    if isinstance(value, numbers.Integral) and abs(int(value)) < 10**15:
+        return f"{int(value):,}" if abs(int(value)) >= 10_000 else str(int(value))
+    x = float(value)  # type: ignore[arg-type]
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if x.is_integer() and abs(x) < 1e15:
+        return f"{int(x):,}" if abs(x) >= 10_000 else str(int(x))
+    return f"{x:.6g}"

@@ -2,6 +2,9 @@
 
 The page inlines BokehJS (no network needed to view it) and carries the prediction at every GPU
 count, so its GPU selector re-draws the per-GPU-count plots in the browser without Python.
+
+Kept whole: the two standalone pages (the explorer's, a trace's) share their page assembly, offline
+resources and atomic write.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from ._version import __version__
 from .errors import DlexploreError
 from .model import predict
 from .plots import GPU_COUNTS, ExplorerFigures, headline, measured_columns
+from .plots.js import script
 
 __all__ = ["explorer_report", "write_report", "trace_report", "write_trace_report"]
 
@@ -75,20 +79,7 @@ def explorer_report(
     titles = figures.subtitles
 
     # Every GPU count's per-count columns and titles, computed here once and embedded in the page.
-    states: dict[str, dict] = {}
-    for count in GPU_COUNTS:
-        figures.select(prediction, count)
-        states[str(count)] = {
-            "data": {name: dict(figures.sources[name].data) for name in _PER_GPU_SOURCES},
-            "memory_title": titles["memory"].text,
-            "memory_color": titles["memory"].text_color,
-            "memory_style": titles["memory"].text_font_style,
-            "memory_background": figures.memory.background_fill_color,
-            "memory_end": figures.memory.x_range.end,
-            "capacity": figures.capacity_span.location,
-            "comm_title": titles["comm"].text,
-            "headline": headline(prediction, count),
-        }
+    states = _gpu_states(figures, prediction)
     figures.show(prediction, gpus, marks)
 
     head = Div(text=_header_html(prediction, gpus, ds, title), width=1150, name="report_header")
@@ -113,25 +104,32 @@ def explorer_report(
                 capacity=figures.capacity_span,
                 line=line,
             ),
-            code="""
-        const s = states[cb_obj.value];
-        for (const name in sources) { sources[name].data = s.data[name]; }
-        memory_title.text = s.memory_title;
-        memory_title.text_color = s.memory_color;
-        memory_title.text_font_style = s.memory_style;
-        memory.background_fill_color = s.memory_background;
-        memory.x_range.end = s.memory_end;
-        capacity.location = s.capacity;
-        comm_title.text = s.comm_title;
-        const p = document.createElement('p');
-        p.textContent = s.headline;
-        line.text = "<p style='font-size:15px'>" + p.innerHTML + "</p>";
-        """,
+            code=script("report_gpus"),
         ),
     )
     page = column(head, selector, line, figures.layout, name="report")
     name = title or f"dlexplore report: {point.workload.values} on {point.gpu.values}"
     return file_html(page, resources=INLINE, title=name)
+
+
+def _gpu_states(figures: ExplorerFigures, prediction: xr.Dataset) -> dict[str, dict]:
+    """Each GPU count's columns, titles and headline, as the page's selector swaps them in."""
+    titles = figures.subtitles
+    states: dict[str, dict] = {}
+    for count in GPU_COUNTS:
+        figures.select(prediction, count)
+        states[str(count)] = {
+            "data": {name: dict(figures.sources[name].data) for name in _PER_GPU_SOURCES},
+            "memory_title": titles["memory"].text,
+            "memory_color": titles["memory"].text_color,
+            "memory_style": titles["memory"].text_font_style,
+            "memory_background": figures.memory.background_fill_color,
+            "memory_end": figures.memory.x_range.end,
+            "capacity": figures.capacity_span.location,
+            "comm_title": titles["comm"].text,
+            "headline": headline(prediction, count),
+        }
+    return states
 
 
 def write_report(path: str | os.PathLike, *args: Any, **kwargs: Any) -> Path:
@@ -204,17 +202,14 @@ def trace_report(
 ) -> str:
     """The trace report page as an HTML string (see :func:`write_trace_report` for the arguments)."""
     from bokeh.layouts import row
-    from bokeh.models import CheckboxGroup
 
     from .plots.timeline import (
-        TIMELINE_JS,
         TimelineIndex,
         TraceFigures,
         collective_columns,
         default_bins,
         rank_breakdown_columns,
         timeline_columns,
-        timeline_payload,
         trace_summary,
     )
     from .traces import Trace, load_trace
@@ -242,6 +237,35 @@ def trace_report(
     # Every step's bars and table, computed here and embedded: the step selector swaps them in.
     steps = [int(s) for s in (ds["step"].values if ds is not None else index.steps)]
     per_step_tables = collectives is None and table is not None and len(steps) <= 50
+    states = _step_states(trace, index, figures, ds, table, steps, per_step_tables, attempt)
+    # back to all steps, as the page opens
+    if ds is not None:
+        figures.show_breakdown(rank_breakdown_columns(ds), steps=len(steps))
+    figures.show_collectives(collective_columns(table), note="all steps")
+    boxes, selector = _trace_controls(index, figures, states, steps, max_events, bins, embed_events)
+
+    facts = trace_summary(trace, index, ds)
+    how = _how_to_read(index, max_events, embed_events)
+    analyses = _analyses_layout(trace, index, width, attempt)
+    notes_html = "".join(f"<br><small>{html.escape(n)}</small>" for n in notes)
+    heading = html.escape(title or "dlexplore: measured trace")
+    head = Div(
+        text=f"<h2>{heading}</h2><p style='font-size:13px'>{'; '.join(facts)}</p>"
+        f"<p style='font-size:12px;color:#555'>{html.escape(how)}{notes_html}</p>",
+        width=width,
+        name="trace_report_header",
+    )
+    page = column(head, row(selector, boxes), figures.layout, analyses, name="trace_report")
+    name = title or f"dlexplore trace report: {trace.source}"
+    return file_html(page, resources=INLINE, title=name)
+
+
+def _step_states(trace, index, figures, ds, table, steps, per_step_tables, attempt) -> dict[str, dict]:
+    """The breakdown bars, collective table, titles and time window of every step (and of all
+    steps, ``"all"``), as the step selector swaps them in."""
+    from .plots.timeline import collective_columns, rank_breakdown_columns
+
+    x_range = figures.timeline.x_range
     states: dict[str, dict] = {}
     for step in [None, *steps]:
         key = "all" if step is None else str(step)
@@ -269,11 +293,16 @@ def trace_report(
             "collectives_title": figures.collectives_title.text,
             "window": window,
         }
-    # back to all steps, as the page opens
-    if ds is not None:
-        figures.show_breakdown(rank_breakdown_columns(ds), steps=len(steps))
-    figures.show_collectives(collective_columns(table), note="all steps")
+    return states
 
+
+def _trace_controls(index, figures, states, steps, max_events, bins, embed_events) -> tuple:
+    """The category boxes and the step selector, wired to the page's JavaScript."""
+    from bokeh.models import CheckboxGroup
+
+    from .plots.timeline import TIMELINE_JS, timeline_payload
+
+    x_range = figures.timeline.x_range
     present = list(index.categories)
     boxes = CheckboxGroup(
         labels=present, active=list(range(len(present))), inline=True, name="trace_categories"
@@ -309,23 +338,16 @@ def trace_report(
                 heading=figures.collectives_title,
                 x_range=x_range,
             ),
-            code="""
-        const get = (o, k) => (o instanceof Map ? o.get(k) : o[k]);
-        // a DataTable reads its columns as properties: give it a plain object, not a Map
-        const plain = (o) => (o instanceof Map ? Object.fromEntries(o) : o);
-        const s = get(states, cb_obj.value);
-        breakdown.data = plain(get(s, "breakdown"));
-        table.data = plain(get(s, "collectives"));
-        bars.title.text = get(s, "breakdown_title");
-        heading.text = get(s, "collectives_title");
-        const w = get(s, "window");
-        x_range.setv({start: w[0], end: w[1]});
-        """,
+            code=script("report_trace_step"),
         ),
     )
 
-    facts = trace_summary(trace, index, ds)
-    how = (
+    return boxes, selector
+
+
+def _how_to_read(index, max_events: int, embed_events: int) -> str:
+    """The page's note on how to read the timeline and the bars."""
+    return (
         "The timeline shows each rank's threads and streams (rows) against time from the first event "
         f"(ms, each rank's own clock). Scroll to zoom, drag to pan. A window with at most {max_events:,} "
         "events shows each; a wider one shows each category's busy time per bin (bar height = the "
@@ -338,18 +360,6 @@ def trace_report(
         )
         + " Bars: the mean per step of each rank; pick a step to see it alone. Hover for values with units."
     )
-    analyses = _analyses_layout(trace, index, width, attempt)
-    notes_html = "".join(f"<br><small>{html.escape(n)}</small>" for n in notes)
-    heading = html.escape(title or "dlexplore: measured trace")
-    head = Div(
-        text=f"<h2>{heading}</h2><p style='font-size:13px'>{'; '.join(facts)}</p>"
-        f"<p style='font-size:12px;color:#555'>{html.escape(how)}{notes_html}</p>",
-        width=width,
-        name="trace_report_header",
-    )
-    page = column(head, row(selector, boxes), figures.layout, analyses, name="trace_report")
-    name = title or f"dlexplore trace report: {trace.source}"
-    return file_html(page, resources=INLINE, title=name)
 
 
 def _analyses_layout(trace: Any, index: Any, width: int, attempt) -> Any:

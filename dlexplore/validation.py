@@ -21,13 +21,12 @@ every layer, the model included, can use it.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
-from .errors import InvalidValueError
+from .errors import InvalidValueError, describe, describe_number
 
 __all__ = [
     "MAX_GPUS",
@@ -58,42 +57,6 @@ MAX_BATCH = 2**30
 
 #: Training precisions, in the order the catalog lists their peak rates.
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
-
-_MAX_SHOWN = 6
-
-
-def describe(value: Any) -> str:
-    """``value`` as a person writes it: ``-1``, ``2.5e+30``, ``[1, 2, -1]``, ``'abc'``, ``None``."""
-    if value is None or isinstance(value, (bool, np.bool_)):
-        return str(bool(value)) if value is not None else "None"
-    if isinstance(value, str):
-        return repr(value)
-    if isinstance(value, numbers.Number):
-        return _number(value)
-    try:
-        arr = np.asarray(value)
-    except Exception:  # an object numpy cannot hold: say what it is
-        return f"a {type(value).__name__}"
-    if arr.dtype == object and arr.ndim == 0:
-        return f"a {type(value).__name__}"
-    if arr.ndim == 0:
-        return describe(arr.item())
-    items = [describe(v) for v in arr.ravel()[:_MAX_SHOWN].tolist()]
-    more = ", ..." if arr.size > _MAX_SHOWN else ""
-    return "[" + ", ".join(items) + more + "]"
-
-
-def _number(value: numbers.Number) -> str:
-    if isinstance(value, numbers.Integral) and abs(int(value)) < 10**15:
-        return f"{int(value):,}" if abs(int(value)) >= 10_000 else str(int(value))
-    x = float(value)  # type: ignore[arg-type]
-    if math.isnan(x):
-        return "nan"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    if x.is_integer() and abs(x) < 1e15:
-        return f"{int(x):,}" if abs(x) >= 10_000 else str(int(x))
-    return f"{x:.6g}"
 
 
 def _as_array(name: str, value: Any, what: str) -> np.ndarray:
@@ -126,12 +89,12 @@ def _out(value: Any, arr: np.ndarray, integer: bool = False) -> Any:
 
 def _range_text(minimum: float | None, maximum: float | None, strict_min: bool) -> str:
     if minimum is not None and maximum is not None:
-        low = f"above {_number(minimum)}" if strict_min else f"from {_number(minimum)}"
-        return f"{low} to {_number(maximum)}"
+        low = f"above {describe_number(minimum)}" if strict_min else f"from {describe_number(minimum)}"
+        return f"{low} to {describe_number(maximum)}"
     if minimum is not None:
-        return f"> {_number(minimum)}" if strict_min else f">= {_number(minimum)}"
+        return f"> {describe_number(minimum)}" if strict_min else f">= {describe_number(minimum)}"
     if maximum is not None:
-        return f"<= {_number(maximum)}"
+        return f"<= {describe_number(maximum)}"
     return ""
 
 

@@ -38,47 +38,78 @@ from dlexplore._io import atomic_open  # noqa: E402
 OUTPUT = ROOT / "docs" / "accuracy.md"
 DATE_PREFIX = "_Generated on "
 UNCALIBRATED_TARGET, CALIBRATED_TARGET = 0.15, 0.05  # the issue's targets, fractions
+#: Tables whose calibrated target the issue sets apart: the Horovod study and nccl-tests H100.
+CALIBRATED_TARGETS = {
+    "horovod-2017-16gpu-25gbe": 0.15,
+    "horovod-2017-64gpu-40gbit": 0.15,
+    "nccl-tests-h100-allreduce": 0.15,
+}
 
 #: What the model lacks where a table misses a target: written from what the tables show.
 LACKS: dict[str, str] = {
     "deepbench-allreduce-p100": (
-        "The measured bus bandwidth is about 6 GB/s at every GPU count inside the node, half of "
-        "NCCL's own PCIe Gen3 figure (12 GB/s) that the model takes: DeepBench's P100s sit two to a "
-        "PLX switch and two switches to a CPU socket, so rings cross the host bridge and, at 8 GPUs, "
-        "QPI, where NCCL copies through host memory. The model has one link per node, not the PCIe "
-        "tree. At 16 GPUs the rings cross InfiniBand FDR, which no fitted point uses: the calibration "
-        "cannot learn it, and the measured 3.2 GB/s bus bandwidth is under half the line rate "
-        "(GPU-to-NIC traffic through host memory without GPUDirect RDMA, and the library each point "
-        "used, the fastest of NCCL, OSU MPI and Baidu's ring, are not in the model)."
+        "Uncalibrated, the model takes NCCL's PCIe Gen3 figure (12 GB/s) where the measured bus "
+        "bandwidth is about 6 GB/s at 2, 4 and 8 GPUs, two GPUs on one PLX switch included. The "
+        "DeepBench README documents the node (two GPUs per PLX switch, each switch on 16 lanes to "
+        "its CPU socket, sockets joined by QPI): under NCCL's peer-to-peer rules each switch's "
+        "uplink carries one ring stream each way and the ring reaches 12 GB/s; 6 GB/s at every count "
+        "is what the two GPUs of a switch sharing its uplink give, that is traffic through the host "
+        "bridge (staged in host memory, or peer traffic redirected by PCIe access control), which "
+        "the source does not state, so the model keeps NCCL's figure. At 16 GPUs it takes the "
+        "InfiniBand FDR line rate where 2.0-3.2 GB/s were measured (the GPUs' traffic to the NIC "
+        "without GPUDirect RDMA is not described either). Calibrated, the PCIe link is fitted on "
+        "2-8 GPUs and InfiniBand on the smallest 16-GPU message (16 MiB); the held-out 64 MiB and "
+        "258 MB rows miss by -20% and +26% because the measured bus bandwidth is not monotone in "
+        "the message size (2.5, 2.0 and 3.2 GB/s at 16 GPUs for 16 MiB, 64 MiB and 258 MB; the 64 "
+        "MiB rows are the slowest at every GPU count, 4.6-4.9 GB/s against 5.8-6.1), which no "
+        "latency-bandwidth model can reproduce: each point is the fastest of four libraries "
+        "(NCCL's two builds, OSU's MPI benchmark, Baidu's ring), which may differ between rows."
     ),
     "goyal-2017-resnet50": (
-        "The 8-GPU baseline has efficiency 1 by definition, so nothing is calibrated; the paper gives "
-        "one rounded figure (about 90%). The model has the hierarchical allreduce over 50 GbE with "
-        "perfect overlap; it lacks Gloo's TCP transport over the Ethernet and Caffe2's per-iteration "
-        "synchronisation."
+        "The 8-GPU baseline has efficiency 1 by definition, so nothing is calibrated and the 256-GPU "
+        "row is predicted with the defaults; the paper gives one rounded figure (about 90%). Each "
+        "Big Basin server has one 50 GbE NIC for its 8 GPUs (`nics_per_node`), which the "
+        "hierarchical allreduce's between-server phase shares."
     ),
     "horovod-2017-16gpu-25gbe": (
-        "Only the single-GPU points are small enough to fit, so calibration learns compute and "
-        "nothing of the network. The parameter-server rows are the largest misses: VGG-16's first "
-        "fully connected layer (74% of its bytes) sits whole on one server, which the model has, yet "
-        "the measured steps are slower still than a busiest-link model with one transfer efficiency "
-        "for every network allows; TensorFlow's gRPC per-variable requests, the servers' own CPU "
-        "and the placement TensorFlow really chose are not modelled, nor how many servers ran "
-        "(the source does not say; the model assumes one per node). Horovod's CPU allreduce (MPI "
-        "over TCP on host buffers) is modelled like its NCCL allreduce, with device-host copies "
-        "and the MPI library's algorithm left out; one TCP efficiency and one negotiation time are "
-        "fitted for both, so each is off the other way."
+        "Uncalibrated, one set of defaults serves every bundled table and is fitted to all of them "
+        "at once, with a compute model that over-predicts TensorFlow on P100 (the 1-GPU rows +44% "
+        "and +34% for Inception-v3 and ResNet-101, -7% for VGG-16): the communication defaults "
+        "partly absorb that (Horovod's negotiation time above all). The largest misses are the "
+        "parameter-server rows, Inception-v3 and ResNet-101 16-38% too slow and VGG-16 42-51% too "
+        "fast: per byte of gradients VGG-16's parameter-server step costs 25-36 times ResNet-101's "
+        "for 3.1 times the bytes, where the model's busiest server (VGG-16's first fully connected "
+        "layer, 74% of its bytes) costs its link and its CPU (`ps_efficiency`, fitted at its bound "
+        "of 1, and `server_bandwidth`), both linear in the bytes it serves; nothing linear in bytes "
+        "reproduces that ratio (the server holds every worker's 411 MB copy of that layer at once, "
+        "6.6 GB, which the model has no cost for), and the source gives neither the number of "
+        "servers nor their placement (the model: one on each worker node). Calibrated, the smallest "
+        "multi-GPU configuration of each setup is Inception-v3, whose communication hides behind "
+        "its backward pass (94-97% scaling efficiency with Horovod), so it determines none of the "
+        "network's parameters: all keep their defaults, which were fitted with the over-predicted "
+        "compute and are now met by compute calibrated on one GPU (Inception-v3's fitted rows "
+        "15-33% slow)."
     ),
     "horovod-2017-64gpu-40gbit": (
-        "As for the 16-GPU table: calibration on the single-GPU points learns nothing of the "
-        "network, the parameter-server rows (VGG-16 above all) and Horovod's CPU allreduce are the "
-        "largest misses, and the number of servers is not given by the source."
+        "As for the 16-GPU table: the defaults are fitted together with an over-predicted compute, "
+        "the parameter-server rows miss most (VGG-16's above all) and the source gives no server "
+        "count. Horovod's CPU allreduce (in host memory: copies over PCIe, the fusion buffer, Open "
+        "MPI's ring, sums on one core) is predicted within 17% for Inception-v3 and ResNet-101 but "
+        "51% too fast for VGG-16: the measured time per byte of that allreduce doubles from the "
+        "16-GPU cluster to this one while the network gets faster, and the ring Open MPI runs for "
+        "large messages costs the same per byte at any GPU count; the MPI library and its TCP "
+        "settings are not stated. Calibrated, the parameter servers' CPU rate fitted on "
+        "Inception-v3's rows (14.8 GB/s against the default 8.5) makes VGG-16's server faster "
+        "still (+79-86%), for the reason above."
     ),
     "nccl-tests-h100-allreduce": (
         "Calibrated on the ring row (NCCL's per-link NVLink figure already gives its busbw within "
         "a fraction of a percent), the NVLink SHARP row is predicted with NCCL's own model of NVLS "
-        "(algorithm bandwidth 5/6 of the bus bandwidth), which is above the maintainer's "
-        "measurement."
+        "in 2.18-2.20 (algorithm bandwidth 5/6 of the bus bandwidth), 12% above the maintainer's "
+        "measurement: within this table's target of 15%, not the 5% of the other tables. Later "
+        "NCCL releases scale NVLS by an efficiency (0.85 on Hopper) and (channels - 1)/channels "
+        "but double the per-channel bandwidth of the NVLS graph, whose channel counts the model "
+        "does not have, so it keeps the 2.18-2.20 model."
     ),
     "tf-benchmarks-2017-dgx1": (
         "Uncalibrated, one set of defaults serves every bundled table: TensorFlow 1.x on P100 (2017) "
@@ -88,16 +119,17 @@ LACKS: dict[str, str] = {
         "Calibrated on 1-4 GPUs, the 8-GPU points are within a few percent."
     ),
     "narayanan2021-table1": (
-        "The pipeline rows (pp > 1) are predicted 2-10% too fast once calibrated on the three "
-        "smallest (pp = 1) rows, which can say nothing about pipelines: the model's pipeline costs "
-        "are the bubble, (p - 1)/(v m) of the ideal time, and point-to-point transfers at the "
-        "network's rate, and the measured runs lose more, at every pipeline depth (pp = 2 with a 2% "
-        "bubble already 5.5%): the stages' synchronisation, jitter between them, and the "
-        "interleaved schedule's more frequent communication are not in the model. The table gives "
-        "neither the micro-batch nor the number of interleaved chunks; with the prose's interleaved "
-        "schedule at two chunks the model's bubble halves and the calibrated MAPE is 6.4% (the "
-        "variant's column). The GEMM plateau comes from a 2023 measurement (CUDA 12.1) for runs "
-        "of 2021."
+        "Uncalibrated, the rows are 5-22% fast (15.8% MAPE on the held-out rows, just above the "
+        "target): the GEMM plateau comes from a 2023 measurement (CUDA 12.1) for runs of 2021, and "
+        "the memory-bound defaults from the data-parallel tables. The pipeline rows (pp > 1) are "
+        "predicted 2-10% too fast once calibrated on the three smallest (pp = 1) rows, which can "
+        "say nothing about pipelines: the model's pipeline costs are the bubble, (p - 1)/(v m) of "
+        "the ideal time, and point-to-point transfers at the network's rate, and the measured runs "
+        "lose more, at every pipeline depth (pp = 2 with a 2% bubble already 5.6%): the stages' "
+        "synchronisation, jitter between them, and the interleaved schedule's more frequent "
+        "communication are not in the model. The table gives neither the micro-batch nor the "
+        "number of interleaved chunks; with the prose's interleaved schedule at two chunks the "
+        "model's bubble halves and the calibrated MAPE is 6.5% (the variant's column)."
     ),
     "korthikanti-2022-megatron": (
         "Calibrated on the 22B rows and the 175B full-recomputation row, the model is 5-12% slow "
@@ -205,7 +237,7 @@ def _dataset_lines(name: str, points: pd.DataFrame, stats: pd.DataFrame) -> list
     rows = []
     for _, s in stats[stats["dataset"] == name].iterrows():
         target = (
-            CALIBRATED_TARGET
+            CALIBRATED_TARGETS.get(name, CALIBRATED_TARGET)
             if s["method"] == fidelity.METHODS[1]
             else UNCALIBRATED_TARGET
             if s["method"] == fidelity.METHODS[0]
@@ -378,14 +410,31 @@ def render(points: pd.DataFrame, date: str) -> str:
         "On the same rows of each table, side by side: **dlexplore uncalibrated** (the catalog and the "
         "defaults of `data/catalog/defaults.csv`, which `benchmarks/fit_defaults.py` fits to these "
         "tables, so its errors here are in-sample), **dlexplore calibrated** (`dlexplore.calibrate` on "
-        "the smallest configurations: the points at the smallest min(3, counts - 1) GPU counts; the "
-        "GEMM plateau per workload, GPU and precision, and the links those points use), **Extra-P** "
+        "the smallest configurations that exercise each part of the model, the protocol below), "
+        "**Extra-P** "
         "(an empirical scaling model per series, where a series has three fitted GPU counts), and the "
         "peer **llm-analysis 0.2.2** where it applies (LLM rows; its documentation's flops_efficiency "
         "0.5, and that efficiency fitted on the same rows). Hybrid-parallel (LLM) tables are "
         "calibrated on their smallest min(3, rows - 1) configurations (`dlexplore.fit.smallest`), "
         "fitting the GEMM plateau. MAPE is the mean |error| over the points the calibration did not "
-        "fit; targets: uncalibrated <= 15%, calibrated <= 5%.",
+        "fit; targets: uncalibrated <= 15%, calibrated <= 5% (<= 15% for the Horovod study and "
+        "nccl-tests H100).",
+        "",
+        "The calibration protocol (`benchmarks/fidelity.py`: `fit_mask`, `calibrate_in_stages`), the "
+        "same for every table: fit the points at the smallest min(3, counts - 1) GPU counts; where "
+        "they leave a link and setup unused (the network, when only the largest GPU count spans "
+        "nodes; each of its setups: Horovod, kernel TCP, an allreduce in host memory, parameter "
+        "servers), fit its own smallest configuration too, its smallest GPU count and there its "
+        "smallest message (or model), if another configuration with that link and setup is left to "
+        "predict. A training table is fitted in two stages: the GEMM plateau (per workload, GPU and "
+        "precision) and the links of the smallest GPU counts first, then, holding them, what each "
+        "setup adds to the network (Horovod's negotiation, TCP's efficiency, the host CPU of an "
+        "allreduce in host memory, the servers' CPU; the network's own bandwidth only for a plain "
+        "allreduce); a parameter the fitted points do not determine (standard error above half "
+        "its value) keeps its default, as in `benchmarks/fit_defaults.py`. Fitting only the smallest "
+        "GPU counts, as before, left the Horovod tables' network to single-GPU points, which cannot "
+        'learn it; reading "smallest configurations" per part of the model is what lets a '
+        "calibration learn the network at all, and the held-out rows are never fitted.",
         "",
         "Defaults in use: "
         + ", ".join(f"`{d.parameter}` = {_default_text(d)}" for d in defaults.values())

@@ -122,3 +122,62 @@ def test_smallest_configurations_are_what_calibration_fits():
     assert fidelity.fit_mask(frame[frame.gpus.isin([1, 8])]).tolist() == [True, False, True, False]
     one = pd.DataFrame({"gpus": [8, 8], "algorithm": ["ring", "nvls"]})
     assert fidelity.fit_mask(one).tolist() == [True, False]
+
+
+def test_each_link_and_setup_is_fitted_on_its_own_smallest_configuration():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import fidelity
+    import pandas as pd
+
+    # Horovod's tables: only the single-GPU rows are the smallest GPU count; each setup at 16 GPUs
+    # (4 per node: the network) is fitted on its smallest model, Inception-v3 (27M parameters),
+    # and predicts ResNet-101 and VGG-16
+    setups = ["1 GPU"] * 3 + ["PS"] * 3 + ["Horovod TCP"] * 3
+    frame = pd.DataFrame(
+        {
+            "workload": ["inception_v3", "resnet101", "vgg16"] * 3,
+            "gpus": [1] * 3 + [16] * 6,
+            "gpus_per_node": [1] * 3 + [4] * 6,
+            "algorithm": ["none"] * 3 + ["parameter_server"] * 3 + ["ring"] * 3,
+            "setup": setups,
+            "transport": [""] * 3 + ["tcp"] * 6,
+            "framework": ["tensorflow"] * 6 + ["horovod"] * 3,
+            "precision": ["fp32"] * 9,
+        }
+    )
+    fit = fidelity.fit_mask(frame)
+    assert fit.tolist() == [True] * 3 + [True, False, False] * 2
+    # what each stage fits: the GEMM plateau on one GPU, then the overheads the 16-GPU rows add
+    assert fidelity._calibration_params(frame, fit & (frame.gpus == 1).to_numpy(), "training") == (
+        "compute_efficiency",
+    )
+    assert fidelity._calibration_params(frame, fit & (frame.gpus == 16).to_numpy(), "training") == (
+        "compute_efficiency",
+        "negotiation_time",
+        "tcp_efficiency",
+        "server_bandwidth",
+    )
+    # DeepBench: 2-8 GPUs inside a node, 16 across two nodes at three message sizes: the network
+    # is fitted on the smallest message, the two larger ones held out; a link seen at one message
+    # size gets its bandwidth only
+    bench = pd.DataFrame(
+        {
+            "gpus": [2, 4, 8, 16] * 3,
+            "gpus_per_node": [2, 4, 8, 8] * 3,
+            "bytes": [1.6e7] * 4 + [6.7e7] * 4 + [2.6e8] * 4,
+            "algorithm": ["unknown"] * 12,
+            "setup": ["DeepBench"] * 12,
+        }
+    )
+    fit = fidelity.fit_mask(bench)
+    assert fit.tolist() == [True, True, True, True] + [True, True, True, False] * 2
+    assert fidelity._calibration_params(bench, fit, "communication") == (
+        "intra_bandwidth",
+        "intra_latency",
+        "bandwidth",
+    )
+    # a setup seen in one configuration only is not fitted: nothing would be left to predict
+    goyal = pd.DataFrame(
+        {"gpus": [8, 256], "gpus_per_node": [8, 8], "algorithm": ["hierarchical"] * 2, "setup": ["a", "b"]}
+    )
+    assert fidelity.fit_mask(goyal).tolist() == [True, False]

@@ -14,7 +14,8 @@ import json
 import pandas as pd
 import pytest
 
-from dlexplore.advisor import add_arguments, advise, pareto_front, run_cli
+from dlexplore.advisor import advise, pareto_front
+from dlexplore.cli.advise import add_arguments, run_cli
 from dlexplore.errors import DlexploreError
 from dlexplore.model.parallel import predict_parallel
 

@@ -14,8 +14,6 @@ import dlexplore as dlx
 from dlexplore.errors import DlexploreError
 from dlexplore.model.bigsweep import best_per_gpus, predict_lazy
 
-dask = pytest.importorskip("dask")
-
 # Batch 256 does not fit in a V100-16GB with ResNet-50 (mem_total > 16 GiB): it must never win.
 SWEEP = dict(
     workload="resnet50",

@@ -19,7 +19,6 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -32,22 +31,37 @@ from dlexplore._data import data_dir
 from dlexplore.errors import DlexploreError, UnknownNameError
 from dlexplore.traces.collect import MANIFEST_NAME, MODELS, collect
 
-PARAMETERS = {"mlp": 131_584 + 262_656 + 5_130, "cnn": 448 + 4_640 + 20_490}
+PARAMETERS = {
+    "mlp": 131_584 + 262_656 + 5_130,
+    "cnn": 448 + 4_640 + 20_490,
+    # V h + s h + 2h + L (12 h^2 + 13 h) with V = 1024, h = 128, s = 64, L = 2 (tied output)
+    "transformer": 1024 * 128 + 64 * 128 + 2 * 128 + 2 * (12 * 128**2 + 13 * 128),
+}
+#: The transformer job at 1 and 2 ranks (batch 8 per rank, 4 profiled steps): folder -> ranks.
+TRANSFORMER_SAMPLES = {"gloo-transformer-1rank": 1, "gloo-transformer-2rank": 2}
 SAMPLES = {  # folder -> (model, profiled steps)
     "gloo-mlp-2rank": ("mlp", [2, 3, 4, 5]),
     "gloo-cnn-2rank": ("cnn", [2, 3, 4]),
 }
 MAX_SAMPLE_FILE_BYTES = 300_000
 
-HAVE_TORCH = importlib.util.find_spec("torch") is not None
-needs_torch = pytest.mark.skipif(
-    not HAVE_TORCH, reason="torch is not installed: pip install 'dlexplore[torch]' to run the collector"
-)
+# torch comes with the test extra (pinned, CPU build): without it these tests fail rather than skip,
+# so that a broken environment cannot pass for a working collector.
 
 
 def test_hand_counts_match_the_layer_shapes():
-    assert PARAMETERS == {"mlp": 399_370, "cnn": 25_578}
+    assert PARAMETERS == {"mlp": 399_370, "cnn": 25_578, "transformer": 536_064}
     assert 267_786 + 131_584 == PARAMETERS["mlp"]
+
+
+def test_the_transformer_has_the_catalogs_parameter_count():
+    from dlexplore import catalog
+    from dlexplore.traces.collect import build_model
+
+    net = build_model("transformer")
+    assert sum(p.numel() for p in net.parameters()) == PARAMETERS["transformer"]
+    spec = "transformer:layers=2,hidden=128,heads=4,seq=64,vocab=1024"
+    assert catalog.workload(spec).params == PARAMETERS["transformer"]
 
 
 # --- checks shared by the samples and a fresh run --------------------------------------------------
@@ -80,11 +94,12 @@ def check_manifest(folder: Path, model: str, world_size: int, profiled_steps: li
     trained = manifest["steps_trained"]
     assert trained == profiled_steps[-1] + 1
     assert [r["rank"] for r in manifest["ranks"]] == list(range(world_size))
+    # Random labels: the loss stays near ln(classes), 2.303 for 10 classes, 6.93 for 1024 tokens.
+    low, high = (1.5, 3.5) if model in ("mlp", "cnn") else (6.43, 7.43)
     for rank in manifest["ranks"]:
         assert len(rank["step_times_s"]) == len(rank["losses"]) == trained
         assert all(t > 0 for t in rank["step_times_s"])
-        # Random labels over 10 classes: the loss stays near ln(10) = 2.303.
-        assert all(1.5 < loss < 3.5 for loss in rank["losses"])
+        assert all(low < loss < high for loss in rank["losses"])
     return manifest
 
 
@@ -169,24 +184,23 @@ def test_mlp_sample_has_two_buckets_per_step():
     assert sizes == [131_584] * 4 + [267_786] * 4
 
 
-def check_loaded(trace, model: str, profiled: list[int]) -> None:
+def check_loaded(trace, model: str, profiled: list[int], world_size: int = 2) -> None:
     assert trace.format == "pytorch"
-    assert trace.world_size == 2
+    assert trace.world_size == world_size
     events = trace.events
-    assert sorted(events["rank"].unique()) == [0, 1]
+    assert sorted(events["rank"].unique()) == list(range(world_size))
     assert sorted(events["step"].dropna().unique()) == profiled
     comm = events[(events["category"] == "communication") & (events["name"] == "gloo:all_reduce")]
     assert set(comm["collective"]) == {"allreduce"}
     sums = comm.groupby(["rank", "step"], observed=True)["bytes"].sum()
-    assert len(sums) == 2 * len(profiled)
+    assert len(sums) == world_size * len(profiled)
     assert (sums == 4 * PARAMETERS[model]).all()  # every float32 gradient once per step and rank
     loads = events[events["category"] == "data"]
-    assert len(loads) == 2 * len(profiled)  # one DataLoader __next__ per step and rank
+    assert len(loads) == world_size * len(profiled)  # one DataLoader __next__ per step and rank
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))
 def test_load_trace_reads_the_sample_files(name):
-    pytest.importorskip("dlexplore.traces.pytorch", reason="the PyTorch trace reader is not there yet")
     from dlexplore.traces import load_trace
 
     model, profiled = SAMPLES[name]
@@ -195,11 +209,30 @@ def test_load_trace_reads_the_sample_files(name):
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))
 def test_load_trace_reads_the_sample_folder(name):
-    pytest.importorskip("dlexplore.traces.pytorch", reason="the PyTorch trace reader is not there yet")
     from dlexplore.traces import load_trace
 
     model, profiled = SAMPLES[name]
     check_loaded(load_trace(data_dir() / "traces" / name), model, profiled)
+
+
+@pytest.mark.parametrize("name", sorted(TRANSFORMER_SAMPLES))
+def test_transformer_samples_are_one_job_at_1_and_2_ranks(name):
+    folder = data_dir() / "traces" / name
+    ranks = TRANSFORMER_SAMPLES[name]
+    profiled = [2, 3, 4, 5]
+    manifest = check_manifest(folder, "transformer", ranks, profiled)
+    assert manifest["batch_size_per_rank"] == 8 and manifest["arguments"]["seed"] == 0
+    assert manifest["model"]["workload"] == "transformer:layers=2,hidden=128,heads=4,seq=64,vocab=1024"
+    readme = (folder / "README.txt").read_text(encoding="utf-8")
+    call = f'collect("data/traces/{name}", nproc={ranks}, steps=4, model="transformer", batch_size=8)'
+    assert call in readme
+    for rank in range(ranks):
+        path = folder / f"rank{rank}.json.gz"
+        assert path.stat().st_size < MAX_SAMPLE_FILE_BYTES
+        check_trace(path, rank, ranks, PARAMETERS["transformer"], profiled)
+    from dlexplore.traces import load_trace
+
+    check_loaded(load_trace(folder), "transformer", profiled, world_size=ranks)
 
 
 # --- a real run ------------------------------------------------------------------------------------
@@ -219,7 +252,6 @@ def _assert_gone(pids: list[int]) -> None:
             os.kill(pid, 0)
 
 
-@needs_torch
 def test_collect_runs_refuses_and_cleans_up(tmp_path):
     out = tmp_path / "run"
     messages: list[str] = []
@@ -233,10 +265,9 @@ def test_collect_runs_refuses_and_cleans_up(tmp_path):
     assert any(m.startswith("rank 0: ") for m in messages)
     assert any(m.startswith("rank 1: ") for m in messages)
     _assert_gone(_pids(messages))
-    if importlib.util.find_spec("dlexplore.traces.pytorch") is not None:
-        from dlexplore.traces import load_trace
+    from dlexplore.traces import load_trace
 
-        check_loaded(load_trace(str(out / "rank*.json.gz")), "mlp", [2, 3])
+    check_loaded(load_trace(str(out / "rank*.json.gz")), "mlp", [2, 3])
     before = {p.name: p.read_bytes() for p in out.iterdir()}
 
     with pytest.raises(DlexploreError, match="exists and is not empty"):
@@ -271,7 +302,7 @@ def test_unknown_model_is_refused_before_anything_starts(tmp_path):
     with pytest.raises(UnknownNameError, match=r"unknown model 'mpl'; did you mean 'mlp'"):
         collect(tmp_path / "run", model="mpl", progress=None)
     assert list(tmp_path.iterdir()) == []
-    assert sorted(MODELS) == ["cnn", "mlp"]
+    assert sorted(MODELS) == ["cnn", "mlp", "transformer"]
 
 
 @pytest.mark.parametrize(

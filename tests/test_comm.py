@@ -221,3 +221,13 @@ def test_properties(case, n, extra, p, bw, intra, alpha, k, g):
             link = max(bw, intra * 5 / 3)
         assert float(busbw(collective, n + extra, p, large)) <= link * (1 + 1e-9)
     assert math.isfinite(large)
+
+
+def test_algorithm_for_a_collective():
+    # one name for all, a mapping per collective, aliases; what does not apply falls to the default
+    assert comm.algorithm_for("allreduce") == "ring"
+    assert comm.algorithm_for("allreduce", "rabenseifner") == "halving_doubling"
+    assert comm.algorithm_for("alltoall", "ring") == "pairwise"
+    assert comm.algorithm_for("broadcast", {"allreduce": "tree"}) == "tree"  # broadcast's default
+    assert comm.algorithm_for("allgather", {"allgather": "bruck"}) == "recursive_doubling"
+    assert comm.algorithm_for("reduce_scatter", "no-such-thing") == "ring"

@@ -27,7 +27,6 @@ READ_TIMES = [1.701829969533719e-04, 1.4365985407494009e-05, 2.9745016945526004e
 
 
 def test_read_darshan_binary():
-    pytest.importorskip("darshan")
     log = read_darshan(DATA / "darshan" / "pq_app_readAB_writeC.darshan")
     assert log.meta["nprocs"] == 4
     readers = log.records[log.records.bytes_read > 0]
@@ -43,7 +42,6 @@ def test_read_darshan_binary():
 
 
 def test_read_darshan_bad_file(tmp_path):
-    pytest.importorskip("darshan")
     bad = tmp_path / "x.darshan"
     bad.write_bytes(b"not a darshan log")
     with pytest.raises(InputFileError, match="x.darshan"):

@@ -12,8 +12,9 @@ import xarray as xr
 
 import dlexplore as dlx
 from dlexplore.errors import DlexploreError, InvalidValueError, UnknownNameError
+from dlexplore.plots import GPU_COUNTS
 from dlexplore.widgets import Explorer
-from dlexplore.widgets import explorer as explorer_module
+from dlexplore.widgets import _prediction as prediction_module
 
 
 @pytest.fixture(scope="module")
@@ -141,16 +142,32 @@ def test_given_settings_win_over_the_measured_setup():
 # controls and the hot path
 
 
-def test_gpu_slider_moves_without_calling_the_model():
+def test_gpu_and_batch_sliders_move_without_calling_the_model():
     explorer = Explorer()
     figures, sources = explorer.figures, dict(explorer.sources)
-    with mock.patch.object(explorer_module, "predict", wraps=explorer_module.predict) as spy:
+    with mock.patch.object(prediction_module, "predict", wraps=prediction_module.predict) as spy:
         explorer.controls["gpus"].value = 64
         assert spy.call_count == 0
+        # the batch slider picks from the grid predicted for every batch at once
         explorer.controls["batch_size"].value = 128
-        assert spy.call_count == 1
+        assert spy.call_count == 0
+        c = explorer.settings
+        expected = dlx.predict(
+            c["workload"],
+            c["gpu"],
+            c["network"],
+            gpus=list(GPU_COUNTS),
+            batch_size=128,
+            gpus_per_node=c["gpus_per_node"],
+            intra_link=c["intra_link"],
+            algorithm=c["algorithm"],
+            precision=c["precision"],
+        )
+        assert data(explorer, "throughput_predicted", "throughput") == pytest.approx(
+            expected.throughput.values
+        )
         explorer.set(gpus=16, batch_size=32, bandwidth=12.5)  # one call for several controls
-        assert spy.call_count == 2
+        assert spy.call_count == 1
     assert data(explorer, "throughput_selected", "gpus") == [16.0]
     assert explorer.figures is figures and explorer.sources == sources
 
@@ -398,6 +415,12 @@ def test_storage_pue_and_the_advisor():
     assert f"{float(energy.energy_sample):.3g} J per sample" in explorer.headline_text
     explorer.controls["pue"].value = 1.5
     assert "(PUE 1.50)" in explorer.headline_text
+    # the control changes the number, not only its label: energy scales with the PUE
+    more = dlx.model.energy(
+        dlx.predict("resnet50", "V100-16GB", "25GbE", gpus=8, batch_size=256, storage="pfs"), pue=1.5
+    )
+    assert float(more.energy_sample) == pytest.approx(float(energy.energy_sample) * 1.5 / 1.25)
+    assert f"{float(more.energy_sample):.3g} J per sample" in explorer.headline_text
 
 
 def test_the_advisor_opens_with_the_explorers_settings():

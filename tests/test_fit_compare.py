@@ -234,6 +234,7 @@ def test_predict_points_matches_the_model_called_by_hand():
     assert pred.intra_link.values[i] == "NVLink1"
 
     # Goyal et al.: efficiency relative to 8 GPUs; the 256-GPU row gets the NVLink1 of the 8-GPU row
+    # and the table's one NIC per server
     goyal = predict_points("goyal-2017-resnet50")
     assert list(goyal.intra_link.values) == ["NVLink1", "NVLink1"]
     both = dlx.predict(
@@ -245,6 +246,7 @@ def test_predict_points_matches_the_model_called_by_hand():
         gpus_per_node=8,
         intra_link="NVLink1",
         algorithm="hierarchical",
+        nics_per_node=1,
     )
     step = both.step_time.values
     assert goyal.efficiency.values[1] == pytest.approx(step[0] / step[1], rel=1e-12)

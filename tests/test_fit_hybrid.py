@@ -190,3 +190,16 @@ def test_hybrid_points_and_bad_parameters():
     assert ds.sizes["point"] == 3
     with pytest.raises(dlx.UnknownNameError, match="servers"):
         dlx.calibrate("smith-2022-mt-nlg-530b", params=["servers"])
+
+
+def test_a_parameter_the_rows_cannot_determine_is_held_and_said(tmp_path):
+    # Rows inside one node (8 GPUs, 8 per node) never use the network: its bandwidth changes no
+    # prediction, so it keeps IB-HDR's catalog figure, with a warning, while the efficiency is fitted.
+    path = _table(tmp_path, compute_efficiency=0.62)
+    with pytest.warns(CalibrationWarning, match="bandwidth cannot be determined"):
+        cal = dlx.calibrate(path, fit_on="gpus == 8", params=["compute_efficiency", "bandwidth"])
+    rows = cal.params.set_index("name")
+    assert rows.loc["compute_efficiency", "value"] == pytest.approx(0.62, rel=1e-5)
+    assert not rows.loc["bandwidth", "identifiable"]
+    assert rows.loc["bandwidth", "value"] == pytest.approx(dlx.catalog.network("IB-HDR").bandwidth_gbs)
+    assert cal.points["fitted"].sum() == 4  # (tp, pp) = (1, 1), (2, 1), (4, 1), (2, 2) on 8 GPUs

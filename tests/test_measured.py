@@ -183,9 +183,9 @@ def test_catalog_ids_in_bundled_files_resolve_to_themselves(name):
 
 
 def test_units_agree_with_the_models_for_shared_names():
-    # One name, one unit across predicted and measured datasets (DESIGN.md). _sweep.VARIABLES is
+    # One name, one unit across predicted and measured datasets (DESIGN.md). model.conventions.VARIABLES is
     # the model's table of units; if it moves, this test should move with it.
-    from dlexplore.model._sweep import VARIABLES
+    from dlexplore.model.conventions import VARIABLES
 
     for name, column in measured.COLUMNS.items():
         if name in VARIABLES and column.units is not None:

@@ -139,27 +139,46 @@ def test_intra_node_link_when_gpus_share_a_node():
     assert hier.time_comm.item() == pytest.approx(in_node + between)
 
 
+def test_gpus_of_a_node_share_its_nics_where_they_all_send_at_once():
+    # hierarchical: 8 GPUs, 4 per node, one NIC per node: the between-node ring allreduce of each
+    # GPU's quarter (n / 4 over 2 nodes) sees a quarter of the NIC
+    n = 1.6e7
+    in_node = 2 * (3 * 1e-6 + 0.75 * n / 100e9)
+    one_nic = run(gpus=8, gpus_per_node=4, bucket_size=math.inf, algorithm="hierarchical", nics_per_node=1)
+    assert one_nic.time_comm.item() == pytest.approx(in_node + 2 * A + 2 * 0.5 * (n / 4) * B * 4)
+    # two NICs: half a NIC each; four or more (or 0, the default: one per GPU): a whole one
+    two = run(gpus=8, gpus_per_node=4, bucket_size=math.inf, algorithm="hierarchical", nics_per_node=2)
+    assert two.time_comm.item() == pytest.approx(in_node + 2 * A + 2 * 0.5 * (n / 4) * B * 2)
+    for nics in (0, 4, 8):
+        own = run(gpus=8, gpus_per_node=4, bucket_size=math.inf, algorithm="hierarchical", nics_per_node=nics)
+        assert own.time_comm.item() == pytest.approx(in_node + 2 * A + 2 * 0.5 * (n / 4) * B)
+    # a flat ring crosses each node boundary once each way: one NIC per node is enough
+    ring = run(gpus=8, gpus_per_node=4, bucket_size=math.inf, nics_per_node=1)
+    assert ring.time_comm.item() == pytest.approx(14 * A + 2 * (7 / 8) * n * B)
+
+
 def test_parameter_server():
     # 2 servers: the 3e6-parameter layer on one, the 1e6 one on the other (largest first on the
     # least loaded), so the busiest holds f = 3/4 of the 1.6e7 gradient bytes. One GPU per node,
     # servers on the workers' nodes: its link carries n (f (p - g) + g (1 - f)) = 2.5 n each way.
-    ds = run(algorithm="parameter_server", servers=2, bucket_size=math.inf, ps_efficiency=1.0)
-    assert ds.time_comm.item() == pytest.approx(2 * A + 2 * 2.5 * 1.6e7 * B)
+    # Its CPU then moves 7 bytes per byte of the f p n = 3 n it serves (receive 2, sum 3, send 2):
+    # 7 x 3 x 1.6e7 bytes at server_bandwidth = 10 GB/s.
+    work = 7 * 3 * 1.6e7 / 10e9
+    ps = dict(algorithm="parameter_server", bucket_size=math.inf, server_bandwidth=10.0)
+    ds = run(servers=2, ps_efficiency=1.0, **ps)
+    assert ds.time_comm.item() == pytest.approx(2 * A + 2 * 2.5 * 1.6e7 * B + work)
     # on dedicated nodes it receives f p n = 3 n from the 4 workers
-    own = run(
-        algorithm="parameter_server",
-        servers=2,
-        bucket_size=math.inf,
-        ps_efficiency=1.0,
-        servers_colocated=False,
-    )
-    assert own.time_comm.item() == pytest.approx(2 * A + 2 * 3 * 1.6e7 * B)
+    own = run(servers=2, ps_efficiency=1.0, servers_colocated=False, **ps)
+    assert own.time_comm.item() == pytest.approx(2 * A + 2 * 3 * 1.6e7 * B + work)
     # gRPC reaches ps_efficiency of the link: half of it doubles the transfer time
-    slow = run(algorithm="parameter_server", servers=2, bucket_size=math.inf, ps_efficiency=0.5)
-    assert slow.time_comm.item() == pytest.approx(2 * A + 2 * 2.5 * 1.6e7 * B / 0.5)
+    slow = run(servers=2, ps_efficiency=0.5, **ps)
+    assert slow.time_comm.item() == pytest.approx(2 * A + 2 * 2.5 * 1.6e7 * B / 0.5 + work)
     # servers=0 (the default): one per node, here one per GPU: 4 servers hold 3e6, 1e6, 0, 0
-    per_node = run(algorithm="parameter_server", bucket_size=math.inf, ps_efficiency=1.0)
-    assert per_node.time_comm.item() == pytest.approx(2 * A + 2 * 2.5 * 1.6e7 * B)
+    per_node = run(ps_efficiency=1.0, **ps)
+    assert per_node.time_comm.item() == pytest.approx(2 * A + 2 * 2.5 * 1.6e7 * B + work)
+    # a CPU twice as fast halves the server's own work and nothing else
+    fast = run(servers=2, ps_efficiency=1.0, **dict(ps, server_bandwidth=20.0))
+    assert fast.time_comm.item() == pytest.approx(2 * A + 2 * 2.5 * 1.6e7 * B + work / 2)
 
 
 def test_gradient_accumulation_hides_communication_behind_the_last_micro_batch_only():

@@ -379,8 +379,6 @@ print("done", flush=True)
 
 
 def test_killed_zarr_writer_leaves_the_old_store(tmp_path):
-    pytest.importorskip("zarr")
-    pytest.importorskip("dask")
     from dlexplore.store import open_zarr
 
     target = tmp_path / "pred.zarr"

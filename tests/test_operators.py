@@ -12,14 +12,13 @@ import pytest
 import dlexplore as dlx
 from dlexplore.catalog import GPU, Layer, Workload
 from dlexplore.model.compute import kernel_times
+from dlexplore.model.operator_table import operator_table, tile_efficiency
 from dlexplore.model.operators import (
     CATEGORIES,
     PHASES,
     category_sums,
-    operator_table,
     operator_times,
     phase_sums,
-    tile_efficiency,
     wave_efficiency,
 )
 

@@ -54,6 +54,10 @@ def test_wheel_carries_the_data_and_finds_it(tmp_path):
     assert "dlexplore/dashboard/explorer.ipynb" in names
     template = "dlexplore/dashboard/jupyter/voila/templates/dlexplore/"
     assert {template + "conf.json", template + "index.html.j2"} <= set(names)
+    # the browser's JavaScript, shipped as .js files beside dlexplore/plots/js/__init__.py
+    assert {f"dlexplore/plots/js/{n}.js" for n in ("timeline", "report_gpus", "report_trace_step")} <= set(
+        names
+    )
     # the Jupyter server extension that serves BokehJS to notebooks, and the file that enables it
     assert "dlexplore_jupyter/__init__.py" in names
     assert any(n.endswith(".data/data/etc/jupyter/jupyter_server_config.d/dlexplore.json") for n in names)
@@ -64,6 +68,7 @@ def test_wheel_carries_the_data_and_finds_it(tmp_path):
         "import dlexplore, dlexplore._data as d;"
         f"assert str(d.data_dir()).startswith({str(target)!r}), d.data_dir();"
         "import dlexplore.serve as s; assert s.DASHBOARD.is_file(), s.DASHBOARD;"
+        "from dlexplore.plots.timeline import TIMELINE_JS; assert 'function upper' in TIMELINE_JS;"
         "print(dlexplore.catalog.gpu('P100').name, len(dlexplore.measured.available()))"
     )
     out = subprocess.run(

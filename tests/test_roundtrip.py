@@ -18,9 +18,6 @@ from dlexplore.errors import DlexploreError, InputFileError
 from dlexplore.store import open_netcdf, open_zarr, to_netcdf, to_zarr
 from dlexplore.traces import Trace, load_trace
 
-pytest.importorskip("zarr")
-pytest.importorskip("dask")
-
 DATA = Path(__file__).parent / "data" / "traces" / "pytorch" / "gloo-mlp-2rank"
 SWEEP = dict(gpus=[1, 2, 8], batch_size=[32, 64], latency=[1e-6, 1e-5], gpus_per_node=4)
 

@@ -237,6 +237,23 @@ def test_exposed_allreduce_breakdown_by_hand():
     assert ds.attrs["source"] == "simulated: replay of measured: hand-built table"
 
 
+def test_scenario_summary_by_hand():
+    """The same replay, one row per scenario: step time 1000 µs measured, 920 µs with twice the
+    bandwidth (both ranks), so a change of -8%; communication (390 + 190) / 2 = 290 µs and
+    (310 + 110) / 2 = 210 µs, exposed (300 + 100) / 2 = 200 µs and (220 + 20) / 2 = 120 µs."""
+    from dlexplore import sim
+
+    ds = whatif(cpu_exposed(), bandwidth=2, fit=HAND_FIT)
+    summary = sim.scenario_summary(ds)
+    assert np.round(summary["step_time"].to_numpy() / US, 6).tolist() == [1000, 920]
+    assert summary["change"].to_numpy() == pytest.approx([0.0, -0.08])
+    assert np.round(summary["time_comm"].to_numpy() / US, 6).tolist() == [290, 210]
+    assert np.round(summary["time_comm_exposed"].to_numpy() / US, 6).tolist() == [200, 120]
+    assert summary["change"].attrs["units"] == "1"
+    with pytest.warns(DeprecationWarning, match="scenario_summary"):
+        assert sim.summarize is sim.scenario_summary
+
+
 def test_fewer_ranks_than_measured_by_hand():
     """One rank: no transfer (a ring of one sends nothing); the optimizer follows backward:
     600 + 90 = 690; rank 1 is not replayed."""
@@ -404,12 +421,11 @@ def test_transfer_ratio_by_hand():
 def test_fit_network_methods(graphs):
     graph = graphs["collector-mlp"]
     own = fit_network(graph.trace, graph.ops, method="own")
-    assert own.method == "dlexplore.sim.network.fit_alpha_beta"
+    assert own.method == "dlexplore.fit.fit_alpha_beta"
     assert own.alpha >= 0 and own.beta >= 0
-    if importlib.util.find_spec("dlexplore.fit.calibrate") is not None:
-        calibrated = fit_network(graph.trace, graph.ops, method="auto")
-        assert calibrated.method == "dlexplore.fit.calibrate.calibrate_from_trace"
-        assert calibrated.alpha >= 0 and calibrated.beta >= 0
+    calibrated = fit_network(graph.trace, graph.ops, method="auto")
+    assert calibrated.method == "dlexplore.fit.calibrate_from_trace"
+    assert calibrated.alpha >= 0 and calibrated.beta >= 0
     with pytest.raises(DlexploreError, match="fit method"):
         fit_network(graph.trace, graph.ops, method="best")
 

@@ -100,6 +100,22 @@ def test_compare_with_measured_trace():
     assert ds.attrs["source"].startswith("predicted: ") and "measured" in ds.attrs["source"]
 
 
+def test_compare_with_measured_takes_the_breakdown_not_the_event_table():
+    # The model sits below the readers: it takes a trace or its breakdown, and says what to do with a
+    # bare event table instead of importing dlexplore.traces for it.
+    trace = dlexplore.load_trace(data_dir() / "traces" / "gloo-cnn-2rank")
+    steps = sorted(set(trace.events["step"].dropna().astype(int)))[1:]
+    from_breakdown = compare_with_measured(trace.breakdown(), steps=steps)
+    work = trace.breakdown(steps=steps)
+    work = work["step_time"] - work["time_comm_exposed"]
+    assert float(from_breakdown.measured_max) == pytest.approx(float(work.max("rank").mean()))
+    assert float(from_breakdown.measured_max) == pytest.approx(
+        float(compare_with_measured(trace, steps=steps).measured_max)
+    )
+    with pytest.raises(DlexploreError, match=r"got a DataFrame; for an event table, pass .*breakdown"):
+        compare_with_measured(trace.events)
+
+
 def test_exercises():
     assert lab.check(401, 100 + 10 / math.sqrt(math.pi)).correct
     assert lab.check(402, 50 + 5 * 761 / 280).correct

@@ -36,13 +36,9 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import otf2
 import pytest
-
-from dlexplore.errors import DlexploreError, InputFileError
-from dlexplore.traces import detect_format, load_trace
-
-otf2 = pytest.importorskip("otf2")
-from otf2.enums import (  # noqa: E402
+from otf2.enums import (
     CollectiveOp,
     GroupType,
     LocationGroupType,
@@ -51,7 +47,9 @@ from otf2.enums import (  # noqa: E402
     RegionRole,
 )
 
-from dlexplore.traces import otf2 as reader  # noqa: E402
+from dlexplore.errors import DlexploreError, InputFileError
+from dlexplore.traces import detect_format, load_trace
+from dlexplore.traces import otf2 as reader
 
 RANKS = 4
 RESOLUTION = 1_000_000  # ticks per second

@@ -70,7 +70,8 @@ def test_replicas_without_jitter_repeat_their_source(tmp_path: Path) -> None:
 
 
 def test_steps_and_distributed_client(sixteen: Path) -> None:
-    distributed = pytest.importorskip("distributed")
+    import distributed
+
     expected = load_trace(sixteen).breakdown(steps=[3, 4])
     with (
         distributed.LocalCluster(
@@ -157,7 +158,8 @@ def test_cli_summary_on_dask_prints_what_the_in_memory_summary_prints(sixteen: P
 
 
 def test_cli_summary_on_a_running_cluster(sixteen: Path) -> None:
-    distributed = pytest.importorskip("distributed")
+    import distributed
+
     direct = _cli("trace", "summary", str(sixteen), "--format", "csv")
     with distributed.LocalCluster(
         n_workers=1,

@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 from dlexplore.errors import DlexploreError, InputFileError
-from dlexplore.model.workflow import coupled, coupled_tasks, read_task_events, steady_state
+from dlexplore.model.workflow import coupled, coupled_tasks, steady_state
 from dlexplore.plots.tasks import task_timeline_columns, task_timeline_figure
+from dlexplore.traces.tasks import read_task_events
 
 
 def test_steady_state_formulas():

@@ -32,6 +32,9 @@ Activations (bytes per sample, fp32)
     average pool before a dropout). Batch-norm statistics (per channel) and cuDNN workspaces are
     left out. The memory model halves the total for 16-bit activations, which slightly undercounts
     the int64 indices and byte masks.
+
+Kept whole: one builder per torchvision family (ResNet, VGG, Inception, ...), each counting its
+layers by the same rules; split, the rules would be read away from the networks they count.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ validated alike. File format (one entry per row):
 
 Errors are :class:`~dlexplore.errors.InputFileError` naming the file and the line a person sees in
 an editor (comment lines counted).
+
+Kept whole: the three hardware catalogs share one CSV reader and one record checker (the kinds,
+their columns and units); the readers of user files (:mod:`dlexplore.catalog.user`) use them too.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import pandas as pd
 
 from .. import validation
 from .._data import data_dir
-from .._io import read_text as _read_text
+from .._io import read_text
 from ..errors import DlexploreError, InputFileError
 from ._registry import Registry, _key
 from ._types import GPU, Link, StorageTier
@@ -44,7 +47,6 @@ __all__ = [
     "networks",
     "storages",
     "read_csv",
-    "read_text",
     "infer_kind",
     "normalize_kind",
     "REGISTRY_OF",
@@ -200,9 +202,8 @@ def infer_kind(columns: list[str] | tuple[str, ...]) -> str | None:
 # Reading
 
 
-def read_text(path: str | os.PathLike) -> str:
-    """The UTF-8 text of a catalog file, or an :class:`InputFileError` saying why not."""
-    return _read_text(path, "a catalog file (CSV or JSON)")
+#: What a catalog file is, in the error a file that cannot be read gets.
+CATALOG_FILE = "a catalog file (CSV or JSON)"
 
 
 def _records(path: str | os.PathLike, text: str) -> Iterator[tuple[int, list[str]]]:
@@ -371,7 +372,7 @@ def read_csv(
     """
     if kind is not None:
         kind = normalize_kind(kind)  # a bad argument is the caller's error, not the file's
-    text = read_text(path)
+    text = read_text(path, CATALOG_FILE)
     rows = _records(path, text)
     first = next(rows, None)
     if first is None:

@@ -18,9 +18,10 @@ import json
 import os
 from pathlib import Path
 
+from .._io import read_text
 from ..errors import DlexploreError, InputFileError
 from ._registry import _key
-from .hardware import REGISTRY_OF, normalize_kind, read_csv, read_text
+from .hardware import CATALOG_FILE, REGISTRY_OF, normalize_kind, read_csv
 
 __all__ = ["load_file", "load_env", "ENV_VAR"]
 
@@ -41,7 +42,7 @@ def _file_format(path: Path, kind: str | None) -> str:
         return "json"
     if suffix == ".csv" or kind is not None:
         return "csv"
-    text = read_text(path).lstrip()
+    text = read_text(path, CATALOG_FILE).lstrip()
     return "json" if text[:1] in ("[", "{") else "csv"
 
 
@@ -86,7 +87,7 @@ def _element_lines(text: str) -> list[int]:
 
 
 def _load_workloads(path: Path) -> list[str]:
-    text = read_text(path)
+    text = read_text(path, CATALOG_FILE)
     if not text.strip():
         raise InputFileError(path, "the file is empty; expected a JSON list of workload objects")
     try:

@@ -288,20 +288,7 @@ def fit_scaling(
         result = _evaluate(px, yx, hyp, columns)
         if result is not None:
             results.append((order, hyp, *result))
-    # results always hold the constant hypothesis, which every set of points determines.
-    if selection == "cv":
-        scores = np.array([np.mean(r[4]) for r in results])
-        best_i = int(np.argmin(scores))
-        # One-standard-error rule (Hastie, Tibshirani & Friedman, The Elements of Statistical
-        # Learning, 2nd ed., section 7.10): the fewest terms whose cross-validated error is within
-        # one standard error of the smallest, so that a second term must earn its place.
-        errors = results[best_i][4]
-        limit = scores[best_i] + np.std(errors, ddof=1) / np.sqrt(errors.size)
-        fewest = min(len(r[1]) for r, sc in zip(results, scores, strict=True) if sc <= limit)
-        pick = [i for i, r in enumerate(results) if len(r[1]) == fewest]
-        chosen = results[min(pick, key=lambda i: (scores[i], results[i][0]))]
-    else:
-        chosen = max(results, key=lambda r: (r[5], -len(r[1]), -r[0]))
+    chosen = _choose(results, selection)
     _, hyp, coef, rss, errors, ar2 = chosen
     smape = float(np.mean(errors))
     stderr = _stderr(np.column_stack([np.ones(px.size), *(columns[b] for b in hyp)]), rss)
@@ -321,6 +308,26 @@ def fit_scaling(
         variable=variable,
         constant_stderr=float(stderr[0]),
     )
+
+
+def _choose(results: list[tuple], selection: str) -> tuple:
+    """The hypothesis to keep: by cross-validation with the one-standard-error rule, or by adjusted
+    R^2 (``selection`` ``"cv"`` or ``"ar2"``). ``results`` always hold the constant hypothesis,
+    which every set of points determines."""
+    if selection == "cv":
+        scores = np.array([np.mean(r[4]) for r in results])
+        best_i = int(np.argmin(scores))
+        # One-standard-error rule (Hastie, Tibshirani & Friedman, The Elements of Statistical
+        # Learning, 2nd ed., section 7.10): the fewest terms whose cross-validated error is within
+        # one standard error of the smallest, so that a second term must earn its place.
+        errors = results[best_i][4]
+        limit = scores[best_i] + np.std(errors, ddof=1) / np.sqrt(errors.size)
+        fewest = min(len(r[1]) for r, sc in zip(results, scores, strict=True) if sc <= limit)
+        pick = [i for i, r in enumerate(results) if len(r[1]) == fewest]
+        chosen = results[min(pick, key=lambda i: (scores[i], results[i][0]))]
+    else:
+        chosen = max(results, key=lambda r: (r[5], -len(r[1]), -r[0]))
+    return chosen
 
 
 def _stderr(design: np.ndarray, rss: float) -> np.ndarray:

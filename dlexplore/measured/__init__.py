@@ -268,6 +268,8 @@ def concat(datasets: list[xr.Dataset | str | Path], *, name: str = "combined") -
                 frame[column] = np.nan
             elif column == "baseline_gpus":
                 frame[column] = 1
+            elif column in ("servers", "nics_per_node"):
+                frame[column] = 0  # what a table without the column means: the model's default
             elif spec is not None and spec.kind == "int":
                 raise DlexploreError(
                     f"concat: {table.attrs.get('name', 'a table')} has no "

@@ -3,6 +3,9 @@
 One table here defines every column once, so the reader, the dataset attrs and the documentation
 agree. Units and long names match the model's (``dlexplore.model``) where the names are shared, so
 that measured and predicted datasets can be laid over each other.
+
+Kept whole: one table: every column a measured file may have, with its units, meaning and the tables
+it belongs to (most of the module), and the units they may be given in.
 """
 
 from __future__ import annotations
@@ -251,6 +254,24 @@ COLUMNS: dict[str, Column] = {
             "str",
             None,
             "whether the parameter servers run on the workers' nodes",
+            _BOTH,
+            "yes or no",
+        ),
+        Column(
+            "nics_per_node",
+            "coord",
+            "int",
+            "count",
+            "network adapters per node (0: one per GPU)",
+            _BOTH,
+            "a whole number >= 0 (0: one per GPU, the model's default)",
+        ),
+        Column(
+            "host_staging",
+            "coord",
+            "str",
+            None,
+            "whether gradients are reduced in host memory (Horovod's CPU allreduce)",
             _BOTH,
             "yes or no",
         ),

@@ -4,6 +4,9 @@ The parser is our own, not ``pandas.read_csv``: it must report every problem as 
 :class:`~dlexplore.errors.InputFileError` with the line number an editor shows, keep ``#`` lines
 apart from values (pandas' ``comment=`` would also cut a value at a ``#``), and never hand back a
 half-checked table. The files are small (tens to thousands of rows), so speed does not matter.
+
+Kept whole: one reader of measurement CSVs, in the order a file is read: preamble, header, units,
+rows, dataset.
 """
 
 from __future__ import annotations
@@ -47,8 +50,9 @@ MEASURED_PREFIX = "measured: "
 _KEY_LINE = re.compile(r"^#\s?([A-Za-z][A-Za-z0-9_]*)\s*:(?!//)\s*(.*)$")
 _CONTINUATION = re.compile(r"^#\s{2,}(\S.*)$")
 
-# Integer columns where 0 means something (servers: one per node; ZeRO stage 0: none).
-_ZERO_OK = ("servers", "zero")
+# Integer columns where 0 means something (servers: one per node; ZeRO stage 0: none; NICs: one
+# per GPU).
+_ZERO_OK = ("servers", "zero", "nics_per_node")
 #: Text columns of hybrid tables that take one of a few values.
 _CHOICES = {
     "recompute": ("none", "selective", "full"),

@@ -30,7 +30,7 @@ from .parallel import predict_parallel
 from .step import DEFAULT_BUCKET_SIZE, gradient_buckets, predict
 from .stragglers import compare_with_measured, expected_max, straggler_slowdown
 from .time_to_accuracy import time_to_accuracy
-from .workflow import coupled, read_task_events, steady_state
+from .workflow import coupled, steady_state
 
 __all__ = [
     "predict",
@@ -57,7 +57,6 @@ __all__ = [
     "compare_with_measured",
     "coupled",
     "steady_state",
-    "read_task_events",
     "predict_convergence",
     "ConvergenceParams",
     "LR_RULES",

@@ -21,8 +21,9 @@ import numpy as np
 import xarray as xr
 
 from ..errors import DlexploreError
-from ._sweep import VARIABLES, as_dataarray, is_sweep
-from .step import CATEGORICAL_PARAMETERS, NUMERIC_PARAMETERS, _label, _validate, predict
+from .conventions import VARIABLES, as_dataarray, is_sweep
+from .step import label_of, predict
+from .step_grid import CATEGORICAL_PARAMETERS, NUMERIC_PARAMETERS, validate_parameter
 
 __all__ = ["predict_lazy", "best_per_gpus", "DEFAULT_BLOCK_POINTS"]
 
@@ -114,10 +115,10 @@ def predict_lazy(*args: Any, chunks: Mapping[str, int] | int | None = None, **kw
     dims = categorical + numeric  # predict's order: categorical sweeps first
     # A block gets coordinate labels (names); it calls predict with the objects the user gave, so a
     # user-defined workload or GPU that is not in the catalog works too.
-    originals = {n: {_label(v): v for v in kwargs[n]} for n in categorical}
+    originals = {n: {label_of(v): v for v in kwargs[n]} for n in categorical}
     coords = {d: as_dataarray(d, kwargs[d]).values for d in numeric}
     for d in numeric:
-        _validate(d, np.asarray(coords[d], dtype=float))
+        validate_parameter(d, np.asarray(coords[d], dtype=float))
 
     # Two points per numeric dimension give every variable the dimensions it has on the full grid:
     # numpy broadcasting, not the values, decides which sweep axes a variable keeps. Categorical

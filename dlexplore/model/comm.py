@@ -40,9 +40,14 @@ alltoall         pairwise               (p-1) a + (p-1)/p n b
 ===============  =====================  =============================================================
 
 One rank (p = 1) costs nothing, except the parameter server, where the worker still pushes and pulls.
+
+Kept whole: the cost of every collective algorithm in one table of formulas (the module docstring)
+and the one function that evaluates it, with the names and factors they share.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import numpy as np
 import numpy.typing as npt
@@ -57,6 +62,7 @@ __all__ = [
     "normalize_collective",
     "normalize_algorithm",
     "collective_time",
+    "algorithm_for",
     "busbw_factor",
     "algbw",
     "busbw",
@@ -145,6 +151,22 @@ def normalize_algorithm(algorithm: str, collective: str = "allreduce") -> str:
     return key
 
 
+def algorithm_for(collective: str, algorithm: str | Mapping[str, str] | None = None) -> str:
+    """The algorithm to model ``collective`` (a name of :data:`ALGORITHMS`) with.
+
+    ``algorithm`` is one name for every collective, or ``{collective: name}``. ``None``, or a name
+    that does not apply to this collective (``ring`` for an alltoall), gives the collective's default
+    (the first of :data:`ALGORITHMS`); aliases are accepted (``rabenseifner``).
+    """
+    wanted = algorithm.get(collective) if isinstance(algorithm, Mapping) else algorithm
+    if wanted is None:
+        return ALGORITHMS[collective][0]
+    try:
+        return normalize_algorithm(str(wanted), collective)
+    except DlexploreError:
+        return ALGORITHMS[collective][0]
+
+
 def _check_ranks(ranks: ArrayLike) -> np.ndarray:
     return np.asarray(validation.gpu_count("ranks", ranks), dtype=float)
 
@@ -189,6 +211,8 @@ def collective_time(
     ``bandwidth``/``intra_bandwidth`` are the effective ones (the links' efficiency applied). See
     the module docstring for every formula. Arguments broadcast together like numpy arrays.
     """
+    # Kept whole: one branch per algorithm, each the formula of its row in the module docstring
+    # (read side by side with it); the shared terms are computed once above them.
     collective = normalize_collective(collective)
     algorithm = normalize_algorithm(algorithm, collective)
     p = _check_ranks(ranks)
@@ -335,7 +359,7 @@ def predict_comm(
     defaults to the network's figures unless given; ``intra_fabric``, ``architecture`` and
     ``nvls`` describe the node for the NCCL ones (:func:`collective_time`).
     """
-    from ._sweep import as_dataarray, finish_dataset
+    from .conventions import as_dataarray, finish_dataset
 
     collective = normalize_collective(collective)
     algorithm = normalize_algorithm(algorithm or ALGORITHMS[collective][0], collective)

@@ -59,7 +59,7 @@ import numpy as np
 import xarray as xr
 
 from ..errors import DlexploreError
-from ._sweep import PREDICTED_SOURCE
+from .conventions import PREDICTED_SOURCE
 
 __all__ = [
     "LearningRateRule",

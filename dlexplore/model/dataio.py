@@ -33,7 +33,7 @@ import xarray as xr
 
 from .. import catalog, validation
 from ..errors import DlexploreError, InputFileError
-from ._sweep import PREDICTED_SOURCE, as_dataarray
+from .conventions import PREDICTED_SOURCE, as_dataarray
 
 __all__ = ["io_model", "io_bound_gpus", "DLIOWorkload", "LAYOUTS", "IO_VARIABLES"]
 
@@ -157,24 +157,12 @@ def io_model(
         data = xr.DataArray(math.inf)
     else:
         data = _as("dataset_bytes", dataset_bytes, positive=True, units="bytes")
-    if layout == "small_files":
-        opens = xr.ones_like(s)
-    elif layout == "sharded":
-        fb = _as("file_bytes", file_bytes, positive=True, units="bytes")
-        opens = np.minimum(1.0, s / fb)
-    else:  # lmdb: each reader opens the database once per epoch
-        samples_per_reader = data / s / readers
-        opens = xr.where(np.isfinite(samples_per_reader), 1.0 / np.maximum(samples_per_reader, 1.0), 0.0)
+    opens = _opens_per_sample(layout, s, data, readers, file_bytes)
     open_time = np.maximum(md, readers * th / metadata_rate)
     t_meta = opens * open_time / th
     t_miss = t_meta + rl / th + s / (bw * 1e9)
 
-    cache_tier = catalog.storage("page-cache")
-    bw_cache = np.minimum(cache_tier.client_bandwidth_gbs, cache_tier.bandwidth_gbs / rpn)
-    t_hit = s / (bw_cache * 1e9) + cache_tier.latency_s / th
-    per_node = data / n
-    warm = xr.where(per_node > 0, np.minimum(1.0, cache / per_node), 1.0)
-    hit = warm * (ep - 1) / ep
+    t_hit, hit = _page_cache(s, rpn, th, data, n, cache, ep)
     t_sample = hit * t_hit + (1 - hit) * t_miss
     eff = s / t_sample / 1e9
     ds = xr.Dataset(
@@ -202,6 +190,41 @@ def io_model(
         title=f"data I/O: {layout} on {tier.name}",
     )
     return ds
+
+
+def _opens_per_sample(
+    layout: str, s: xr.DataArray, data: xr.DataArray, readers: xr.DataArray, file_bytes: object
+) -> xr.DataArray:
+    """Files opened per sample read: one per sample (small files), one per shard, or one per reader
+    and epoch (LMDB)."""
+    if layout == "small_files":
+        return xr.ones_like(s)
+    elif layout == "sharded":
+        fb = _as("file_bytes", file_bytes, positive=True, units="bytes")
+        return np.minimum(1.0, s / fb)
+    else:  # lmdb: each reader opens the database once per epoch
+        samples_per_reader = data / s / readers
+        return xr.where(np.isfinite(samples_per_reader), 1.0 / np.maximum(samples_per_reader, 1.0), 0.0)
+
+
+def _page_cache(
+    s: xr.DataArray,
+    rpn: xr.DataArray,
+    th: xr.DataArray,
+    data: xr.DataArray,
+    n: xr.DataArray,
+    cache: xr.DataArray,
+    ep: xr.DataArray,
+) -> tuple[xr.DataArray, xr.DataArray]:
+    """A sample's read time from the page cache (s), and the share of reads it serves: the warm
+    part of each node's share of the data, after the first epoch."""
+    cache_tier = catalog.storage("page-cache")
+    bw_cache = np.minimum(cache_tier.client_bandwidth_gbs, cache_tier.bandwidth_gbs / rpn)
+    t_hit = s / (bw_cache * 1e9) + cache_tier.latency_s / th
+    per_node = data / n
+    warm = xr.where(per_node > 0, np.minimum(1.0, cache / per_node), 1.0)
+    hit = warm * (ep - 1) / ep
+    return t_hit, hit
 
 
 def io_bound_gpus(

@@ -32,7 +32,7 @@ import xarray as xr
 
 from .. import catalog
 from ..errors import DlexploreError
-from ._sweep import PREDICTED_SOURCE
+from .conventions import PREDICTED_SOURCE
 
 __all__ = [
     "energy",
@@ -138,35 +138,9 @@ def energy(
         ``time_sample`` (s), ``power_average`` (W, x PUE), plus the epoch variables when
         ``samples_per_epoch`` is given. ``attrs["source"]`` starts with "predicted: ".
     """
-    missing = [
-        v
-        for v in ("time_compute", "time_comm_exposed", "time_io_exposed", "step_time")
-        if v not in prediction
-    ]
-    missing += [c for c in ("gpus", "batch_size") if c not in prediction.coords]
-    if missing:
-        raise DlexploreError(
-            f"energy() needs a prediction from dlexplore.predict; missing {', '.join(missing)}"
-        )
-    if not np.isfinite(pue) or pue < 1:
-        raise DlexploreError(f"pue must be >= 1 (facility / IT energy), got {pue!r}")
-    if not np.isfinite(node_power_w) or node_power_w < 0:
-        raise DlexploreError(f"node_power_w must be >= 0 W, got {node_power_w!r}")
-    _check_fraction("comm_power_fraction", comm_power_fraction)
-    if samples_per_epoch is not None and not (np.isfinite(samples_per_epoch) and samples_per_epoch > 0):
-        raise DlexploreError(f"samples_per_epoch must be > 0, got {samples_per_epoch!r}")
-
-    if utilization is None:
-        u: object = 1.0
-    elif isinstance(utilization, str):
-        if utilization != "efficiency":
-            raise DlexploreError(f"utilization must be a fraction or 'efficiency', got {utilization!r}")
-        if "compute_efficiency" not in prediction.coords:
-            raise DlexploreError("utilization='efficiency' needs the prediction's compute_efficiency")
-        u = prediction["compute_efficiency"]
-    else:
-        u = utilization
-    _check_fraction("utilization", u)
+    u = _checked_utilization(
+        prediction, pue, node_power_w, comm_power_fraction, samples_per_epoch, utilization
+    )
 
     tdp, idle = _gpu_figures(prediction, gpu)
     if gpus_per_node is None:
@@ -224,6 +198,49 @@ def energy(
         units="1", long_name="GPU power while communicating, as a fraction from idle (0) to TDP (1)"
     )
     return _finish(ds, prediction)
+
+
+def _checked_utilization(
+    prediction: xr.Dataset,
+    pue: float,
+    node_power_w: float,
+    comm_power_fraction: float,
+    samples_per_epoch: float | None,
+    utilization: object,
+) -> object:
+    """Check :func:`energy`'s arguments; the compute utilisation (a fraction, or the prediction's
+    ``compute_efficiency``)."""
+    missing = [
+        v
+        for v in ("time_compute", "time_comm_exposed", "time_io_exposed", "step_time")
+        if v not in prediction
+    ]
+    missing += [c for c in ("gpus", "batch_size") if c not in prediction.coords]
+    if missing:
+        raise DlexploreError(
+            f"energy() needs a prediction from dlexplore.predict; missing {', '.join(missing)}"
+        )
+    if not np.isfinite(pue) or pue < 1:
+        raise DlexploreError(f"pue must be >= 1 (facility / IT energy), got {pue!r}")
+    if not np.isfinite(node_power_w) or node_power_w < 0:
+        raise DlexploreError(f"node_power_w must be >= 0 W, got {node_power_w!r}")
+    _check_fraction("comm_power_fraction", comm_power_fraction)
+    if samples_per_epoch is not None and not (np.isfinite(samples_per_epoch) and samples_per_epoch > 0):
+        raise DlexploreError(f"samples_per_epoch must be > 0, got {samples_per_epoch!r}")
+
+    if utilization is None:
+        u: object = 1.0
+    elif isinstance(utilization, str):
+        if utilization != "efficiency":
+            raise DlexploreError(f"utilization must be a fraction or 'efficiency', got {utilization!r}")
+        if "compute_efficiency" not in prediction.coords:
+            raise DlexploreError("utilization='efficiency' needs the prediction's compute_efficiency")
+        u = prediction["compute_efficiency"]
+    else:
+        u = utilization
+    _check_fraction("utilization", u)
+
+    return u
 
 
 def _finish(ds: xr.Dataset, prediction: xr.Dataset) -> xr.Dataset:

@@ -33,11 +33,13 @@ default: ``servers=0``), the busiest server's node link carries, each way::
     time = 2 alpha + 2 max(n, L) / (ps_efficiency x B) + f p n gamma
 
 ``ps_efficiency``: the fraction of the link a parameter server's transfers reach (TensorFlow's gRPC:
-serialisation and copies). Inside one node the links are the intra-node ones.
+serialisation and copies). Inside one node the links are the intra-node ones. The server's own CPU
+work (receiving, summing and sending back every worker's share) comes on top:
+:func:`dlexplore.model.hoststaging.server_work_time`.
 
 What this lacks: Horovod's response cache and hierarchical allreduce (later versions), the tensor
-readiness order across ranks (stragglers), gRPC's per-variable request overhead, and servers that
-also compute (a colocated server shares the node's CPU and PCIe with its workers).
+readiness order across ranks (stragglers), gRPC's per-variable request overhead, and the memory a
+server needs to hold every worker's copy of a large variable at once.
 """
 
 from __future__ import annotations

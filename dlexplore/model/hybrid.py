@@ -21,6 +21,9 @@ with ``m = batch_size / (dp x micro_batch)`` micro-batches per replica. The opti
 ``offload`` the CPU updates at ``cpu_bandwidth`` and the gradient shard goes down and the 16-bit
 parameters come back over the offload link (ZeRO-Offload, Ren et al. 2021). Memory:
 :mod:`dlexplore.model.states`.
+
+Kept whole: the hybrid model's step (pipeline, tensor-, data-parallel communication, optimizer,
+offload) and its flops, evaluated together on one setup for a batch of configurations.
 """
 
 from __future__ import annotations
@@ -309,16 +312,7 @@ def _step(
         + exposed(dpc["gather"], a["overlap"], stage["forward"])
         + exposed(dpc["gather3"], a["overlap"], m * (stage["forward"] + stage["backward"]))
     )
-    p_update = p_rank / np.where(a["zero"] >= 1, dp, 1.0)
-    traffic = OPTIMIZER_TRAFFIC_BYTES[st.optimizer] * p_update
-    off = a["offload"] > 0
-    t_opt = np.where(
-        off,
-        traffic / (a["cpu_bandwidth"] * 1e9),
-        traffic / (a["memory_efficiency"] * st.dev.memory_bandwidth_gbs * 1e9),
-    )
-    off_bytes = np.where(off, p_update * (per["grads"] + per["params"]), 0.0)
-    t_off = off_bytes / (st.offload_link.bandwidth_gbs * 1e9)
+    t_opt, t_off, off_bytes = _optimizer_and_offload(st, a, p_rank, per)
     step = t_pipe + dp_exposed + t_opt + t_off
     return {
         "step_time": step,
@@ -340,6 +334,25 @@ def _step(
         "dp_comm_bytes": dpc["bytes"],
         "offload_bytes": off_bytes,
     }
+
+
+def _optimizer_and_offload(
+    st: HybridSetup, a: Mapping[str, np.ndarray], p_rank: np.ndarray, per: Mapping[str, float]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The optimizer update's time (s: its traffic at the GPU's memory bandwidth, or the CPU's when
+    offloaded), the offload's transfer time (s) and bytes, for this rank's share of the update."""
+    dp = a["dp"]
+    p_update = p_rank / np.where(a["zero"] >= 1, dp, 1.0)
+    traffic = OPTIMIZER_TRAFFIC_BYTES[st.optimizer] * p_update
+    off = a["offload"] > 0
+    t_opt = np.where(
+        off,
+        traffic / (a["cpu_bandwidth"] * 1e9),
+        traffic / (a["memory_efficiency"] * st.dev.memory_bandwidth_gbs * 1e9),
+    )
+    off_bytes = np.where(off, p_update * (per["grads"] + per["params"]), 0.0)
+    t_off = off_bytes / (st.offload_link.bandwidth_gbs * 1e9)
+    return t_opt, t_off, off_bytes
 
 
 def _flops(st: HybridSetup, recompute: str) -> tuple[float, float]:

@@ -12,7 +12,7 @@ import numpy as np
 import xarray as xr
 
 from ..errors import DlexploreError
-from ._sweep import PREDICTED_SOURCE, is_sweep
+from .conventions import PREDICTED_SOURCE, is_sweep
 from .hybrid import HYBRID_INPUTS, HybridSetup, evaluate_hybrid, resolve_inputs
 from .operators import CATEGORIES
 from .pipeline import normalize_schedule

@@ -27,7 +27,8 @@ import numpy.typing as npt
 
 from .. import catalog
 from .compute import kernel_times
-from .operators import CATEGORIES, PHASES, Operators, operator_table
+from .operator_table import operator_table
+from .operators import CATEGORIES, PHASES, Operators
 
 __all__ = ["StageSums", "stage_sums", "stage_times", "ATTENTION_CORE", "GROUPS"]
 

@@ -267,17 +267,22 @@ def per_rank_work(trace_or_breakdown, *, steps: Iterable[int] | None = None) -> 
     That is the time a rank spends on its own work; the exposed communication of the fast ranks is
     mostly waiting for the slowest one, so it is taken out (as in
     :func:`dlexplore.traces.breakdown.stragglers`).
-    Accepts a trace, an event table or a breakdown dataset; dims (rank, step).
+    Accepts a trace (:func:`dlexplore.load_trace`; anything with a ``breakdown(steps=...)`` method)
+    or a breakdown dataset (:func:`dlexplore.traces.breakdown.breakdown`, which also takes an event
+    table); dims (rank, step).
     """
-    from ..traces.breakdown import breakdown
-
-    ds = (
-        trace_or_breakdown
-        if isinstance(trace_or_breakdown, xr.Dataset)
-        else breakdown(trace_or_breakdown, steps=steps)
-    )
-    if isinstance(trace_or_breakdown, xr.Dataset) and steps is not None:
-        ds = ds.sel(step=list(steps))
+    # The model sits below the trace readers: it asks the trace for its breakdown rather than
+    # importing dlexplore.traces.
+    if isinstance(trace_or_breakdown, xr.Dataset):
+        ds = trace_or_breakdown if steps is None else trace_or_breakdown.sel(step=list(steps))
+    elif callable(getattr(trace_or_breakdown, "breakdown", None)):
+        ds = trace_or_breakdown.breakdown(steps=steps)
+    else:
+        raise DlexploreError(
+            f"expected a trace (dlexplore.load_trace) or its breakdown dataset, got a "
+            f"{type(trace_or_breakdown).__name__}; for an event table, pass "
+            "dlexplore.traces.breakdown.breakdown(events)"
+        )
     work = ds["step_time"] - ds["time_comm_exposed"]
     work.attrs.update(units="s", long_name="per-rank work time per step (step time - exposed communication)")
     work.name = "time_work"
@@ -298,7 +303,7 @@ def compare_with_measured(
     Parameters
     ----------
     trace:
-        A measured trace (:func:`dlexplore.load_trace`), an event table, or its breakdown.
+        A measured trace (:func:`dlexplore.load_trace`) or its breakdown dataset.
     steps:
         Steps to use (leave out warm-up); ``None`` uses all.
     ranks:

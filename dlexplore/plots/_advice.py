@@ -7,7 +7,8 @@ import numpy as np
 import xarray as xr
 
 from ..errors import DlexploreError
-from ._columns import GIB, _at, _Point, largest_batch
+from ._columns import ANY_BATCH, _at, _Point, largest_batch
+from .palette import GIB
 
 __all__ = ["bottleneck", "advice", "headline"]
 
@@ -92,7 +93,8 @@ def advice(pred: xr.Dataset, gpus: int) -> str:
             else "more network bandwidth"
         )
         if room > batch:
-            options.append(f"a larger batch per GPU (up to {room} fits) to amortise each allreduce")
+            up_to = "" if room == ANY_BATCH else f" (up to {room} fits)"
+            options.append(f"a larger batch per GPU{up_to} to amortise each allreduce")
         if precision in ("fp32", "tf32") and any(p in ("fp16", "bf16") for p in faster):
             options.append("mixed precision, which halves the gradient bytes")
         per_node = int(_coord(point, "gpus_per_node", 1) or 1)

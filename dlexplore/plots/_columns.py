@@ -14,6 +14,9 @@ import xarray as xr
 
 from ..errors import DlexploreError
 
+# the figures colour by cols.BLUE etc.: the palette, as the columns name it
+from .palette import BLUE, GIB, GREEN, GREY, MIB, ORANGE, PURPLE, SKY, VERMILION, YELLOW  # noqa: F401
+
 __all__ = [
     "GPU_COUNTS",
     "PHASE_COLORS",
@@ -32,20 +35,8 @@ __all__ = [
 #: GPU counts the explorer predicts at once (1 to 1024, powers of two).
 GPU_COUNTS = tuple(2**k for k in range(11))
 
-GIB = 2.0**30
-MIB = 2.0**20
-
-# Okabe-Ito colours: distinguishable with the common colour-vision deficiencies.
-BLUE, SKY, GREEN, ORANGE, VERMILION, PURPLE, YELLOW, GREY = (
-    "#0072B2",
-    "#56B4E9",
-    "#009E73",
-    "#E69F00",
-    "#D55E00",
-    "#CC79A7",
-    "#F0E442",
-    "#999999",
-)
+#: What :func:`largest_batch` says when the batch takes no memory: any batch fits.
+ANY_BATCH = 2**31 - 1
 
 #: The step-time stack: (column, legend label, colour). Their sum is the step time.
 STEP_PARTS = (
@@ -122,7 +113,9 @@ def throughput_columns(pred: xr.Dataset) -> dict[str, np.ndarray]:
     (``throughput_lower``/``throughput_upper``, :mod:`dlexplore.fit.band`; NaN otherwise)."""
     gpus = pred.gpus.values.astype(float)
     throughput = _along_gpus(pred, "throughput")
-    per_gpu = throughput[0] / gpus[0]
+    # linear from the smallest count that can run (a hybrid configuration cannot on too few GPUs)
+    runs = np.flatnonzero(np.isfinite(throughput))
+    per_gpu = throughput[runs[0]] / gpus[runs[0]] if runs.size else np.nan
     fits = _along_gpus(pred, "fits").astype(bool)
     band = {
         bound: _along_gpus(pred, f"throughput_{bound}")
@@ -169,6 +162,23 @@ def _same_gpu(names: pd.Series, gpu: str) -> np.ndarray:
     return names.astype(str).map(resolved).to_numpy() == target
 
 
+#: The columns of :func:`measured_columns`, in order.
+MEASURED_COLUMNS = (
+    "gpus",
+    "throughput",
+    "label",
+    "group",
+    "color",
+    "source",
+    "gpu",
+    "network",
+    "batch_size",
+    "algorithm",
+    "predicted",
+    "error",
+)
+
+
 def measured_columns(
     measured: xr.Dataset | None,
     pred: xr.Dataset | None = None,
@@ -190,25 +200,11 @@ def measured_columns(
     NaN. ``group`` (the legend) and ``color`` say which: ``"measured"`` (vermilion) or
     ``"measured, not compared"`` (grey).
     """
-    names = (
-        "gpus",
-        "throughput",
-        "label",
-        "group",
-        "color",
-        "source",
-        "gpu",
-        "network",
-        "batch_size",
-        "algorithm",
-        "predicted",
-        "error",
-    )
     empty = {
         n: np.array(
             [], dtype=float if n in ("gpus", "throughput", "batch_size", "predicted", "error") else object
         )
-        for n in names
+        for n in MEASURED_COLUMNS
     }
     if measured is None or "throughput" not in measured or "point" not in measured.dims:
         return empty
@@ -293,6 +289,10 @@ def step_breakdown_columns(pred: xr.Dataset, selected: int | None = None) -> dic
         "comm_overlapped": overlapped * 1e3,
         "comm_exposed": exposed * 1e3,
         "io_exposed": _along_gpus(pred, "time_io_exposed") * 1e3,
+        # the parts only the hybrid model has (dlexplore.plots.hybrid), none here
+        "tp_exposed": np.zeros(gpus.size),
+        "pp_comm": np.zeros(gpus.size),
+        "bubble": np.zeros(gpus.size),
         "step_time": _along_gpus(pred, "step_time") * 1e3,
         "comm_total": comm * 1e3,
         "alpha": np.where(chosen, 1.0, 0.45),
@@ -321,6 +321,8 @@ def largest_batch(pred: xr.Dataset, gpus: int) -> int:
     per_sample = float(point.mem_activations) / float(point.batch_size)
     fixed = float(point.mem_total) - float(point.mem_activations)
     room = float(point.mem_capacity) - fixed
+    if per_sample <= 0:  # a model with no activation memory known (one made from a trace)
+        return ANY_BATCH if room >= 0 else 0
     if room < per_sample:
         return 0
     return int(np.floor(room / per_sample))

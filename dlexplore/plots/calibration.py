@@ -15,7 +15,7 @@ import numpy as np
 from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.plotting import figure
 
-from ._columns import BLUE, VERMILION
+from .palette import BLUE, VERMILION
 
 __all__ = ["calibration_columns", "calibration_figure"]
 

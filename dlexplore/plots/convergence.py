@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 import xarray as xr
-from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem, Title
+from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem
 from bokeh.plotting import figure
 
 from ..errors import DlexploreError
-from ._columns import BLUE, GREEN, GREY, ORANGE, PURPLE, SKY, VERMILION, YELLOW
+from .figure_parts import new_figure, subtitle
+from .palette import BLUE, GREEN, GREY, ORANGE, PURPLE, SKY, VERMILION, YELLOW
 
 __all__ = ["TimeToAccuracyFigure", "time_to_accuracy_columns", "loss_curves_figure"]
 
@@ -90,6 +91,46 @@ def time_to_accuracy_columns(tta: xr.Dataset) -> dict[str, dict[str, list]]:
     return {"tta_lines": lines, "tta_points": points, "tta_fastest": fastest, "tta_knees": knees}
 
 
+def _points_hover(dots: object) -> HoverTool:
+    """The tooltip of a configuration's point: its batch, time, steps, epochs and energy."""
+    return HoverTool(
+        renderers=[dots],
+        tooltips=[
+            ("GPUs", "@gpus"),
+            ("batch per GPU", "@batch_size"),
+            ("global batch", "@global_batch{0,0}"),
+            ("time to target", "@hours{0.00} h"),
+            ("steps", "@steps{0,0}"),
+            ("epochs", "@epochs{0.0}"),
+            ("energy", "@energy_kwh{0,0.0} kWh"),
+        ],
+    )
+
+
+#: The figure's sources and their columns.
+_COLUMNS = {
+    "tta_lines": ("xs", "ys", "color", "label"),
+    "tta_points": ("gpus", "hours", "batch_size", "global_batch", "steps", "epochs", "energy_kwh", "color"),
+    "tta_fastest": ("gpus", "hours", "batch_size"),
+    "tta_knees": ("gpus", "hours", "batch_size"),
+}
+
+
+def _small_legend(legend: Legend, knees: object, star: object) -> None:
+    """The lines' legend with the knee and fastest markers, small, in the empty lower left."""
+    legend.items.extend(
+        [
+            LegendItem(label="more GPUs stop helping", renderers=[knees]),
+            LegendItem(label="fastest", renderers=[star]),
+        ]
+    )
+    legend.location = "bottom_left"
+    legend.label_text_font_size = "8pt"
+    legend.background_fill_alpha = 0.7
+    legend.spacing = 0
+    legend.padding = 4
+
+
 class TimeToAccuracyFigure:
     """Time to the target accuracy against GPUs, built once, fed new datasets by :meth:`show`.
 
@@ -105,16 +146,17 @@ class TimeToAccuracyFigure:
         height: int = 380,
         min_width: int = 340,
     ):
+        # Every column from the start: a figure first shown empty (show_nothing) still has the
+        # legend's 'label' field, which BokehJS otherwise reports as a bad column name.
         self.sources = {
-            name: ColumnDataSource(name=name)
-            for name in ("tta_lines", "tta_points", "tta_fastest", "tta_knees")
+            name: ColumnDataSource(name=name, data={c: [] for c in names}) for name, names in _COLUMNS.items()
         }
         size = (
             dict(width=width, height=height)
             if width is not None
             else dict(height=height, sizing_mode="stretch_width", min_width=min_width)
         )
-        fig = figure(
+        fig = new_figure(
             **size,
             x_axis_type="log",
             y_axis_type="log",
@@ -148,40 +190,11 @@ class TimeToAccuracyFigure:
             line_color="black",
             source=self.sources["tta_fastest"],
         )
-        fig.add_tools(
-            HoverTool(
-                renderers=[dots],
-                tooltips=[
-                    ("GPUs", "@gpus"),
-                    ("batch per GPU", "@batch_size"),
-                    ("global batch", "@global_batch{0,0}"),
-                    ("time to target", "@hours{0.00} h"),
-                    ("steps", "@steps{0,0}"),
-                    ("epochs", "@epochs{0.0}"),
-                    ("energy", "@energy_kwh{0,0.0} kWh"),
-                ],
-            )
-        )
-        legend = fig.legend[0]
-        legend.items.extend(
-            [
-                LegendItem(label="more GPUs stop helping", renderers=[knees]),
-                LegendItem(label="fastest", renderers=[star]),
-            ]
-        )
-        fig.title.text_font_size = "13px"
+        fig.add_tools(_points_hover(dots))
+        _small_legend(fig.legend[0], knees, star)
         # The workload, rule and useful batch change with the controls: a second, smaller line keeps
         # the title within the narrowest panel the explorer gives this figure.
-        self.subtitle = Title(
-            text="", text_font_size="11px", text_font_style="normal", name="time_to_accuracy_subtitle"
-        )
-        fig.add_layout(self.subtitle, "above")
-        fig.toolbar.logo = None
-        legend.location = "bottom_left"
-        legend.label_text_font_size = "8pt"
-        legend.background_fill_alpha = 0.7
-        legend.spacing = 0
-        legend.padding = 4
+        self.subtitle = subtitle(fig, "time_to_accuracy_subtitle")
         del lines
         self.figure = fig
         if tta is not None:

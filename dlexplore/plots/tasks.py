@@ -1,6 +1,6 @@
 """Bokeh task timeline: one row per worker, one bar per task coloured by its kind, with hover.
 
-Input is a task-event table (:func:`dlexplore.model.workflow.read_task_events` or
+Input is a task-event table (:func:`dlexplore.traces.tasks.read_task_events` or
 :func:`~dlexplore.model.workflow.coupled_tasks`): columns ``task``, ``worker``, ``start``, ``end`` (s),
 ``kind``. Times are drawn in seconds from the earliest start. Source name: ``task_timeline``.
 """
@@ -14,7 +14,7 @@ from bokeh.plotting import figure
 
 from ..errors import DlexploreError
 from . import _columns as cols
-from .figures import _legend_below
+from .figure_parts import legend_below
 
 __all__ = ["TASK_COLORS", "task_timeline_columns", "task_timeline_figure"]
 
@@ -101,7 +101,7 @@ def task_timeline_figure(
         )
         items.append(LegendItem(label=kind, renderers=[swatch]))
     if items:
-        _legend_below(fig, Legend(items=items), ncols=min(len(items), 8))
+        legend_below(fig, Legend(items=items), ncols=min(len(items), 8))
     fig.add_tools(
         HoverTool(
             renderers=[bars],

@@ -36,61 +36,35 @@ a replay cannot invent work the trace does not show (a Horovod timeline has no c
 operations start no earlier than measured); dependencies are read from the trace's timing, so a
 consumer that the trace never shows waiting is placed at the first work after the step's last
 issue (module :mod:`dlexplore.sim.graph`).
+
+Kept whole: the replay: the discrete-event run and the replayed event table it gives, which share
+the graph's segment arithmetic.
 """
 
 from __future__ import annotations
 
-import itertools
-import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import xarray as xr
 
-from .._version import __version__
 from ..errors import DlexploreError
-from ..traces.breakdown import breakdown
+from ..fit.alpha_beta import AlphaBeta, fit_network
 from ..traces.schema import Trace
 from .graph import ReplayGraph, build_graph
-from .network import AlphaBeta, fit_network, transfer_ratio
+from .network import transfer_ratio
 
 __all__ = [
     "Scenario",
     "ReplayResult",
-    "REPLAY_VARIABLES",
-    "SUMMARY_VARIABLES",
     "parse_factor",
     "replay",
     "replay_events",
-    "whatif",
-    "summarize",
-    "identity_error",
 ]
-
-#: Replayed variables on (scenario, rank, step): units and long name.
-REPLAY_VARIABLES: dict[str, tuple[str, str]] = {
-    "step_time": ("s", "replayed time per training step (first event start to last event end on the rank)"),
-    "time_compute": ("s", "replayed compute time per step (union of compute intervals)"),
-    "time_comm": ("s", "replayed communication time per step (union of communication intervals)"),
-    "time_comm_exposed": ("s", "replayed communication time not overlapped by compute on the rank"),
-    "time_idle": ("s", "replayed step time with no compute, communication, memcpy, memset or data loading"),
-}
-
-#: Variables of :func:`summarize`, on (scenario): units and long name.
-SUMMARY_VARIABLES: dict[str, tuple[str, str]] = {
-    "step_time_measured": ("s", "measured step time, mean over ranks and steps"),
-    "step_time": ("s", "replayed step time, mean over ranks and steps"),
-    "change": ("1", "replayed / measured step time - 1"),
-    "time_comm": ("s", "replayed communication time per step, mean over ranks and steps"),
-    "time_comm_exposed": ("s", "replayed exposed communication per step, mean over ranks and steps"),
-    "throughput": ("samples/s", "samples per second: gpus x batch size / step time"),
-}
 
 
 @dataclass(frozen=True)
@@ -185,7 +159,7 @@ class ReplayResult:
     kept:
         Which ranks take part in each scenario, shape (ranks, scenarios).
     fit:
-        The :class:`~dlexplore.sim.network.AlphaBeta` the transfers were scaled with.
+        The :class:`~dlexplore.fit.alpha_beta.AlphaBeta` the transfers were scaled with.
     unscaled:
         (operation, rank) rows whose transfer kept its measured time (count).
     """
@@ -219,12 +193,11 @@ def replay(
     :func:`replay_events` turns it into event tables. ``algorithm`` names the collective
     algorithm of the alpha-beta model (default: the model's first, ring for allreduce); ``fit``:
     how latency and bandwidth are fitted to the trace's collectives (``"auto"``, ``"calibrate"``,
-    ``"own"``: :func:`~dlexplore.sim.network.fit_network`), or an
-    :class:`~dlexplore.sim.network.AlphaBeta`.
+    ``"own"``: :func:`~dlexplore.fit.alpha_beta.fit_network`), or an
+    :class:`~dlexplore.fit.alpha_beta.AlphaBeta`.
     """
     graph = _as_graph(trace)
     scenarios = [scenarios] if isinstance(scenarios, Scenario) else list(scenarios) or [Scenario()]
-    n_s = len(scenarios)
     world = graph.world_size
     gpus = np.array([s.gpus if s.gpus is not None else world for s in scenarios], dtype=float)
     shrink = np.array([1.0 - 1.0 / s.compute for s in scenarios])
@@ -243,108 +216,133 @@ def replay(
         world_size=world,
         algorithm=algorithm,
     )
-    nodes, deps, lanes = graph.nodes, graph.deps, graph.lanes
-    n = len(nodes)
-    start0 = nodes["start"].to_numpy(dtype=float)
-    node_type = nodes["type"].to_numpy()
-    node_lane = nodes["lane"].to_numpy(dtype=np.int64)
-    prev = nodes["prev"].to_numpy(dtype=np.int64)
-    prev_span = nodes["prev_span"].to_numpy(dtype=np.int64)
-    wait_from = nodes["wait_from"].to_numpy(dtype=float)
-    keep_gap = nodes["keep_gap"].to_numpy(dtype=float)
-    release = nodes["release"].to_numpy(dtype=np.int64)
-    node_rank = nodes["rank"].to_numpy(dtype=np.int64)
+    node_rank = graph.nodes["rank"].to_numpy(dtype=np.int64)
     kept = np.array([[r < g for g in gpus] for r in range(int(node_rank.max(initial=0)) + 1)], dtype=bool)
+    S, op_end = _Replay(graph, ratio, shrink, kept).run()
+    return ReplayResult(graph, list(scenarios), S, op_end, shrink, kept, fit, unscaled)
 
-    # A point t on a lane, in the segment of node k, replays at S'[k] + (t - S[k]) - shrink * (compute on
-    # the lane between S[k] and t): the offsets and compute amounts are fixed, so computed once here.
-    node_compute = np.zeros(n)
-    for lane in lanes:
-        if lane.nodes:
-            node_compute[lane.nodes] = lane.compute_until(start0[lane.nodes])
-    lane_nodes = np.flatnonzero((node_type == "lane") & (prev >= 0))
-    prev_dt = np.zeros(n)
-    prev_du = np.zeros(n)
-    for lane_id, lane in enumerate(lanes):
-        mine = lane_nodes[node_lane[lane_nodes] == lane_id]
-        if mine.size:
-            p = prev[mine]
-            prev_dt[mine] = wait_from[mine] - start0[p]
-            prev_du[mine] = lane.compute_until(wait_from[mine]) - node_compute[p]
-    n_d = len(deps)
-    d_source = deps["source"].to_numpy() if n_d else np.zeros(0, dtype=object)
-    d_time = deps["time"].to_numpy(dtype=float) if n_d else np.zeros(0)
-    d_lag = deps["lag"].to_numpy(dtype=float) if n_d else np.zeros(0)
-    d_src_node = deps["src_node"].to_numpy(dtype=np.int64) if n_d else np.zeros(0, dtype=np.int64)
-    d_src_lane = deps["src_lane"].to_numpy(dtype=np.int64) if n_d else np.zeros(0, dtype=np.int64)
-    d_src_span = deps["src_span"].to_numpy(dtype=np.int64) if n_d else np.zeros(0, dtype=np.int64)
-    d_kind = deps["kind"].to_numpy() if n_d else np.zeros(0, dtype=object)
-    d_dt = np.zeros(n_d)
-    d_du = np.zeros(n_d)
-    for lane_id, lane in enumerate(lanes):
-        mine = np.flatnonzero((d_source == "lane") & (d_src_lane == lane_id))
-        if mine.size:
-            d_dt[mine] = d_time[mine] - start0[d_src_node[mine]]
-            d_du[mine] = lane.compute_until(d_time[mine]) - node_compute[d_src_node[mine]]
-    deps_of: dict[int, list[int]] = {}
-    for d, node in enumerate(deps["node"].to_numpy(dtype=np.int64) if n_d else ()):
-        deps_of.setdefault(int(node), []).append(d)
 
-    op_rows: dict[int, np.ndarray] = {}
-    if len(ops):
-        for op, group in ops.groupby("op"):
-            op_rows[int(op)] = group.index.to_numpy()
-    span_op = ops["op"].to_numpy(dtype=np.int64) if len(ops) else np.zeros(0, dtype=np.int64)
-    span_node = ops["node"].to_numpy(dtype=np.int64) if len(ops) else np.zeros(0, dtype=np.int64)
-    span_rank = ops["rank"].to_numpy(dtype=np.int64) if len(ops) else np.zeros(0, dtype=np.int64)
-    transfer = ops["transfer"].to_numpy(dtype=float) if len(ops) else np.zeros(0)
-    late = ops["late"].to_numpy(dtype=float) if len(ops) else np.zeros(0)
-    last_in: dict[int, np.ndarray] = {}
+class _Replay:
+    """One replay of a graph under every scenario at once: node starts ``S`` (nodes x scenarios) and
+    operation ends, in the graph's topological order."""
 
-    S = np.full((n, n_s), np.nan)
-    op_end = np.full((len(ops), n_s), np.nan)
+    def __init__(self, graph: ReplayGraph, ratio: np.ndarray, shrink: np.ndarray, kept: np.ndarray):
+        self.graph, self.ratio, self.shrink, self.kept = graph, ratio, shrink, kept
+        nodes = graph.nodes
+        self.start0 = nodes["start"].to_numpy(dtype=float)
+        self.node_type = nodes["type"].to_numpy()
+        self.prev = nodes["prev"].to_numpy(dtype=np.int64)
+        self.prev_span = nodes["prev_span"].to_numpy(dtype=np.int64)
+        self.keep_gap = nodes["keep_gap"].to_numpy(dtype=float)
+        self.release = nodes["release"].to_numpy(dtype=np.int64)
+        self._segment_offsets()
+        self._dependency_offsets()
+        ops = graph.ops
+        self.op_rows: dict[int, np.ndarray] = {}
+        if len(ops):
+            for op, group in ops.groupby("op"):
+                self.op_rows[int(op)] = group.index.to_numpy()
+        none_int, none_float = np.zeros(0, dtype=np.int64), np.zeros(0)
+        self.span_op = ops["op"].to_numpy(dtype=np.int64) if len(ops) else none_int
+        self.span_node = ops["node"].to_numpy(dtype=np.int64) if len(ops) else none_int
+        self.span_rank = ops["rank"].to_numpy(dtype=np.int64) if len(ops) else none_int
+        self.transfer = ops["transfer"].to_numpy(dtype=float) if len(ops) else none_float
+        self.late = ops["late"].to_numpy(dtype=float) if len(ops) else none_float
+        self.last_in: dict[int, np.ndarray] = {}
+        self.S = np.full((len(nodes), shrink.size), np.nan)
+        self.op_end = np.full((len(ops), shrink.size), np.nan)
 
-    def end_of(span: int) -> np.ndarray:
-        op = int(span_op[span])
-        if op not in last_in:
-            rows = op_rows[op]
-            starts = S[span_node[rows]]
-            mask = kept[span_rank[rows]]
+    def _segment_offsets(self) -> None:
+        # A point t on a lane, in the segment of node k, replays at S'[k] + (t - S[k]) - shrink x
+        # (compute on the lane between S[k] and t): the offsets and compute amounts are fixed, so
+        # computed once here.
+        graph, start0, prev = self.graph, self.start0, self.prev
+        n = len(graph.nodes)
+        node_lane = graph.nodes["lane"].to_numpy(dtype=np.int64)
+        wait_from = graph.nodes["wait_from"].to_numpy(dtype=float)
+        self.node_compute = np.zeros(n)
+        for lane in graph.lanes:
+            if lane.nodes:
+                self.node_compute[lane.nodes] = lane.compute_until(start0[lane.nodes])
+        lane_nodes = np.flatnonzero((self.node_type == "lane") & (prev >= 0))
+        self.prev_dt = np.zeros(n)
+        self.prev_du = np.zeros(n)
+        for lane_id, lane in enumerate(graph.lanes):
+            mine = lane_nodes[node_lane[lane_nodes] == lane_id]
+            if mine.size:
+                p = prev[mine]
+                self.prev_dt[mine] = wait_from[mine] - start0[p]
+                self.prev_du[mine] = lane.compute_until(wait_from[mine]) - self.node_compute[p]
+
+    def _dependency_offsets(self) -> None:
+        deps = self.graph.deps
+        n_d = len(deps)
+
+        def column(name: str, dtype: Any) -> np.ndarray:
+            return deps[name].to_numpy(dtype=dtype) if n_d else np.zeros(0, dtype=dtype)
+
+        self.d_source, self.d_kind = column("source", object), column("kind", object)
+        self.d_time, self.d_lag = column("time", float), column("lag", float)
+        self.d_src_node, self.d_src_lane = column("src_node", np.int64), column("src_lane", np.int64)
+        self.d_src_span = column("src_span", np.int64)
+        self.d_dt = np.zeros(n_d)
+        self.d_du = np.zeros(n_d)
+        for lane_id, lane in enumerate(self.graph.lanes):
+            mine = np.flatnonzero((self.d_source == "lane") & (self.d_src_lane == lane_id))
+            if mine.size:
+                self.d_dt[mine] = self.d_time[mine] - self.start0[self.d_src_node[mine]]
+                self.d_du[mine] = (
+                    lane.compute_until(self.d_time[mine]) - self.node_compute[self.d_src_node[mine]]
+                )
+        self.deps_of: dict[int, list[int]] = {}
+        for d, node in enumerate(column("node", np.int64)):
+            self.deps_of.setdefault(int(node), []).append(d)
+
+    def end_of(self, span: int) -> np.ndarray:
+        """The replayed end of an operation's span: the last replayed rank in, plus the scaled transfer."""
+        op = int(self.span_op[span])
+        if op not in self.last_in:
+            rows = self.op_rows[op]
+            starts = self.S[self.span_node[rows]]
+            mask = self.kept[self.span_rank[rows]]
             # ranks replayed in this scenario; with none of them in the operation, its own ranks
             masked = np.where(mask, starts, -np.inf).max(axis=0)
-            last_in[op] = np.where(np.isfinite(masked), masked, starts.max(axis=0))
-        if np.isnan(op_end[span, 0]):
-            op_end[span] = last_in[op] + transfer[span] * ratio[span]
-        return op_end[span]
+            self.last_in[op] = np.where(np.isfinite(masked), masked, starts.max(axis=0))
+        if np.isnan(self.op_end[span, 0]):
+            self.op_end[span] = self.last_in[op] + self.transfer[span] * self.ratio[span]
+        return self.op_end[span]
 
-    for node in graph.order:
-        if node_type[node] == "lane":
-            if prev[node] >= 0:
-                base = S[prev[node]] + (prev_dt[node] + keep_gap[node]) - shrink * prev_du[node]
-            elif release[node] < 0:
-                base = np.full(n_s, start0[node])
-            else:
-                base = np.full(n_s, -np.inf)
-        else:
-            if prev_span[node] >= 0:  # the worker is free once the previous transfer is done
-                base = end_of(int(prev_span[node])) + keep_gap[node]
-            elif release[node] < 0:
-                base = np.full(n_s, start0[node])
-            else:
-                base = np.full(n_s, -np.inf)
-        value = base
-        for d in deps_of.get(int(node), ()):
-            if d_source[d] == "lane":
-                src = S[d_src_node[d]] + d_dt[d] - shrink * d_du[d]
-            elif d_source[d] == "op":
-                src = end_of(int(d_src_span[d])) + (late[d_src_span[d]] if d_kind[d] == "sync" else 0.0)
-            else:
-                src = np.full(n_s, d_time[d])
-            value = np.maximum(value, src + d_lag[d])
-        S[node] = value
-    for span in range(len(ops)):
-        end_of(span)
-    return ReplayResult(graph, list(scenarios), S, op_end, shrink, kept, fit, unscaled)
+    def _base(self, node: int) -> np.ndarray:
+        """When a node could start on its own lane: after its predecessor's segment (or transfer)."""
+        n_s = self.shrink.size
+        if self.node_type[node] == "lane" and self.prev[node] >= 0:
+            return (
+                self.S[self.prev[node]]
+                + (self.prev_dt[node] + self.keep_gap[node])
+                - self.shrink * self.prev_du[node]
+            )
+        if self.node_type[node] != "lane" and self.prev_span[node] >= 0:
+            # the worker is free once the previous transfer is done
+            return self.end_of(int(self.prev_span[node])) + self.keep_gap[node]
+        return np.full(n_s, self.start0[node] if self.release[node] < 0 else -np.inf)
+
+    def run(self) -> tuple[np.ndarray, np.ndarray]:
+        """Node starts and operation ends (s), nodes or operations x scenarios."""
+        for node in self.graph.order:
+            value = self._base(node)
+            for d in self.deps_of.get(int(node), ()):
+                if self.d_source[d] == "lane":
+                    src = self.S[self.d_src_node[d]] + self.d_dt[d] - self.shrink * self.d_du[d]
+                elif self.d_source[d] == "op":
+                    span = int(self.d_src_span[d])
+                    src = self.end_of(span) + (self.late[span] if self.d_kind[d] == "sync" else 0.0)
+                else:
+                    src = np.full(self.shrink.size, self.d_time[d])
+                value = np.maximum(value, src + self.d_lag[d])
+            self.S[node] = value
+        for span in range(len(self.graph.ops)):
+            self.end_of(span)
+        return self.S, self.op_end
 
 
 def _lane_times(graph: ReplayGraph, result: ReplayResult, lane_id: int, t: np.ndarray) -> np.ndarray:
@@ -434,191 +432,3 @@ def replay_events(result: ReplayResult, scenario: int = 0) -> pd.DataFrame:
 
 
 # --- what-if --------------------------------------------------------------------------------------
-
-
-def _values(value: float | Iterable[float] | None) -> list:
-    if value is None or isinstance(value, (str, int, float, np.integer, np.floating)):
-        return [value]
-    return list(value)
-
-
-def _batch_size_from_manifest(graph: ReplayGraph) -> int | None:
-    """Samples per rank per step from the collector's manifest.json beside the trace files, if any."""
-    for f in graph.files[:1]:
-        manifest = Path(f).parent / "manifest.json"
-        try:
-            data = json.loads(manifest.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        value = data.get("batch_size_per_rank") if isinstance(data, dict) else None
-        return int(value) if isinstance(value, (int, float)) and value > 0 else None
-    return None
-
-
-def whatif(
-    trace: Trace | pd.DataFrame | ReplayGraph,
-    *,
-    bandwidth: float | Iterable[float] = 1.0,
-    latency: float | Iterable[float] = 1.0,
-    compute: float | Iterable[float] = 1.0,
-    gpus: int | Iterable[int] | None = None,
-    batch_size: int | None = None,
-    scenarios: Sequence[Scenario] | None = None,
-    algorithm: str | Mapping[str, str] | None = None,
-    fit: AlphaBeta | str = "auto",
-) -> xr.Dataset:
-    """Replay a measured trace with other bandwidth, latency, compute speed or rank count.
-
-    Parameters
-    ----------
-    trace:
-        A :class:`~dlexplore.traces.schema.Trace`, its event table, or a graph from
-        :func:`dlexplore.sim.build_graph`.
-    bandwidth, latency, compute:
-        Factors (1 = as measured; bandwidth 2 = twice the bandwidth; latency 0.5 = half the
-        latency; compute 1.5 = compute 1.5 times as fast). A list sweeps: every combination of
-        the lists (and ``gpus``) is one scenario.
-    gpus:
-        Ranks (None: as measured). More ranks are copies of the measured ones (weak scaling).
-    batch_size:
-        Samples per rank per step, for ``throughput``; by default read from the collector's
-        ``manifest.json`` beside the trace, else no throughput.
-    scenarios:
-        Explicit :class:`Scenario` list instead of the sweep.
-    algorithm:
-        Collective algorithm(s) of the alpha-beta model (default: ring for allreduce).
-    fit:
-        How latency and bandwidth come from the trace (:func:`dlexplore.sim.network.fit_network`:
-        ``"auto"``, ``"calibrate"``, ``"own"``), or a given :class:`~dlexplore.sim.AlphaBeta`.
-
-    Returns
-    -------
-    xarray.Dataset
-        Dims ``scenario`` (labels; the first is always "as measured", the identity replay),
-        ``rank``, ``step``. Variables (:data:`REPLAY_VARIABLES`, seconds) on (scenario, rank,
-        step); ``step_time_measured`` (s) on (rank, step); ``throughput`` (samples/s) on (scenario,
-        step) when the batch size is known. Scenario coordinates ``bandwidth_factor``,
-        ``latency_factor``, ``compute_factor``, ``gpus``. ``attrs``: ``source`` ("simulated:
-        replay of ..."), ``measured_source``, ``identity_error`` (1: the largest relative error of
-        the identity replay's per-step mean step time over ranks), the alpha-beta fit, notes.
-    """
-    graph = _as_graph(trace)
-    world = graph.world_size
-    if scenarios is None:
-        scenarios = [
-            Scenario(b, lat, c, g)
-            for b, lat, c, g in itertools.product(
-                [float(x) for x in _values(bandwidth)],
-                [float(x) for x in _values(latency)],
-                [float(x) for x in _values(compute)],
-                _values(gpus),
-            )
-        ]
-    scenarios = list(scenarios)
-    identity = Scenario()
-    scenarios = [identity] + [s for s in scenarios if s.label(world) != "as measured"]
-    labels: list[str] = []
-    for s in scenarios:
-        label = s.label(world)
-        labels.append(label if label not in labels else f"{label} ({len(labels)})")
-    result = replay(graph, scenarios, algorithm=algorithm, fit=fit)
-    measured = breakdown(graph.events)
-    frames = []
-    for i in range(len(scenarios)):
-        ds = breakdown(replay_events(result, i), steps=measured["step"].to_numpy())
-        frames.append(ds[list(REPLAY_VARIABLES)].reindex(rank=measured["rank"], step=measured["step"]))
-    out = xr.concat(
-        frames, dim=pd.Index(labels, name="scenario"), coords="minimal", compat="override", join="outer"
-    )
-    for name, (units, long_name) in REPLAY_VARIABLES.items():
-        out[name].attrs = {"units": units, "long_name": long_name}
-    out["step_time_measured"] = measured["step_time"].assign_attrs(
-        units="s", long_name="measured time per training step (first event start to last event end)"
-    )
-    out = out.assign_coords(
-        bandwidth_factor=(
-            "scenario",
-            [s.bandwidth for s in scenarios],
-            {"units": "1", "long_name": "network bandwidth factor"},
-        ),
-        latency_factor=(
-            "scenario",
-            [s.latency for s in scenarios],
-            {"units": "1", "long_name": "network latency factor"},
-        ),
-        compute_factor=(
-            "scenario",
-            [s.compute for s in scenarios],
-            {"units": "1", "long_name": "compute speed factor"},
-        ),
-        gpus=(
-            "scenario",
-            [int(s.gpus) if s.gpus is not None else world for s in scenarios],
-            {"units": "count", "long_name": "ranks"},
-        ),
-    )
-    out["scenario"].attrs = {"long_name": "what-if scenario"}
-    batch = batch_size if batch_size is not None else _batch_size_from_manifest(graph)
-    if batch:
-        per_step = out["step_time"].mean("rank")
-        out["throughput"] = (out["gpus"] * batch / per_step).assign_attrs(
-            units="samples/s", long_name="samples per second: gpus x batch size per rank / mean step time"
-        )
-    error = identity_error(out)
-    out.attrs = {
-        "source": f"simulated: replay of {graph.source}",
-        "measured_source": graph.source,
-        "kind": "simulated",
-        "title": "what-if replay of a measured trace",
-        "dlexplore_version": __version__,
-        "identity_error": error,
-        "identity_error_definition": "max over steps of |mean over ranks of replayed step_time - mean over "
-        "ranks of measured step_time| / the measured mean, at unchanged parameters",
-        "weak_scaling": "more ranks: each rank's work as measured, extra ranks copies of measured ones; "
-        "transfers from the alpha-beta model fitted to the trace's collectives",
-        **({"batch_size": int(batch)} if batch else {}),
-        "clock_offsets_s": json.dumps({int(k): float(v) for k, v in graph.offsets.items()}),
-        "unscaled_operations": int(result.unscaled),
-        "notes": "; ".join(graph.notes) or "none",
-        **result.fit.as_attrs(),
-    }
-    return out
-
-
-def identity_error(ds: xr.Dataset) -> float:
-    """Largest relative error (1) over steps of the per-step mean over ranks of the "as measured" replay."""
-    replayed = ds["step_time"].isel(scenario=0).mean("rank")
-    measured = ds["step_time_measured"].mean("rank")
-    with np.errstate(invalid="ignore", divide="ignore"):
-        error = np.abs(replayed - measured) / measured
-    values = error.to_numpy()
-    values = values[np.isfinite(values)]
-    return float(values.max()) if values.size else float("nan")
-
-
-def summarize(ds: xr.Dataset) -> xr.Dataset:
-    """One row per scenario of a :func:`whatif` dataset: measured and replayed step time, change,
-    communication and exposed communication, throughput (variables :data:`SUMMARY_VARIABLES`)."""
-    data: dict[str, Any] = {
-        "step_time_measured": xr.full_like(ds["scenario"], float(ds["step_time_measured"].mean()), float),
-        "step_time": ds["step_time"].mean(["rank", "step"]),
-        "time_comm": ds["time_comm"].mean(["rank", "step"]),
-        "time_comm_exposed": ds["time_comm_exposed"].mean(["rank", "step"]),
-    }
-    data["change"] = data["step_time"] / data["step_time_measured"] - 1.0
-    if "throughput" in ds:
-        data["throughput"] = ds["gpus"] * ds.attrs["batch_size"] / data["step_time"]
-    out = xr.Dataset(
-        {
-            name: data[name].drop_vars([c for c in data[name].coords if c != "scenario"], errors="ignore")
-            for name in SUMMARY_VARIABLES
-            if name in data
-        }
-    )
-    factors = ("bandwidth_factor", "latency_factor", "compute_factor", "gpus")
-    out = out.assign_coords({c: ds[c] for c in factors})
-    for name in out.data_vars:
-        units, long_name = SUMMARY_VARIABLES[name]
-        out[name].attrs = {"units": units, "long_name": long_name}
-    out.attrs = dict(ds.attrs)
-    return out

@@ -22,7 +22,8 @@ import xarray as xr
 from ..errors import DlexploreError
 from ..traces.schema import Trace
 from .graph import ReplayGraph
-from .replay import parse_factor, summarize, whatif
+from .replay import parse_factor
+from .whatif import scenario_summary, whatif
 
 __all__ = ["REPORT_COLUMNS", "parse_factors", "parse_gpus", "whatif_report", "whatif_frame"]
 
@@ -82,7 +83,7 @@ def whatif_frame(ds: xr.Dataset, per_step: bool = False) -> pd.DataFrame:
     """The rows of the report (SI units, :data:`REPORT_COLUMNS`) from a :func:`whatif` dataset."""
     factors = ["gpus", "bandwidth_factor", "latency_factor", "compute_factor"]
     if not per_step:
-        summary = summarize(ds)
+        summary = scenario_summary(ds)
         frame = summary.to_dataframe().reset_index()
     else:
         replayed = ds["step_time"].mean("rank")

@@ -41,23 +41,31 @@ Time before a rank's first step (set-up) and after its last is left out; the eve
 step are in ``attrs["events_outside_steps"]``. A trace that marks no step at all is taken as one
 step, numbered 0, spanning the whole trace on each rank (said in ``attrs["steps_note"]``).
 
-Every union is computed without a Python loop per event or step (:class:`BusyTime`): each rank's
+Every union is computed without a Python loop per event or step
+(:class:`~dlexplore.traces.intervals.BusyTime`): each rank's
 intervals of a category set are merged once into disjoint segments, and the busy time within any
 window is the difference of two binary-searched cumulative sums.
 
 :func:`stragglers` compares ranks on the per-rank mean of one of these variables.
+
+Kept whole: the breakdown per rank and step and the stragglers read from it: the same step windows
+and busy time.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import xarray as xr
 
 from ..errors import DlexploreError
-from .schema import COLLECTIVES, Trace
+from .events import COLLECTIVES, DEVICE_STREAM_PREFIXES, category_mask, device_streams, events_of
+from .intervals import BusyTime
+
+if TYPE_CHECKING:
+    from .schema import Trace
 
 __all__ = [
     "BREAKDOWN_VARIABLES",
@@ -67,9 +75,6 @@ __all__ = [
     "step_windows",
     "stragglers",
 ]
-
-#: Streams that are a device's (GPU) queues, as the readers name them.
-DEVICE_STREAM_PREFIXES = ("cuda:", "mtia:", "hpu:")
 
 #: Breakdown variables: units and long name. The names are the model's (DESIGN.md), so a measured
 #: breakdown lays over :func:`dlexplore.predict` output.
@@ -88,84 +93,6 @@ BREAKDOWN_VARIABLES: dict[str, tuple[str, str]] = {
 
 _BUSY = ("compute", "communication", "memcpy", "memset", "data")
 _DEVICE_ONLY = ("compute", "communication", "memcpy", "memset")
-
-
-def _events_of(trace: Trace | pd.DataFrame) -> tuple[pd.DataFrame, str, str]:
-    """The event table, the source and the format of a trace or of a bare event table."""
-    if isinstance(trace, Trace):
-        return trace.events, trace.source, trace.format
-    if isinstance(trace, pd.DataFrame):
-        attrs = trace.attrs
-        return trace, str(attrs.get("source", "measured: event table")), str(attrs.get("format", ""))
-    raise DlexploreError(f"expected a dlexplore Trace or an event table, got {type(trace).__name__}")
-
-
-def _category_mask(categorical: pd.Series, names: tuple[str, ...]) -> np.ndarray:
-    """Boolean array: which rows of a categorical column are one of ``names`` (compares codes)."""
-    if not isinstance(categorical.dtype, pd.CategoricalDtype):
-        categorical = categorical.astype("category")
-    cats = categorical.cat.categories
-    wanted = np.isin(np.asarray(cats, dtype=object), list(names))
-    codes = categorical.cat.codes.to_numpy()
-    # code -1 (missing) maps to the appended False
-    return np.append(wanted, False)[codes]
-
-
-def device_streams(events: pd.DataFrame) -> np.ndarray:
-    """Boolean array: which events ran on a device stream (:data:`DEVICE_STREAM_PREFIXES`)."""
-    stream = events["stream"]
-    if not isinstance(stream.dtype, pd.CategoricalDtype):
-        stream = stream.astype("category")
-    cats = pd.Index(stream.cat.categories).astype(str)
-    on_device = np.zeros(len(cats), dtype=bool)
-    for prefix in DEVICE_STREAM_PREFIXES:
-        on_device |= cats.str.startswith(prefix)
-    return np.append(on_device, False)[stream.cat.codes.to_numpy()]
-
-
-class BusyTime:
-    """Time covered by intervals, per group, between any two instants: ``covered(groups, t0, t1)``.
-
-    The intervals of each group (a rank) are merged once into disjoint segments; the busy time up
-    to ``t`` is then the cumulative length of the segments before ``t`` plus the part of the one
-    that holds ``t``, found by binary search. All groups share one sorted array: a group's times are
-    shifted by ``group x (span + 1)`` so they never interleave with another group's. Every interval
-    union in this module is a difference of two such lookups: no Python loop per event or step.
-    """
-
-    def __init__(self, group: np.ndarray, start: np.ndarray, end: np.ndarray, origin: float, span: float):
-        self.stride = float(span) + 1.0
-        self.origin = float(origin)
-        key_start = self._key(group, start)
-        key_end = self._key(group, end)
-        order = np.argsort(key_start, kind="stable")
-        key_start, key_end = key_start[order], key_end[order]
-        running = np.maximum.accumulate(key_end) if len(key_end) else key_end
-        new = np.ones(len(order), dtype=bool)
-        new[1:] = key_start[1:] > running[:-1]
-        first = np.flatnonzero(new)
-        last = np.append(first[1:] - 1, len(order) - 1) if len(first) else first
-        self.seg_start = key_start[first]
-        self.seg_end = running[last] if len(first) else key_start[:0]
-        lengths = self.seg_end - self.seg_start
-        self.before = np.concatenate([[0.0], np.cumsum(lengths)])
-
-    def _key(self, group: np.ndarray, t: np.ndarray) -> np.ndarray:
-        return group.astype(np.float64) * self.stride + (np.asarray(t, dtype=np.float64) - self.origin)
-
-    def upto(self, group: np.ndarray, t: np.ndarray) -> np.ndarray:
-        """Busy time of ``group`` before each ``t`` (plus every earlier group's, which cancels)."""
-        key = self._key(group, t)
-        if not len(self.seg_start):
-            return np.zeros(len(key))
-        i = np.searchsorted(self.seg_start, key, side="right")
-        j = np.maximum(i - 1, 0)
-        inside = np.clip(key - self.seg_start[j], 0.0, self.seg_end[j] - self.seg_start[j])
-        return np.where(i > 0, self.before[j] + inside, 0.0)
-
-    def covered(self, group: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
-        """Busy time of ``group`` within ``[t0, t1]`` (s)."""
-        return self.upto(group, t1) - self.upto(group, t0)
 
 
 def step_windows(events: pd.DataFrame) -> pd.DataFrame:
@@ -193,7 +120,7 @@ def step_windows(events: pd.DataFrame) -> pd.DataFrame:
                 "end": pd.Series(dtype=float),
             }
         )
-    marker = _category_mask(events["category"], ("step",))
+    marker = category_mask(events["category"], ("step",))
     frame = pd.DataFrame(
         {
             "rank": events["rank"].to_numpy(dtype=np.int64)[has],
@@ -241,7 +168,7 @@ def breakdown(trace: Trace | pd.DataFrame, *, steps: Any = None) -> xr.Dataset:
         and ``long_name``. A (rank, step) with no event is NaN (``events`` 0). ``attrs``:
         ``source``, ``kind`` ("measured"), ``format``, and notes on the definitions.
     """
-    events, source, fmt = _events_of(trace)
+    events, source, fmt = events_of(trace)
     n_all = len(events)
     has_step = events["step"].notna().to_numpy(dtype=bool) if n_all else np.zeros(0, dtype=bool)
     steps_note = "steps partition each rank's timeline (step_window); events with no step are counted by time"
@@ -304,12 +231,12 @@ def _coverage(
     # A rank is a GPU rank when any of its events is on a device stream; its communication is the
     # device's when any of its communication events is (NCCL); else the host's (MPI, gloo).
     gpu_rank = np.bincount(position[on_device & known], minlength=len(rank_coords)) > 0
-    is_comm = _category_mask(category, ("communication",))
+    is_comm = category_mask(category, ("communication",))
     device_comm_rank = np.bincount(position[on_device & known & is_comm], minlength=len(rank_coords)) > 0
     # host communication that does the work names its collective (MPI_Send, gloo:all_reduce); the
     # host's NCCL calls (nccl:*, c10d::*, record_param_comms) name none: they only launch kernels
     names_collective = (
-        _category_mask(events["collective"], tuple(c for c in COLLECTIVES))
+        category_mask(events["collective"], tuple(c for c in COLLECTIVES))
         if "collective" in events.columns
         else np.zeros(len(events), dtype=bool)
     )
@@ -319,10 +246,10 @@ def _coverage(
     span = float(max(end_all[known].max() if known.any() else 0.0, end.max()) - origin)
 
     def covered(names: tuple[str, ...]) -> np.ndarray:
-        selected = _category_mask(category, names) & known
+        selected = category_mask(category, names) & known
         device_names = tuple(n for n in names if n in _DEVICE_ONLY)
         if device_names:
-            selected &= counts_as_device | ~_category_mask(category, device_names)
+            selected &= counts_as_device | ~category_mask(category, device_names)
         busy = BusyTime(position[selected], start_all[selected], end_all[selected], origin, span)
         return np.maximum(busy.covered(w_rank, begin, end), 0.0)
 

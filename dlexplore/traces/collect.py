@@ -22,13 +22,15 @@ and the trace would show contention, not training.
 Nothing half-made is left behind: the run writes into a hidden folder beside ``out`` and renames it
 to ``out`` only when every rank has finished and the manifest is written; on any failure (a worker
 error, the time limit, Ctrl-C) the hidden folder is removed and the workers are killed.
+
+Kept whole: the parent side of a collection run, in order: arguments, workers, their output, the
+manifest, publishing the folder.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import gzip
 import hashlib
 import importlib.util
 import json
@@ -44,7 +46,6 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -53,31 +54,25 @@ from typing import Any
 from .._io import atomic_open, replace_folder
 from .._version import __version__
 from ..errors import DlexploreError, UnknownNameError
+from .collect_worker import (
+    MESSAGE_PREFIX,
+    MODELS,
+    NUM_CLASSES,
+    TRANSFORMER,
+    WAIT_STEPS,
+    build_model,
+    sample_shape,
+    transformer_spec,
+)
 
-__all__ = ["collect", "MODELS", "MANIFEST_NAME", "build_model"]
+__all__ = ["collect", "MODELS", "MANIFEST_NAME", "build_model", "TRANSFORMER"]
 
-#: The models a run can train, with what they are (shown in errors and the manifest).
-MODELS: dict[str, str] = {
-    "mlp": "multilayer perceptron: Linear(256, 512), ReLU, Linear(512, 512), ReLU, Linear(512, 10)",
-    "cnn": "small convolutional net on 3x32x32 images: Conv2d(3, 16, 3), ReLU, MaxPool(2), "
-    "Conv2d(16, 32, 3), ReLU, MaxPool(2), Linear(2048, 10)",
-}
 
 #: File name of the run's manifest inside the output folder.
 MANIFEST_NAME = "manifest.json"
 
 MANIFEST_VERSION = 1
 
-# Steps skipped before the profiler's warm-up: the first iteration builds DDP's buckets and the
-# allocator's pools, which is not what a steady-state trace should show.
-_WAIT_STEPS = 1
-
-# Worker lines that start with this are messages to the parent (JSON), everything else is log.
-_MESSAGE_PREFIX = "@dlexplore-collect "
-
-_NUM_CLASSES = 10
-_MLP_FEATURES = 256
-_IMAGE_SHAPE = (3, 32, 32)
 
 ProgressFn = Callable[[str], None]
 
@@ -176,60 +171,21 @@ def collect(
         raise DlexploreError(
             "collecting traces needs PyTorch, which is not installed: pip install 'dlexplore[torch]'"
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
-    # mkdtemp makes the folder private (0700); give it the mode a plain mkdir would have.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(partial, 0o777 & ~umask)
+    partial = _partial_folder(target)
     work = partial / ".work"
     work.mkdir()
     try:
         port = port if port is not None else _free_port()
         say(
-            f"{nproc} ranks, model {model}, {_WAIT_STEPS}+{warmup}+{steps} steps "
+            f"{nproc} ranks, model {model}, {WAIT_STEPS}+{warmup}+{steps} steps "
             f"(skipped+warm-up+profiled), gloo on 127.0.0.1:{port}"
         )
-        config = dict(
-            world_size=nproc,
-            steps=steps,
-            model=model,
-            batch_size=batch_size,
-            warmup=warmup,
-            wait=_WAIT_STEPS,
-            seed=seed,
-            port=port,
-            out=str(partial),
-            work=str(work),
-            timeout=timeout,
-            fail_rank=_fail_rank,
-            sys_path=list(sys.path),
-        )
+        config = _worker_config(arguments, port, partial, work, _fail_rank)
         results = _run_workers(config, nproc, timeout, say)
         shutil.rmtree(work)
-        files = []
-        for rank in range(nproc):
-            path = partial / f"rank{rank}.json.gz"
-            if not path.is_file():
-                raise DlexploreError(f"rank {rank} finished without writing its trace {path.name}")
-            files.append(
-                {"rank": rank, "path": path.name, "bytes": path.stat().st_size, "sha256": _sha256(path)}
-            )
+        files = _written_traces(partial, nproc)
         wall_time = time.perf_counter() - started
-        manifest = _manifest(
-            arguments,
-            results[0]["torch_version"],
-            nproc,
-            model,
-            results[0]["parameters"],
-            batch_size,
-            steps,
-            warmup,
-            port,
-            results,
-            files,
-            wall_time,
-        )
+        manifest = _manifest(arguments, port, results, files, wall_time)
         with atomic_open(partial / MANIFEST_NAME, "w", encoding="utf-8") as handle:
             json.dump(manifest, handle, indent=1)
             handle.write("\n")
@@ -239,6 +195,49 @@ def collect(
         raise
     say(f"wrote {nproc} traces and {MANIFEST_NAME} to {target} in {wall_time:.1f} s")
     return target / MANIFEST_NAME
+
+
+def _worker_config(
+    arguments: dict[str, Any], port: int, partial: Path, work: Path, fail_rank: int | None
+) -> dict[str, Any]:
+    """What every rank's process is told (its own rank is added when it starts)."""
+    return dict(
+        world_size=arguments["nproc"],
+        steps=arguments["steps"],
+        model=arguments["model"],
+        batch_size=arguments["batch_size"],
+        warmup=arguments["warmup"],
+        wait=WAIT_STEPS,
+        seed=arguments["seed"],
+        port=port,
+        out=str(partial),
+        work=str(work),
+        timeout=arguments["timeout"],
+        fail_rank=fail_rank,
+        sys_path=list(sys.path),
+    )
+
+
+def _partial_folder(target: Path) -> Path:
+    """A new folder beside ``target`` for the run to fill before it is published (renamed)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    # mkdtemp makes the folder private (0700); give it the mode a plain mkdir would have.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(partial, 0o777 & ~umask)
+    return partial
+
+
+def _written_traces(partial: Path, nproc: int) -> list[dict]:
+    """Each rank's trace file: its name, size and checksum; a rank without one is an error."""
+    files = []
+    for rank in range(nproc):
+        path = partial / f"rank{rank}.json.gz"
+        if not path.is_file():
+            raise DlexploreError(f"rank {rank} finished without writing its trace {path.name}")
+        files.append({"rank": rank, "path": path.name, "bytes": path.stat().st_size, "sha256": _sha256(path)})
+    return files
 
 
 def _check_arguments(
@@ -316,18 +315,16 @@ def _publish(partial: Path, target: Path, overwrite: bool) -> None:
 
 def _manifest(
     arguments: dict[str, Any],
-    torch_version: str,
-    nproc: int,
-    model: str,
-    parameters: int,
-    batch_size: int,
-    steps: int,
-    warmup: int,
     port: int,
     results: list[dict[str, Any]],
     files: list[dict[str, Any]],
     wall_time: float,
 ) -> dict[str, Any]:
+    # Kept whole: the manifest is one JSON document, written here literally in the order it has
+    # in the file, so that reading this function is reading the file.
+    nproc, steps, model = arguments["nproc"], arguments["steps"], arguments["model"]
+    batch_size, warmup = arguments["batch_size"], arguments["warmup"]
+    torch_version, parameters = results[0]["torch_version"], results[0]["parameters"]
     call_args = ", ".join(
         f"{k}={v!r}"
         for k, v in arguments.items()
@@ -382,15 +379,16 @@ def _manifest(
             "description": MODELS[model],
             "parameters": parameters,
             "gradient_bytes": parameters * 4,  # float32 gradients, what the allreduces carry
+            **({"workload": transformer_spec()} if model == "transformer" else {}),
             "dtype": "float32",
             "optimizer": "SGD(lr=0.01, momentum=0.9)",
             "loss": "cross_entropy",
         },
         "data": {
             "kind": "synthetic",
-            "sample_shape": list(_IMAGE_SHAPE) if model == "cnn" else [_MLP_FEATURES],
-            "classes": _NUM_CLASSES,
-            # Random labels: nothing to learn, the loss stays near ln(classes) = 2.303.
+            "sample_shape": list(sample_shape(model)),
+            "classes": TRANSFORMER["vocab"] if model == "transformer" else NUM_CLASSES,
+            # Random labels: nothing to learn, the loss stays near ln(classes) (2.303 for 10).
             "labels": "uniform random",
             "loader": "torch.utils.data.DataLoader(num_workers=0) with DistributedSampler",
         },
@@ -399,11 +397,11 @@ def _manifest(
         "profiler": {
             "activities": ["CPU"],
             "record_shapes": True,
-            "schedule": {"wait": _WAIT_STEPS, "warmup": warmup, "active": steps, "repeat": 1},
+            "schedule": {"wait": WAIT_STEPS, "warmup": warmup, "active": steps, "repeat": 1},
             # ProfilerStep#N counts every step from 0, so the kept ones are these.
-            "profiled_steps": list(range(_WAIT_STEPS + warmup, _WAIT_STEPS + warmup + steps)),
+            "profiled_steps": list(range(WAIT_STEPS + warmup, WAIT_STEPS + warmup + steps)),
         },
-        "steps_trained": _WAIT_STEPS + warmup + steps,
+        "steps_trained": WAIT_STEPS + warmup + steps,
         "notes": {
             "step_times_s": "wall time of every trained step on the rank (time.perf_counter, from the end "
             "of the previous step to the end of optimizer.step(), before prof.step()), "
@@ -437,9 +435,9 @@ class _Worker:
         assert self.process.stdout is not None
         for line in self.process.stdout:
             line = line.rstrip("\n")
-            if line.startswith(_MESSAGE_PREFIX):
+            if line.startswith(MESSAGE_PREFIX):
                 try:
-                    message = json.loads(line[len(_MESSAGE_PREFIX) :])
+                    message = json.loads(line[len(MESSAGE_PREFIX) :])
                 except ValueError:
                     self.log.append(line)
                     continue
@@ -481,7 +479,7 @@ def _run_workers(config: dict[str, Any], nproc: int, timeout: float, say: Progre
     workers: list[_Worker] = []
     bootstrap = (
         "import sys, json; config = json.loads(sys.argv[1]); sys.path[:] = config['sys_path']; "
-        "from dlexplore.traces.collect import _worker_main; _worker_main(config)"
+        "from dlexplore.traces.collect_worker import main; main(config)"
     )
     deadline = time.monotonic() + timeout
     try:
@@ -562,157 +560,3 @@ def _failure_message(failed: list[_Worker], workers: list[_Worker]) -> str:
 
 
 # --- inside a worker process ---------------------------------------------------------------------
-
-
-def build_model(name: str) -> Any:
-    """The torch module for one of :data:`MODELS` (float32, on the CPU, weights from torch's RNG)."""
-    from torch import nn
-
-    if name == "mlp":
-        return nn.Sequential(
-            nn.Linear(_MLP_FEATURES, 512),
-            nn.ReLU(),
-            nn.Linear(512, 512),
-            nn.ReLU(),
-            nn.Linear(512, _NUM_CLASSES),
-        )
-    if name == "cnn":
-        return nn.Sequential(
-            nn.Conv2d(3, 16, 3, padding=1),
-            nn.ReLU(),
-            nn.MaxPool2d(2),
-            nn.Conv2d(16, 32, 3, padding=1),
-            nn.ReLU(),
-            nn.MaxPool2d(2),
-            nn.Flatten(),
-            nn.Linear(32 * 8 * 8, _NUM_CLASSES),
-        )
-    raise UnknownNameError("model", name, MODELS)
-
-
-def _send(kind: str, **payload: Any) -> None:
-    print(_MESSAGE_PREFIX + json.dumps(dict(payload, kind=kind)), flush=True)
-
-
-def _worker_main(config: dict[str, Any]) -> None:
-    """Entry point of one rank's process: train, profile, write ``rank<R>.json.gz``, report."""
-    try:
-        result = _train(config)
-    except BaseException as err:  # noqa: BLE001 - everything goes back to the parent, then exit 1
-        _send("error", text=f"{type(err).__name__}: {err}\n{traceback.format_exc(limit=6)}")
-        sys.stdout.flush()
-        os._exit(1)
-    _send("result", result=result)
-
-
-def _train(config: dict[str, Any]) -> dict[str, Any]:
-    started = time.perf_counter()
-    import torch
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
-    from torch.utils.data import DataLoader, TensorDataset
-    from torch.utils.data.distributed import DistributedSampler
-
-    rank, world_size = int(config["rank"]), int(config["world_size"])
-    if not dist.is_available() or not dist.is_gloo_available():
-        raise RuntimeError(
-            f"this torch build ({torch.__version__}) has no gloo backend for "
-            "torch.distributed; install the official one: pip install 'dlexplore[torch]'"
-        )
-    torch.set_num_threads(1)
-    _send("progress", text="joining the gloo process group")
-    dist.init_process_group(
-        "gloo",
-        init_method="env://",
-        rank=rank,
-        world_size=world_size,
-        timeout=_dt.timedelta(seconds=float(config["timeout"])),
-    )
-    try:
-        if config.get("fail_rank") == rank:
-            raise RuntimeError(f"forced failure of rank {rank} (the _fail_rank test option)")
-        wait, warmup, active = int(config["wait"]), int(config["warmup"]), int(config["steps"])
-        total_steps = wait + warmup + active
-        batch = int(config["batch_size"])
-
-        torch.manual_seed(int(config["seed"]))  # the same initial weights on every rank
-        net = build_model(config["model"])
-        parameters = sum(p.numel() for p in net.parameters())
-        if rank == 0:
-            _send("progress", text=f"model {config['model']}: {parameters:,} parameters")
-        shape = _IMAGE_SHAPE if config["model"] == "cnn" else (_MLP_FEATURES,)
-        samples = batch * total_steps * world_size
-        data_rng = torch.Generator().manual_seed(int(config["seed"]) + 1)
-        inputs = torch.randn((samples, *shape), generator=data_rng)
-        labels = torch.randint(0, _NUM_CLASSES, (samples,), generator=data_rng)
-        sampler = DistributedSampler(
-            TensorDataset(inputs, labels),
-            num_replicas=world_size,
-            rank=rank,
-            shuffle=True,
-            seed=int(config["seed"]),
-            drop_last=True,
-        )
-        loader = DataLoader(
-            TensorDataset(inputs, labels), batch_size=batch, sampler=sampler, num_workers=0, drop_last=True
-        )
-        ddp = DistributedDataParallel(net)
-        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
-        loss_fn = torch.nn.CrossEntropyLoss()
-
-        out = Path(config["out"])
-        written: list[Path] = []
-
-        def save(prof: Any) -> None:
-            raw = Path(config["work"]) / f"rank{rank}.json"
-            prof.export_chrome_trace(str(raw))
-            final = out / f"rank{rank}.json.gz"
-            # mtime=0: the same trace gives the same bytes (and the same sha256) whenever it is written.
-            with (
-                atomic_open(final, "wb") as handle,
-                open(raw, "rb") as source,
-                gzip.GzipFile(filename="", mode="wb", fileobj=handle, mtime=0, compresslevel=9) as gz,
-            ):
-                shutil.copyfileobj(source, gz)
-            raw.unlink()
-            written.append(final)
-
-        schedule = torch.profiler.schedule(wait=wait, warmup=warmup, active=active, repeat=1)
-        step_times: list[float] = []
-        losses: list[float] = []
-        _send("progress", text=f"training {total_steps} steps, profiling {active}")
-        with torch.profiler.profile(
-            activities=[torch.profiler.ProfilerActivity.CPU],
-            record_shapes=True,
-            schedule=schedule,
-            on_trace_ready=save,
-        ) as prof:
-            tick = time.perf_counter()
-            for x, y in loader:
-                optimizer.zero_grad(set_to_none=True)
-                loss = loss_fn(ddp(x), y)
-                loss.backward()
-                optimizer.step()
-                losses.append(round(float(loss.detach()), 6))
-                # Read before prof.step(): the last one writes the trace, which is not training.
-                now = time.perf_counter()
-                step_times.append(round(now - tick, 6))
-                prof.step()
-                tick = time.perf_counter()
-        if len(step_times) != total_steps:
-            raise RuntimeError(f"the data loader gave {len(step_times)} batches, expected {total_steps}")
-        if not written:
-            raise RuntimeError("the profiler did not hand over a trace (on_trace_ready was not called)")
-        dist.barrier()
-        _send("progress", text=f"wrote {written[0].name} ({written[0].stat().st_size:,} bytes)")
-    finally:
-        dist.destroy_process_group()
-    return {
-        "rank": rank,
-        "pid": os.getpid(),
-        "torch_version": torch.__version__,
-        "parameters": parameters,
-        "step_times_s": step_times,
-        "losses": losses,
-        "wall_time_s": round(time.perf_counter() - started, 3),
-    }

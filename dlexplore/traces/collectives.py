@@ -55,25 +55,28 @@ reduce, the whole gathered buffer for allgather and reduce_scatter.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from ..errors import DlexploreError
-from ..model.comm import ALGORITHMS, busbw_factor, collective_time
-from .breakdown import _events_of
+from ..model.comm import ALGORITHMS, busbw_factor
+from .events import events_of
 from .p2p import OP_ID_COLUMNS, communication_events, p2p_table_rows, point_to_point
-from .schema import Trace
+
+if TYPE_CHECKING:
+    from .schema import Trace
 
 __all__ = [
     "OP_ID_COLUMNS",
+    "SYMMETRIC_COLLECTIVES",
+    "match_operations",
+    "offsets_from_ends",
+    "operation_events",
     "TABLE_COLUMNS",
     "clock_offsets",
     "collective_ops",
     "collective_table",
-    "compare_collectives",
     "point_to_point",
 ]
 
@@ -93,12 +96,16 @@ TABLE_COLUMNS: dict[str, tuple[str, str]] = {
     "peers": ("", "point-to-point rows: the rank -> peer pairs seen (global ranks; ? unknown)"),
 }
 
-_SYMMETRIC = ("allreduce", "allgather", "reduce_scatter", "alltoall", "barrier")
+#: Collectives that end at nearly the same moment on every rank (no rooted ones): the clocks are
+#: aligned on them.
+SYMMETRIC_COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "alltoall", "barrier")
 _ROOTED_SPREAD = ("gather", "scatter")
 
 
-def _collective_events(events: pd.DataFrame) -> pd.DataFrame:
-    """The communication events that stand for one collective operation each on their rank."""
+def operation_events(events: pd.DataFrame) -> pd.DataFrame:
+    """The communication events that stand for one collective operation each on their rank
+    (the rules of the module docstring's "Which events"); columns of
+    :func:`~dlexplore.traces.p2p.communication_events`."""
     table = communication_events(events, point_to_point=False)
     if table.empty:
         return table
@@ -132,8 +139,12 @@ def _op_id_column(table: pd.DataFrame) -> str | None:
     return None
 
 
-def _match(table: pd.DataFrame) -> pd.DataFrame:
-    """Add ``op`` (an operation id shared across ranks) to the events of :func:`_collective_events`."""
+def match_operations(table: pd.DataFrame) -> pd.DataFrame:
+    """Add ``op`` (an operation id shared across ranks) to the events of :func:`operation_events`.
+
+    By the reader's operation id where it gives one (one span per id and rank), else by order: the
+    k-th operation of a collective and size on a rank (within its process group) is the k-th on
+    every rank. See the module docstring's "Matching"."""
     id_column = _op_id_column(table)
     if id_column == "fusion" and "fusion_bytes" in table.columns:
         # Horovod: the fused buffer is the message that went over the wire
@@ -172,14 +183,18 @@ def _match(table: pd.DataFrame) -> pd.DataFrame:
     return table.drop(columns=["k", "pg_key"]).reset_index(drop=True)
 
 
-def _offsets(matched: pd.DataFrame) -> tuple[pd.Series, int | None, list[int]]:
-    """Each rank's clock offset (s) from the reference rank, the reference, and ranks left at 0."""
+def offsets_from_ends(matched: pd.DataFrame) -> tuple[pd.Series, int | None, list[int]]:
+    """Each rank's clock offset (s) from the reference rank, the reference, and ranks left at 0.
+
+    ``matched`` is :func:`match_operations`' table (``op``, ``rank``, ``collective``, ``end``); the
+    offset is the median over shared (symmetric, where there are any) operations of the end on the
+    rank minus the end on the reference rank (the lowest)."""
     ranks = np.unique(matched["rank"].to_numpy())
     if ranks.size == 0:
         return pd.Series(dtype=float, name="offset"), None, []
     reference = int(ranks[0])
     use = matched
-    symmetric = matched["collective"].isin(_SYMMETRIC).to_numpy()
+    symmetric = matched["collective"].isin(SYMMETRIC_COLLECTIVES).to_numpy()
     ranks_per_op = matched.groupby("op")["rank"].transform("size").to_numpy()
     if (symmetric & (ranks_per_op > 1)).any():
         use = matched[symmetric]
@@ -196,16 +211,16 @@ def _offsets(matched: pd.DataFrame) -> tuple[pd.Series, int | None, list[int]]:
 
 
 def _prepare(trace: Trace | pd.DataFrame, align: bool) -> tuple[pd.DataFrame, pd.Series, dict[str, Any]]:
-    events, source, fmt = _events_of(trace)
-    matched = _match(_collective_events(events))
-    world_size = trace.world_size if isinstance(trace, Trace) else None
+    events, source, fmt = events_of(trace)
+    matched = match_operations(operation_events(events))
+    world_size = None if isinstance(trace, pd.DataFrame) else trace.world_size
     present = int(np.unique(events["rank"].to_numpy()).size) if len(events) else 0
     if world_size and present < world_size:
         # one rank's view of a larger job (Horovod's coordinator timeline, or some ranks' files):
         # where the reader does not say the group, the operations spanned the whole world
         known = pd.to_numeric(matched["group_size"], errors="coerce") if "group_size" in matched else None
         matched = matched.assign(group_size=world_size if known is None else known.fillna(world_size))
-    offsets, reference, unknown = _offsets(matched)
+    offsets, reference, unknown = offsets_from_ends(matched)
     if not align:
         offsets = offsets * 0.0
     info = {
@@ -380,83 +395,3 @@ def collective_table(trace: Trace | pd.DataFrame, *, align: bool = True) -> pd.D
     )
     table.attrs.update(info)
     return table
-
-
-def compare_collectives(
-    table: pd.DataFrame,
-    *,
-    bandwidth: float,
-    latency: float,
-    algorithm: str | Mapping[str, str] = "ring",
-    gamma: float = 0.0,
-    **kwargs: Any,
-) -> pd.DataFrame:
-    """The measured collective table beside the alpha-beta prediction for the same sizes and ranks.
-
-    Parameters
-    ----------
-    table:
-        The output of :func:`collective_table`.
-    bandwidth:
-        GB/s per link and direction (as :func:`dlexplore.model.collective_time`).
-    latency:
-        Seconds per message.
-    algorithm:
-        One algorithm name, or ``{collective: algorithm}``. Where a name does not apply to a
-        collective (``ring`` for alltoall), that collective's default algorithm is used; the
-        ``algorithm`` column says which.
-    gamma:
-        Reduction cost, s/byte.
-    kwargs:
-        Passed to :func:`dlexplore.model.collective_time` (``servers``, ``gpus_per_node``, ...).
-
-    Returns
-    -------
-    pandas.DataFrame
-        The table plus ``algorithm``, ``predicted`` (s, the model's time at the row's ``bytes``
-        and ``ranks``) and ``error`` (1, ``(time - predicted) / predicted``). Collectives the model
-        does not cover (barrier, gather, scatter) and rows of unknown size get NaN.
-    """
-    if bandwidth is None or latency is None:
-        raise DlexploreError("compare_collectives needs bandwidth (GB/s) and latency (s)")
-    out = table.copy()
-    out.attrs = dict(table.attrs)
-    used = np.full(len(out), "", dtype=object)
-    predicted = np.full(len(out), np.nan)
-    for name, rows in out.groupby("collective").groups.items():
-        collective = str(name)
-        if collective not in ALGORITHMS:
-            continue
-        where = out.index.get_indexer(rows)
-        wanted = (
-            algorithm.get(collective, ALGORITHMS[collective][0])
-            if isinstance(algorithm, Mapping)
-            else algorithm
-        )
-        choice = wanted if str(wanted) in ALGORITHMS[collective] else ALGORITHMS[collective][0]
-        nbytes = out["bytes"].to_numpy(dtype=float)[where]
-        ranks = out["ranks"].to_numpy(dtype=float)[where]
-        known = np.isfinite(nbytes)
-        values = np.full(len(where), np.nan)
-        if known.any():
-            values[known] = collective_time(
-                collective, choice, nbytes[known], ranks[known], bandwidth, latency, gamma, **kwargs
-            )
-        predicted[where] = values
-        used[where] = choice
-    out["algorithm"] = used
-    out["predicted"] = predicted
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out["error"] = np.where(
-            predicted > 0, (out["time"].to_numpy(dtype=float) - predicted) / predicted, np.nan
-        )
-    units = dict(out.attrs.get("units", {}))
-    units.update(algorithm="", predicted="s", error="1")
-    out.attrs.update(
-        units=units,
-        predicted_by="dlexplore.model.collective_time",
-        bandwidth=bandwidth,
-        latency=latency,
-        gamma=gamma,
-    )
-    return out

@@ -32,13 +32,18 @@ may move it elsewhere).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 import xarray as xr
 
 from ..errors import DlexploreError
-from .breakdown import _events_of, device_streams, step_windows
-from .schema import Trace
+from .breakdown import step_windows
+from .events import device_streams, events_of
+
+if TYPE_CHECKING:
+    from .schema import Trace
 
 __all__ = ["PATH_PARTS", "critical_path", "critical_path_summary"]
 
@@ -153,7 +158,7 @@ def critical_path(
     ``critical`` (s, its contribution), ``idle_before`` (s, gap before it). ``attrs``: ``rank``,
     ``step``, ``window`` (s, begin and end), ``source``.
     """
-    events, source, _ = _events_of(trace)
+    events, source, _ = events_of(trace)
     if not len(events):
         raise DlexploreError("an empty trace has no critical path")
     r, s, begin, end = _window(events, rank, step)

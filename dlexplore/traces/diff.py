@@ -21,11 +21,15 @@ control); ``status``: ``added`` (only in test), ``removed`` (only in control), `
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
-from .breakdown import _category_mask, _events_of, device_streams
-from .schema import Trace
+from .events import category_mask, device_streams, events_of
+
+if TYPE_CHECKING:
+    from .schema import Trace
 
 __all__ = ["DIFF_COLUMNS", "op_stats", "trace_diff"]
 
@@ -48,13 +52,13 @@ _DEVICE_WORK = ("compute", "communication", "memcpy", "memset")
 
 def op_stats(trace: Trace | pd.DataFrame) -> pd.DataFrame:
     """Per (kind, name): ``count`` and ``time`` (s) per rank and step; ``attrs`` say the divisor."""
-    events, source, _ = _events_of(trace)
+    events, source, _ = events_of(trace)
     on_device = device_streams(events)
     rank = events["rank"].to_numpy()
     category = events["category"]
     # host operators are "cpu" on GPU ranks, "compute" on CPU-only ones
-    host_ops = ~on_device & _category_mask(category, _HOST_OPS)
-    kernels = on_device & _category_mask(category, _DEVICE_WORK)
+    host_ops = ~on_device & category_mask(category, _HOST_OPS)
+    kernels = on_device & category_mask(category, _DEVICE_WORK)
     kind = np.where(kernels, "kernel", np.where(host_ops, "operator", ""))
     keep = kind != ""
     frame = pd.DataFrame(

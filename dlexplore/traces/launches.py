@@ -23,15 +23,17 @@ count never goes below zero.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import xarray as xr
 
 from ..errors import DlexploreError
-from .breakdown import _category_mask, _events_of, device_streams
-from .schema import Trace
+from .events import category_mask, device_streams, events_of
+
+if TYPE_CHECKING:
+    from .schema import Trace
 
 __all__ = ["LAUNCH_COLUMNS", "launch_stats", "launch_summary", "queue_length", "queue_summary"]
 
@@ -59,7 +61,7 @@ def launch_stats(trace: Trace | pd.DataFrame) -> pd.DataFrame:
     Raises :class:`~dlexplore.errors.DlexploreError` when the trace has no ``correlation`` column
     (Horovod timelines, OTF2): launches cannot be linked to device work there.
     """
-    events, source, fmt = _events_of(trace)
+    events, source, fmt = events_of(trace)
     if "correlation" not in events.columns:
         raise DlexploreError(
             f"{source}: this trace has no correlation ids (format {fmt or 'unknown'}), so "
@@ -68,8 +70,8 @@ def launch_stats(trace: Trace | pd.DataFrame) -> pd.DataFrame:
         )
     corr = events["correlation"].to_numpy(dtype=np.float64, na_value=np.nan)
     on_device = device_streams(events)
-    device = np.flatnonzero(on_device & _category_mask(events["category"], _DEVICE_WORK) & ~np.isnan(corr))
-    runtime = np.flatnonzero(~on_device & _category_mask(events["category"], ("runtime",)) & ~np.isnan(corr))
+    device = np.flatnonzero(on_device & category_mask(events["category"], _DEVICE_WORK) & ~np.isnan(corr))
+    runtime = np.flatnonzero(~on_device & category_mask(events["category"], ("runtime",)) & ~np.isnan(corr))
     rank = events["rank"].to_numpy(dtype=np.int64)
     launches = pd.Series(runtime, index=pd.MultiIndex.from_arrays([rank[runtime], corr[runtime]]))
     launches = launches[~launches.index.duplicated()]

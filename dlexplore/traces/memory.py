@@ -17,12 +17,16 @@ memory in use per (rank, device) as a step function of time:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 import xarray as xr
 
 from ..errors import DlexploreError
-from .schema import Trace
+
+if TYPE_CHECKING:
+    from .schema import Trace
 
 __all__ = ["memory_summary", "memory_timeline"]
 

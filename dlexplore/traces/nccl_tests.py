@@ -59,77 +59,28 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import xarray as xr
 
-from .._io import read_text
 from ..errors import DlexploreError, InputFileError
+from .nccl_tests_parse import (
+    COLLECTIVE_OF_BINARY,
+    PLACEMENTS,
+    Test,
+    canonical_collective,
+    collective_of,
+    parse,
+)
 from .schema import normalize_collective_name
 
 __all__ = ["read", "read_all", "read_tests", "COLLECTIVE_OF_BINARY", "PLACEMENTS"]
 
-#: nccl-tests binary stem (``<stem>_perf``) -> collective name (the model's names where it has one).
-COLLECTIVE_OF_BINARY = {
-    "all_reduce": "allreduce",
-    "all_gather": "allgather",
-    "broadcast": "broadcast",
-    "reduce": "reduce",
-    "reduce_scatter": "reduce_scatter",
-    "alltoall": "alltoall",
-    "sendrecv": "sendrecv",
-    "gather": "gather",
-    "scatter": "scatter",
-    "hypercube": "hypercube",
-}
 
-PLACEMENTS = ("out-of-place", "in-place")
-
-# What launchers put before each line: mpirun --tag-output, srun -l, pdsh/clush "host: ".
-_LAUNCHER_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+:\s|[A-Za-z][\w.-]*:\s(?=\s*[#\d]))")
-_NCCL_LOG = re.compile(r"^\S+:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN|TRACE|ABORT)")
-_BINARY = re.compile(
-    r"(?<![A-Za-z0-9])("
-    + "|".join(sorted(COLLECTIVE_OF_BINARY, key=len, reverse=True))
-    + r")_perf(?:_mpi)?(?![A-Za-z0-9])"
-)
-_HEADER = re.compile(r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
-_DEVICE = re.compile(r"^#\s+Rank\s+\d+\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+")
-_VERSION = re.compile(r"^#\s*nccl-tests version\s+(.*)$")
-_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s*(\w*)")
-_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([-+0-9.eE]+|[-+]?nan|[-+]?inf)")
-_ROW_START = re.compile(r"^\s*[-+]?\d")
-
-_LEADING = ("size", "count", "type", "redop", "root")
-_GROUP_NEW = ("time", "algbw", "busbw", "#wrong")
-_GROUP_OLD = ("time", "algbw", "busbw", "error")
 _MICROSECOND = 1e-6  # s
-
-
-@dataclass
-class _Test:
-    """One test's lines as found in the file, before they become a dataset."""
-
-    first_line: int
-    binary: str | None = None
-    header: str = ""
-    nthreads: int | None = None
-    ngpus: int | None = None
-    version: str = ""
-    devices: list[str] = field(default_factory=list)
-    columns: tuple[str, ...] = ()
-    placements: tuple[str, ...] = ()
-    column_line: int = 0
-    rows: list[tuple[int, list[str]]] = field(default_factory=list)
-    avg_busbw: float | None = None
-    out_of_bounds: str = ""
-    skipped: list[int] = field(default_factory=list)
-    closed: bool = False
 
 
 def read(
@@ -143,12 +94,12 @@ def read(
     ``bytes``, ``placement``) or ``"point"`` (dims ``point``, ``placement``).
     """
     path = Path(path)
-    tests = _parse(path)
+    tests = parse(path)
     if collective is not None:
-        wanted = _canonical(collective)
-        chosen = [t for t in tests if _collective_of(t) in (wanted, None)]
+        wanted = canonical_collective(collective)
+        chosen = [t for t in tests if collective_of(t) in (wanted, None)]
         if not chosen:
-            found = ", ".join(f"{_collective_of(t)} (line {t.first_line})" for t in tests)
+            found = ", ".join(f"{collective_of(t)} (line {t.first_line})" for t in tests)
             raise InputFileError(path, f"holds no {wanted} test; it holds {found}")
         if len(chosen) > 1:
             where = ", ".join(str(t.first_line) for t in chosen)
@@ -159,7 +110,7 @@ def read(
             )
         return _dataset(path, chosen[0], collective=wanted, gpus=gpus, by=by)
     if len(tests) > 1:
-        found = ", ".join(f"{_collective_of(t) or 'unknown'} (line {t.first_line})" for t in tests)
+        found = ", ".join(f"{collective_of(t) or 'unknown'} (line {t.first_line})" for t in tests)
         raise InputFileError(
             path,
             f"holds {len(tests)} nccl-tests results: {found}; pass collective=... "
@@ -171,7 +122,7 @@ def read(
 def read_all(path: str | os.PathLike, *, gpus: int | None = None, by: str = "bytes") -> list[xr.Dataset]:
     """Every nccl-tests result in the file at ``path``, in file order (see :func:`read`)."""
     path = Path(path)
-    return [_dataset(path, test, collective=None, gpus=gpus, by=by) for test in _parse(path)]
+    return [_dataset(path, test, collective=None, gpus=gpus, by=by) for test in parse(path)]
 
 
 def read_tests(path: str | os.PathLike, *, gpus: int | None = None, by: str = "bytes") -> xr.Dataset:
@@ -203,199 +154,6 @@ def read_tests(path: str | os.PathLike, *, gpus: int | None = None, by: str = "b
 # --- parsing -----------------------------------------------------------------------------------
 
 
-def _canonical(name: str) -> str:
-    key = str(name).strip().lower().replace("-", "_")
-    key = key.removesuffix("_perf").removesuffix("_mpi").removesuffix("_perf")
-    if key in COLLECTIVE_OF_BINARY:
-        return COLLECTIVE_OF_BINARY[key]
-    aliases = {"all_to_all": "alltoall", "bcast": "broadcast", "reducescatter": "reduce_scatter"}
-    key = aliases.get(key, key)
-    known = set(COLLECTIVE_OF_BINARY.values())
-    if key not in known:
-        raise DlexploreError(f"unknown nccl-tests collective {name!r}; expected one of {sorted(known)}")
-    return key
-
-
-def _collective_of(test: _Test) -> str | None:
-    return COLLECTIVE_OF_BINARY[test.binary] if test.binary else None
-
-
-def _parse(path: Path) -> list[_Test]:
-    text = read_text(path, "nccl-tests output")
-    tests: list[_Test] = []
-    current: _Test | None = None
-    # The binary's name and the version come before the test's "# nThread" header.
-    binary: str | None = None
-    version = ""
-    pending_placements: tuple[str, ...] = ()
-    for number, raw in enumerate(text.split("\n"), start=1):
-        line = _LAUNCHER_PREFIX.sub("", raw.rstrip("\r"), count=1)
-        stripped = line.strip()
-        if not stripped:
-            continue
-        in_table = current is not None and bool(current.columns) and not current.closed
-        if stripped.startswith("#"):
-            match = _HEADER.match(stripped)
-            if match:
-                same = current is not None and not current.rows and current.header == stripped
-                if not same:  # older MPI runs print the header once per process
-                    current = _Test(
-                        first_line=number,
-                        binary=binary,
-                        header=stripped,
-                        version=version,
-                        nthreads=int(match.group(1)),
-                        ngpus=int(match.group(2)),
-                    )
-                    tests.append(current)
-                    pending_placements = ()
-                    binary, version = None, ""
-                continue
-            match = _VERSION.match(stripped)
-            if match:
-                version = match.group(1).strip()
-                continue
-            match = _BINARY.search(stripped)
-            if (
-                match
-                and "concluded" not in stripped
-                and ("starting" in stripped or current is None or current.closed)
-            ):
-                binary = match.group(1)
-                continue
-            if current is None:
-                continue
-            if _DEVICE.match(stripped):
-                if not current.rows:
-                    current.devices.append(stripped.lstrip("#").strip())
-                continue
-            tokens = stripped.lstrip("#").split()
-            if "out-of-place" in tokens or "in-place" in tokens:
-                pending_placements = tuple(t for t in tokens if t in PLACEMENTS)
-                continue
-            if tokens[:2] == ["size", "count"] or ("size" in tokens and "time" in tokens):
-                if current.rows and not current.closed:
-                    raise InputFileError(
-                        path,
-                        "a second column header inside one result table; expected "
-                        "'# Avg bus bandwidth' to end the first",
-                        line=number,
-                    )
-                if current.columns and current.closed:
-                    # A new table without its own "# nThread" header (e.g. a second run pasted).
-                    current = _Test(
-                        first_line=number,
-                        binary=binary,
-                        header=current.header,
-                        nthreads=current.nthreads,
-                        ngpus=current.ngpus,
-                        devices=list(current.devices),
-                    )
-                    tests.append(current)
-                current.columns, current.placements = _columns(path, tokens, pending_placements, number)
-                current.column_line = number
-                continue
-            match = _OOB.match(stripped)
-            if match and in_table:
-                current.out_of_bounds = f"{match.group(1)} {match.group(2)}".strip()
-                continue
-            match = _AVG.match(stripped)
-            if match and current.columns:
-                try:
-                    current.avg_busbw = float(match.group(1))
-                except ValueError:  # "5e": the pattern admits what float() does not
-                    raise InputFileError(
-                        path,
-                        f"'# Avg bus bandwidth' is {match.group(1)!r}; expected a number of GB/s",
-                        line=number,
-                    ) from None
-                current.closed = True
-                continue
-            continue
-        if in_table and _ROW_START.match(line):
-            fields = _fill_blanks(line.split(), current.columns)
-            if len(fields) != len(current.columns):
-                names = " ".join(current.columns)
-                raise InputFileError(
-                    path,
-                    f"a result row needs {len(current.columns)} columns ({names}, from the header on "
-                    f"line {current.column_line}); found {len(fields)}: {stripped[:80]!r}",
-                    line=number,
-                )
-            current.rows.append((number, fields))
-            continue
-        if in_table and not _NCCL_LOG.match(stripped):
-            current.skipped.append(number)
-            continue
-        match = _BINARY.search(stripped)
-        if match and not in_table:
-            if current is not None and not current.columns and current.binary is None:
-                current.binary = match.group(1)  # e.g. "$ ./all_reduce_perf ..." echoed after the header
-            else:
-                binary = match.group(1)
-    tests = [t for t in tests if t.columns or t.rows]
-    if not tests:
-        raise InputFileError(
-            path,
-            "holds no nccl-tests result table; expected a column header line "
-            "'#  size  count  type ... time  algbw  busbw ...' followed by result rows",
-        )
-    for test in tests:
-        if not test.rows:
-            raise InputFileError(
-                path, "the result table has a header but no rows (truncated output?)", line=test.column_line
-            )
-    return tests
-
-
-def _fill_blanks(fields: list[str], columns: tuple[str, ...]) -> list[str]:
-    """A row with ``redop`` (then ``root``) left blank, as all-to-all prints it, with "" there."""
-    missing = len(columns) - len(fields)
-    blanks = [columns.index(c) for c in ("redop", "root") if c in columns][:missing]
-    if missing <= 0 or len(blanks) < missing:
-        return fields
-    filled = list(fields)
-    for position in blanks:
-        filled.insert(position, "")
-    return filled
-
-
-def _columns(
-    path: Path, tokens: list[str], placements: tuple[str, ...], number: int
-) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Column names of a header line, checked against what nccl-tests prints."""
-    if "time" not in tokens:
-        raise InputFileError(
-            path, f"column header without a 'time' column: {' '.join(tokens)!r}", line=number
-        )
-    first = tokens.index("time")
-    leading = tuple(tokens[:first])
-    groups = tokens[first:]
-    problems = [name for name in leading if name not in _LEADING]
-    if problems or leading[:3] != ("size", "count", "type"):
-        raise InputFileError(
-            path,
-            f"unexpected leading columns {leading}; expected size, count, type and optionally redop, root",
-            line=number,
-        )
-    n_groups, rest = divmod(len(groups), 4)
-    ok = (
-        rest == 0
-        and n_groups in (1, 2)
-        and all(tuple(groups[4 * i : 4 * i + 4]) in (_GROUP_NEW, _GROUP_OLD) for i in range(n_groups))
-    )
-    if not ok:
-        raise InputFileError(
-            path,
-            f"unexpected measurement columns {' '.join(groups)!r}; expected "
-            "'time algbw busbw #wrong' (or '... error') once or twice",
-            line=number,
-        )
-    if len(placements) != n_groups:
-        placements = PLACEMENTS[:n_groups]
-    return leading + tuple(groups), placements
-
-
 # --- building the dataset ----------------------------------------------------------------------
 
 
@@ -412,10 +170,10 @@ def _number(path: Path, text: str, line: int, column: str, kind: type) -> float:
         raise InputFileError(path, f"column {column!r}: {text!r} is not {expected}", line=line) from None
 
 
-def _dataset(path: Path, test: _Test, *, collective: str | None, gpus: int | None, by: str) -> xr.Dataset:
+def _dataset(path: Path, test: Test, *, collective: str | None, gpus: int | None, by: str) -> xr.Dataset:
     if by not in ("bytes", "point"):
         raise DlexploreError(f"by must be 'bytes' or 'point', got {by!r}")
-    found = _collective_of(test)
+    found = collective_of(test)
     if collective is not None and found is not None and collective != found:
         raise InputFileError(path, f"the test on line {test.first_line} is {found}, not {collective}")
     name = collective or found
@@ -435,6 +193,51 @@ def _dataset(path: Path, test: _Test, *, collective: str | None, gpus: int | Non
                 stacklevel=3,
             )
             name = "unknown"
+    sizes, counts, extra, values, check = _row_values(path, test)
+    ranks = gpus if gpus is not None else len(test.devices)
+    if not ranks:
+        ranks = (test.nthreads or 1) * (test.ngpus or 1)
+        warnings.warn(
+            f"{path}: no 'Using devices' list for the test on line {test.first_line}; gpus = "
+            f"nThread x nGpus = {ranks} (one process assumed; pass gpus=... for MPI runs)",
+            stacklevel=3,
+        )
+
+    dim = "bytes" if by == "bytes" else "point"
+    size_array = np.asarray(sizes, dtype=np.int64)
+    rows = np.ones(len(size_array), dtype=np.int64)
+    aggregated = ""
+    if by == "bytes" and len(np.unique(size_array)) < len(size_array):
+        size_array, rows, values, counts, extra, aggregated = _aggregate(
+            size_array, values, counts, extra, [line for line, _ in test.rows], check
+        )
+    data_vars = _variables(values, check, dim, rows if by == "bytes" else None)
+    coords = _coordinates(test, name, ranks, dim, size_array, counts, extra)
+    ds = xr.Dataset(data_vars, coords=coords)
+    shown = test.binary + "_perf" if test.binary else name
+    ds.attrs.update(
+        source=f"measured: nccl-tests output {path}",
+        kind="measured",
+        title=f"nccl-tests {shown} on {int(ranks)} GPUs",
+        file=str(path),
+        first_line=test.first_line,
+        command=test.header,
+        nccl_tests_version=test.version,
+        devices="\n".join(test.devices),
+        nthreads=test.nthreads if test.nthreads is not None else -1,
+        ngpus_per_thread=test.ngpus if test.ngpus is not None else -1,
+        avg_busbw=test.avg_busbw if test.avg_busbw is not None else math.nan,
+        avg_busbw_units="GB/s",
+        out_of_bounds=test.out_of_bounds,
+        skipped_lines=", ".join(str(n) for n in test.skipped),
+        aggregated_lines=aggregated,
+    )
+    return ds
+
+
+def _row_values(path: Path, test: Test) -> tuple:
+    """The result rows as numbers: sizes, counts, the leading text columns (type, redop, root),
+    time, algbw, busbw and the check column per placement, and the check column's name."""
     leading = [c for c in test.columns[: test.columns.index("time")]]
     n_groups = len(test.placements)
     sizes, counts, extra = [], [], {c: [] for c in ("type", "redop", "root") if c in leading}
@@ -460,23 +263,11 @@ def _dataset(path: Path, test: _Test, *, collective: str | None, gpus: int | Non
             values["check"][i, g] = _number(path, fields[base + 3], line, check, kind)
     if any(math.isnan(s) for s in sizes):
         raise InputFileError(path, "a row has 'N/A' as its size", line=test.rows[0][0])
-    ranks = gpus if gpus is not None else len(test.devices)
-    if not ranks:
-        ranks = (test.nthreads or 1) * (test.ngpus or 1)
-        warnings.warn(
-            f"{path}: no 'Using devices' list for the test on line {test.first_line}; gpus = "
-            f"nThread x nGpus = {ranks} (one process assumed; pass gpus=... for MPI runs)",
-            stacklevel=3,
-        )
+    return sizes, counts, extra, values, check
 
-    dim = "bytes" if by == "bytes" else "point"
-    size_array = np.asarray(sizes, dtype=np.int64)
-    rows = np.ones(len(size_array), dtype=np.int64)
-    aggregated = ""
-    if by == "bytes" and len(np.unique(size_array)) < len(size_array):
-        size_array, rows, values, counts, extra, aggregated = _aggregate(
-            size_array, values, counts, extra, [line for line, _ in test.rows], check
-        )
+
+def _variables(values: dict, check: str, dim: str, rows: np.ndarray | None) -> dict:
+    """The dataset's variables, with units (``rows``: results per size, when aggregated by size)."""
     data_vars = {
         "time": (
             (dim, "placement"),
@@ -506,12 +297,20 @@ def _dataset(path: Path, test: _Test, *, collective: str | None, gpus: int | Non
             values["check"],
             {"units": "1", "long_name": "largest error found by the check (older nccl-tests)"},
         )
-    if by == "bytes":
+    if rows is not None:
         data_vars["rows"] = (
             ("bytes",),
             rows,
             {"units": "count", "long_name": "result rows of this size (repeated sizes are means)"},
         )
+    return data_vars
+
+
+def _coordinates(
+    test: Test, name: str, ranks: int, dim: str, size_array: np.ndarray, counts: list, extra: dict
+) -> dict:
+    """The dataset's coordinates: placement, count, bytes (or point), collective, gpus, dtype ..."""
+    by = "bytes" if dim == "bytes" else "point"
     coords: dict[str, object] = {
         "placement": ("placement", list(test.placements), {"long_name": "output buffer placement"}),
         "count": (
@@ -526,7 +325,7 @@ def _dataset(path: Path, test: _Test, *, collective: str | None, gpus: int | Non
     if by == "bytes":
         coords["bytes"] = ("bytes", size_array, bytes_attrs)
     else:
-        coords["point"] = ("point", np.arange(len(sizes)), {"long_name": "result row"})
+        coords["point"] = ("point", np.arange(len(size_array)), {"long_name": "result row"})
         coords["bytes"] = ("point", size_array, bytes_attrs)
     for column, coord, long_name in (
         ("type", "dtype", "data type"),
@@ -543,26 +342,7 @@ def _dataset(path: Path, test: _Test, *, collective: str | None, gpus: int | Non
             coords[coord] = ((), column_values[0], attrs)
         else:
             coords[coord] = (dim, np.asarray(column_values), attrs)
-    ds = xr.Dataset(data_vars, coords=coords)
-    shown = test.binary + "_perf" if test.binary else name
-    ds.attrs.update(
-        source=f"measured: nccl-tests output {path}",
-        kind="measured",
-        title=f"nccl-tests {shown} on {int(ranks)} GPUs",
-        file=str(path),
-        first_line=test.first_line,
-        command=test.header,
-        nccl_tests_version=test.version,
-        devices="\n".join(test.devices),
-        nthreads=test.nthreads if test.nthreads is not None else -1,
-        ngpus_per_thread=test.ngpus if test.ngpus is not None else -1,
-        avg_busbw=test.avg_busbw if test.avg_busbw is not None else math.nan,
-        avg_busbw_units="GB/s",
-        out_of_bounds=test.out_of_bounds,
-        skipped_lines=", ".join(str(n) for n in test.skipped),
-        aggregated_lines=aggregated,
-    )
-    return ds
+    return coords
 
 
 def _aggregate(

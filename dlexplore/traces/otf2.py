@@ -58,7 +58,6 @@ import re
 import warnings
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,67 +65,13 @@ import numpy as np
 import pandas as pd
 
 from ..errors import DlexploreError, InputFileError
+from .otf2_events import COLLECTIVE_OPS, _EventReader, _name
 from .schema import Trace, make_events
 
 __all__ = ["read", "COLLECTIVE_OPS"]
 
-#: OTF2 ``CollectiveOp`` name -> collective (schema names; "" where there is none).
-COLLECTIVE_OPS = {
-    "BARRIER": "barrier",
-    "BCAST": "broadcast",
-    "GATHER": "gather",
-    "GATHERV": "gather",
-    "SCATTER": "scatter",
-    "SCATTERV": "scatter",
-    "ALLGATHER": "allgather",
-    "ALLGATHERV": "allgather",
-    "ALLTOALL": "alltoall",
-    "ALLTOALLV": "alltoall",
-    "ALLTOALLW": "alltoall",
-    "ALLREDUCE": "allreduce",
-    "REDUCE": "reduce",
-    "REDUCE_SCATTER": "reduce_scatter",
-    "REDUCE_SCATTER_BLOCK": "reduce_scatter",
-    "SCAN": "",
-    "EXSCAN": "",
-}
 
-_COMM_ROLES = {
-    "COLL_ALL2ALL",
-    "COLL_ALL2ONE",
-    "COLL_ONE2ALL",
-    "COLL_OTHER",
-    "BARRIER",
-    "IMPLICIT_BARRIER",
-    "POINT2POINT",
-}
-_STEP_NAME = re.compile(
-    r"^(?:ProfilerStep#|step[\s_#:=-]*|iteration[\s_#:=-]*|iter[\s_#:=-]*)(\d+)$", re.IGNORECASE
-)
-_STEP_PARAMETER = re.compile(r"^(?:step|iteration|iter)$", re.IGNORECASE)
 _RANK_IN_NAME = re.compile(r"rank\s*(\d+)", re.IGNORECASE)
-_UINT32_UNDEFINED = 0xFFFFFFFF
-
-
-@dataclass
-class _Frame:
-    """A region call open on one location."""
-
-    region: Any
-    enter: int  # ticks
-    resume: int  # ticks: when this call last became the innermost
-    call: int
-    depth: int
-    rows: list[int] = field(default_factory=list)  # its exclusive pieces
-    children: bool = False
-    collective: str = ""
-    nbytes: float = 0.0
-    has_bytes: bool = False
-    sent: float = np.nan
-    received: float = np.nan
-    peer: int | None = None
-    communicator: str = ""
-    step: int | None = None
 
 
 def read(paths: Sequence[Path], *, regions: str = "exclusive", batch_events: int = 10_000) -> Trace:
@@ -198,11 +143,6 @@ def _anchor(paths: Sequence[Path]) -> Path:
     return anchor
 
 
-def _name(value: Any) -> str:
-    """An OTF2 enum member's name (``RegionRole.COLL_ALL2ALL`` -> ``COLL_ALL2ALL``)."""
-    return str(getattr(value, "name", value)).rsplit(".", 1)[-1]
-
-
 def _ranks(anchor: Path, definitions: Any) -> dict[Any, int]:
     """Location -> rank (see the module docstring)."""
     groups = list(definitions.groups)
@@ -236,43 +176,6 @@ def _ranks(anchor: Path, definitions: Any) -> dict[Any, int]:
     return out
 
 
-def _category(region: Any, location_is_gpu: bool, frame: _Frame) -> str:
-    paradigm, role, name = _name(region.paradigm), _name(region.region_role), str(region.name)
-    if paradigm == "MPI":
-        if role in _COMM_ROLES or frame.collective or name.startswith(("MPI_Wait", "MPI_Test")):
-            return "communication"
-        return "other"
-    if role == "DATA_TRANSFER":
-        return "memcpy"
-    if role in ("FILE_IO", "FILE_IO_METADATA") or paradigm == "IO":
-        return "data"
-    if paradigm == "MEASUREMENT_SYSTEM":
-        return "other"
-    if paradigm in ("CUDA", "HIP", "OPENCL") and not location_is_gpu and role != "KERNEL":
-        return "runtime"
-    return "compute"
-
-
-def _bytes_of(collective: str, sent: float, received: float, size: int, rank_is_root: bool) -> float:
-    """The nccl-tests message size from Score-P's byte counts (``scorep_mpi_coll.c``, not in place)."""
-    n = max(size, 1)
-    if collective == "allreduce":
-        return sent / n
-    if collective == "broadcast":
-        return sent / n if rank_is_root else received
-    if collective == "reduce":
-        return sent
-    if collective in ("allgather", "reduce_scatter", "alltoall"):
-        return received if collective == "allgather" else sent
-    if collective == "gather":
-        return received if rank_is_root else sent * n
-    if collective == "scatter":
-        return sent if rank_is_root else received * n
-    if collective == "barrier":
-        return 0.0
-    return max(sent, received)
-
-
 def _read_archive(anchor: Path, trace: Any, regions: str) -> Trace:
     definitions = trace.definitions
     clock = definitions.clock_properties
@@ -290,125 +193,11 @@ def _read_archive(anchor: Path, trace: Any, regions: str) -> Trace:
         loc: str(loc.name) if seen[(rank_of.get(loc), str(loc.name))] == 1 else f"{loc.name} #{loc._ref}"
         for loc in definitions.locations
     }
-
-    rows: dict[str, list] = {
-        c: []
-        for c in (
-            "location",
-            "name",
-            "category",
-            "start",
-            "end",
-            "collective",
-            "bytes",
-            "sent",
-            "received",
-            "peer",
-            "communicator",
-            "depth",
-            "call",
-        )
-    }
-    stacks: dict[Any, list[_Frame]] = {}
-    pending: dict[Any, dict[str, Any]] = {}  # collective begun, not ended, per location
-    calls = 0
-    steps: list[tuple[Any, int, int, int]] = []  # (location, start, end, step)
-
-    def emit(location: Any, frame: _Frame, start: int, end: int, category: str | None = None) -> int:
-        rows["location"].append(location)
-        rows["name"].append(str(frame.region.name))
-        rows["category"].append(category)
-        rows["start"].append(start)
-        rows["end"].append(end)
-        for key in ("collective", "bytes", "sent", "received", "peer", "communicator"):
-            rows[key].append(None)
-        rows["depth"].append(frame.depth)
-        rows["call"].append(frame.call)
-        return len(rows["start"]) - 1
-
+    reader = _EventReader(anchor, regions, rank_of, names)
     index = -1
     try:
-        for location, event in trace.events:
-            index += 1
-            kind = type(event).__name__
-            time = int(event.time)
-            stack = stacks.setdefault(location, [])
-            if kind == "Enter":
-                if stack:
-                    top = stack[-1]
-                    top.children = True
-                    if regions == "exclusive" and time > top.resume:
-                        top.rows.append(emit(location, top, top.resume, time))
-                calls += 1
-                stack.append(_Frame(event.region, time, time, calls, len(stack)))
-            elif kind == "Leave":
-                if not stack or stack[-1].region is not event.region:
-                    open_name = stack[-1].region.name if stack else "nothing"
-                    raise InputFileError(
-                        anchor,
-                        f"location {names.get(location, location)!s}, event {index} "
-                        f"(time {time}): Leave of region {event.region.name!r} while "
-                        f"{open_name!r} is open; expected Leave to match the last Enter",
-                    )
-                frame = stack.pop()
-                if regions == "exclusive":
-                    if time > frame.resume or not frame.rows:
-                        frame.rows.append(emit(location, frame, frame.resume, time))
-                else:
-                    frame.rows.append(emit(location, frame, frame.enter, time))
-                _finish(
-                    frame,
-                    rows,
-                    location_is_gpu=_name(location.type) in ("GPU", "ACCELERATOR_STREAM"),
-                    inclusive=regions == "inclusive",
-                )
-                if _STEP_NAME.match(str(frame.region.name)) and frame.step is None:
-                    frame.step = int(_STEP_NAME.match(str(frame.region.name)).group(1))
-                if frame.step is not None:
-                    steps.append((location, frame.enter, time, frame.step))
-                    row = emit(location, frame, frame.enter, time, "step")
-                    rows["depth"][row] = frame.depth
-                if stack:
-                    stack[-1].resume = time
-            elif kind == "MpiCollectiveBegin":
-                pending[location] = {"begin": time}
-            elif kind == "MpiCollectiveEnd":
-                begin = pending.pop(location, {}).get("begin", time)
-                op = _name(event.collective_op)
-                collective = COLLECTIVE_OPS.get(op, op.lower())
-                comm = event.communicator
-                size = _comm_size(comm)
-                root = None if int(event.root) == _UINT32_UNDEFINED else int(event.root)
-                members = getattr(getattr(comm, "group", None), "members", None) or ()
-                is_root = root is not None and root < len(members) and members[root] is location
-                sent, received = float(event.size_sent), float(event.size_received)
-                nbytes = _bytes_of(collective, sent, received, size, is_root)
-                target = stack[-1] if stack and _name(stack[-1].region.paradigm) == "MPI" else None
-                if target is None:  # a collective outside any MPI region: a row of its own
-                    calls += 1
-                    frame = _Frame(_Named(f"MPI collective {op}"), begin, begin, calls, len(stack))
-                    frame.rows.append(emit(location, frame, begin, time, "communication"))
-                    target = frame
-                target.collective, target.nbytes, target.has_bytes = collective, nbytes, True
-                target.sent, target.received = sent, received
-                target.peer = None if root is None else _peer_rank(comm, root, rank_of)
-                target.communicator = str(getattr(comm, "name", ""))
-                if target is not (stack[-1] if stack else None):
-                    _finish(target, rows, location_is_gpu=False, inclusive=True)
-            elif kind in ("MpiSend", "MpiIsend", "MpiRecv", "MpiIrecv"):
-                if not stack:
-                    continue  # a message outside any region: nothing to attach its size to
-                top = stack[-1]
-                send = kind in ("MpiSend", "MpiIsend")
-                top.collective = "send" if send or top.collective == "send" else "recv"
-                top.nbytes += float(event.msg_length)
-                top.has_bytes = True
-                peer = int(event.receiver if send else event.sender)
-                top.peer = _peer_rank(event.communicator, peer, rank_of)
-                top.communicator = str(getattr(event.communicator, "name", ""))
-            elif kind in ("ParameterInt", "ParameterUnsignedInt"):
-                if stack and _STEP_PARAMETER.match(str(event.parameter.name)):
-                    stack[-1].step = int(event.value)
+        for index, (location, event) in enumerate(trace.events):
+            reader.event(index, location, event)
     except InputFileError:
         raise
     except Exception as err:  # the C reader fails on damaged event files while iterating
@@ -418,7 +207,7 @@ def _read_archive(anchor: Path, trace: Any, regions: str) -> Trace:
             "complete archive (truncated or damaged event files?)",
         ) from None
     still_open = {
-        names.get(loc, str(loc)): [str(f.region.name) for f in st] for loc, st in stacks.items() if st
+        names.get(loc, str(loc)): [str(f.region.name) for f in st] for loc, st in reader.stacks.items() if st
     }
     if still_open:
         where = "; ".join(f"{loc}: {', '.join(open_)}" for loc, open_ in list(still_open.items())[:4])
@@ -427,48 +216,7 @@ def _read_archive(anchor: Path, trace: Any, regions: str) -> Trace:
             f"regions never left at the end of the trace ({where}); expected every Enter "
             "to have its Leave (a truncated trace?)",
         )
-    return _trace(anchor, rows, steps, rank_of, names, offset, resolution, clock, definitions)
-
-
-class _Named:
-    """Stands in for a region where a record has none (a collective outside MPI regions)."""
-
-    def __init__(self, name: str):
-        self.name = name
-        self.paradigm = "MPI"
-        self.region_role = "COLL_OTHER"
-
-
-def _comm_size(comm: Any) -> int:
-    group = getattr(comm, "group", None) or getattr(comm, "groupA", None)
-    members = getattr(group, "members", None)
-    return len(members) if members is not None else 1
-
-
-def _peer_rank(comm: Any, peer: int, rank_of: dict[Any, int]) -> int:
-    """The world rank of rank ``peer`` of ``comm`` (OTF2 records the rank within the communicator)."""
-    group = getattr(comm, "group", None)
-    members = getattr(group, "members", None)
-    if members is not None and 0 <= peer < len(members) and members[peer] in rank_of:
-        return rank_of[members[peer]]
-    return peer
-
-
-def _finish(frame: _Frame, rows: dict[str, list], *, location_is_gpu: bool, inclusive: bool) -> None:
-    """Categories and MPI details of a finished call onto its rows."""
-    category = _category(frame.region, location_is_gpu, frame)
-    if inclusive and frame.children and category == "compute":
-        category = "annotation"  # its time is its children's, which have rows of their own
-    last = frame.rows[-1] if frame.rows else None
-    for row in frame.rows:
-        rows["category"][row] = category
-        rows["collective"][row] = frame.collective
-        rows["communicator"][row] = frame.communicator
-        rows["peer"][row] = frame.peer
-        if row == last and frame.has_bytes:  # once per call, so that sums of bytes stay right
-            rows["bytes"][row] = frame.nbytes
-            rows["sent"][row] = frame.sent
-            rows["received"][row] = frame.received
+    return _trace(anchor, reader.rows, reader.steps, rank_of, names, offset, resolution, clock, definitions)
 
 
 def _trace(

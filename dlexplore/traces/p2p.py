@@ -10,11 +10,15 @@ payload leave it unknown.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
-from .breakdown import _events_of, device_streams
-from .schema import POINT_TO_POINT, Trace
+from .events import POINT_TO_POINT, device_streams, events_of
+
+if TYPE_CHECKING:
+    from .schema import Trace
 
 __all__ = ["OP_ID_COLUMNS", "P2P_COLUMNS", "communication_events", "p2p_table_rows", "point_to_point"]
 
@@ -82,7 +86,7 @@ def point_to_point(trace: Trace | pd.DataFrame) -> pd.DataFrame:
     ``time_total`` (s) and ``algbw`` (GB/s, bytes / time). Events count where they do the work, as
     for collectives (device streams on GPU ranks).
     """
-    events, source, fmt = _events_of(trace)
+    events, source, fmt = events_of(trace)
     table = communication_events(events, point_to_point=True)
     names = list(P2P_COLUMNS)
     if table.empty:

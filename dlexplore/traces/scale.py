@@ -221,32 +221,7 @@ def _assemble(results: list[dict[str, Any]], allow_missing: bool) -> xr.Dataset:
             raise DlexploreError(
                 f"{result['path']}: could not be summarised ({result['error_type']}: {result['error']})"
             )
-    formats = sorted({r["format"] for r in results})
-    if len(formats) > 1:
-        listing = "; ".join(f"{Path(r['path']).name}: {r['format']}" for r in results[:6])
-        raise DlexploreError(f"these files hold different formats ({', '.join(formats)}): {listing}")
-    sizes = {r["world_size"] for r in results if r["world_size"] is not None}
-    if len(sizes) > 1:
-        listing = "; ".join(f"{Path(r['path']).name}: {r['world_size']}" for r in results[:6])
-        raise DlexploreError(
-            f"these traces come from runs of different world sizes ({listing}); expected the files of one run"
-        )
-    owner: dict[int, str] = {}
-    for result in results:
-        for rank in result["rank"].tolist():
-            if rank in owner:
-                raise DlexploreError(
-                    f"{owner[rank]} and {result['path']} both hold rank {rank}; expected one file per rank"
-                )
-            owner[rank] = result["path"]
-    world_size = sizes.pop() if sizes else (max(owner) + 1 if owner else 0)
-    missing = sorted(set(range(world_size)) - set(owner))
-    if missing and len(results) > 1 and not allow_missing:
-        shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
-        raise DlexploreError(
-            f"rank(s) {shown} of {world_size} missing from the traces given "
-            f"({len(results)} files); pass allow_missing_ranks=True to read them anyway"
-        )
+    formats, world_size, owner = _checked_results(results, allow_missing)
 
     # load_trace(folder).breakdown() numbers every rank's whole trace as step 0 only when no file
     # marks steps; when some do, the unmarked ranks' events are outside steps there, so here too.
@@ -298,6 +273,40 @@ def _assemble(results: list[dict[str, Any]], allow_missing: bool) -> xr.Dataset:
     )
     ds.attrs.update(attrs)
     return ds
+
+
+def _checked_results(
+    results: list[dict[str, Any]], allow_missing: bool
+) -> tuple[list[str], int, dict[int, str]]:
+    """load_trace's checks across the files: one format, one world size, one file per rank, no
+    rank missing (unless allowed). Returns the format, the world size and each rank's file."""
+    formats = sorted({r["format"] for r in results})
+    if len(formats) > 1:
+        listing = "; ".join(f"{Path(r['path']).name}: {r['format']}" for r in results[:6])
+        raise DlexploreError(f"these files hold different formats ({', '.join(formats)}): {listing}")
+    sizes = {r["world_size"] for r in results if r["world_size"] is not None}
+    if len(sizes) > 1:
+        listing = "; ".join(f"{Path(r['path']).name}: {r['world_size']}" for r in results[:6])
+        raise DlexploreError(
+            f"these traces come from runs of different world sizes ({listing}); expected the files of one run"
+        )
+    owner: dict[int, str] = {}
+    for result in results:
+        for rank in result["rank"].tolist():
+            if rank in owner:
+                raise DlexploreError(
+                    f"{owner[rank]} and {result['path']} both hold rank {rank}; expected one file per rank"
+                )
+            owner[rank] = result["path"]
+    world_size = sizes.pop() if sizes else (max(owner) + 1 if owner else 0)
+    missing = sorted(set(range(world_size)) - set(owner))
+    if missing and len(results) > 1 and not allow_missing:
+        shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
+        raise DlexploreError(
+            f"rank(s) {shown} of {world_size} missing from the traces given "
+            f"({len(results)} files); pass allow_missing_ranks=True to read them anyway"
+        )
+    return formats, world_size, owner
 
 
 def _source(fmt: str, files: Sequence[str]) -> str:

@@ -34,14 +34,17 @@ HTA 0.5 on purpose:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 import xarray as xr
 
-from .breakdown import BusyTime, _category_mask, _events_of, device_streams
-from .schema import Trace
+from .events import category_mask, device_streams, events_of
+from .intervals import BusyTime
+
+if TYPE_CHECKING:
+    from .schema import Trace
 
 __all__ = ["TEMPORAL_VARIABLES", "temporal_breakdown"]
 
@@ -80,9 +83,9 @@ def temporal_breakdown(
         Dim ``rank``; :data:`TEMPORAL_VARIABLES` with units. Ranks without device events are
         left out (a CPU-only trace gives an empty dataset, said in ``attrs["note"]``).
     """
-    events, source, fmt = _events_of(trace)
+    events, source, fmt = events_of(trace)
     keep = (
-        device_streams(events) & _category_mask(events["category"], _DEVICE_WORK)
+        device_streams(events) & category_mask(events["category"], _DEVICE_WORK)
         if len(events)
         else np.zeros(0, dtype=bool)
     )
@@ -115,7 +118,7 @@ def temporal_breakdown(
         index = np.arange(len(ranks))
 
         def covered(*names: str) -> np.ndarray:
-            chosen = keep & _category_mask(events["category"], names)
+            chosen = keep & category_mask(events["category"], names)
             busy = BusyTime(position[chosen], start[chosen], end[chosen], origin, span)
             return busy.covered(index, first, last)
 

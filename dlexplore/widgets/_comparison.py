@@ -40,9 +40,11 @@ def points_of(ds: xr.Dataset, workload: str, gpu: str | None = None) -> xr.Datas
     """The points of ``ds`` measured with ``workload`` (and ``gpu``), or None if there are none."""
     keep = np.ones(ds.sizes["point"], dtype=bool)
     if "workload" in ds.coords:
-        keep &= (
-            _resolved("workload", _lower(ds["workload"].values)) == catalog.workload(workload).name.lower()
-        )
+        try:
+            target = catalog.workload(workload).name.lower()
+        except DlexploreError:  # a model of the explorer's own (a traced one): no catalog entry
+            target = workload.lower()
+        keep &= _resolved("workload", _lower(ds["workload"].values)) == target
     if gpu is not None and "gpu" in ds.coords:
         keep &= _resolved("gpu", _lower(ds["gpu"].values)) == catalog.gpu(gpu).name.lower()
     return ds.isel(point=np.flatnonzero(keep)) if keep.any() else None

@@ -17,11 +17,23 @@ from ipywidgets.widgets.widget_int import SliderStyle
 from ipywidgets.widgets.widget_string import HTMLStyle
 
 from .. import catalog, validation
-from ..model.comm import ALGORITHMS
+from ..model.comm import ALGORITHMS, normalize_algorithm
+from ..model.compute import normalize_precision
 from ..plots import GPU_COUNTS
 from ._layout import CONTROL_WIDTH
 
-__all__ = ["BATCH_SIZES", "GPUS_PER_NODE", "NONE", "make_controls", "control_panel", "nearest"]
+__all__ = [
+    "BATCH_SIZES",
+    "GPUS_PER_NODE",
+    "NONE",
+    "make_controls",
+    "control_panel",
+    "nearest",
+    "check_arguments",
+    "control_value",
+    "workload_label",
+    "workload_options",
+]
 
 #: The menus' "nothing chosen" entry (no measured dataset, no storage tier).
 NONE = "(none)"
@@ -51,11 +63,91 @@ SECTIONS = (
 )
 
 
+#: Longer names than this get a short label in the workload drop-down (its full name in the tooltip).
+SHORT_NAME = 22
+
+
+def workload_label(name: str) -> str:
+    """The workload drop-down's label for ``name``: itself, or for a long ad-hoc spec its builder and
+    size (``"transformer 536k"``), which fits the control."""
+    if len(name) <= SHORT_NAME:
+        return name
+    try:
+        wl = catalog.workload(name)
+    except Exception:  # noqa: BLE001 - a label never fails: the name cut short instead
+        return name[: SHORT_NAME - 1] + "…"
+    size = f"{wl.params / 1e6:.3g}M" if wl.params >= 1e6 else f"{wl.params / 1e3:.0f}k"
+    return f"{wl.kind} {size} params"
+
+
+def workload_options(names: Iterable[str]) -> list[tuple[str, str]]:
+    """(label, name) pairs of the workload drop-down."""
+    return [(workload_label(n), n) for n in names]
+
+
+def check_arguments(**values: Any) -> None:
+    """The explorer's constructor values, refused in words before anything is built."""
+    if "workload" in values:
+        catalog.workload(values["workload"])
+    if "gpu" in values:
+        catalog.gpu(values["gpu"])
+    for name in ("gpus", "gpus_per_node"):
+        if name in values:
+            validation.count(name, values[name], maximum=max(GPU_COUNTS))
+    if "batch_size" in values:
+        validation.count("batch_size", values["batch_size"], maximum=max(BATCH_SIZES), units="samples")
+    validation.number("pue", values["pue"], minimum=1.0, maximum=2.0)
+    for name in ("tp", "pp"):
+        if name in values:
+            validation.count(name, values[name], maximum=64)
+    if "micro_batch" in values:
+        validation.count("micro_batch", values["micro_batch"], minimum=0, maximum=64, units="samples")
+    if "zero" in values:
+        validation.count("zero", values["zero"], minimum=0, maximum=3)
+    if "recompute" in values:
+        from ..model.states import normalize_recompute
+
+        normalize_recompute(values["recompute"])
+    if "schedule" in values:
+        from ..model.pipeline import normalize_schedule
+
+        normalize_schedule(values["schedule"])
+
+
 def nearest(options: Iterable[int], value: float) -> int:
     """The option closest to ``value`` on a log scale (the sliders' options are powers and
     half-powers of two)."""
     options = list(options)
     return options[int(np.argmin([abs(np.log(o) - np.log(value)) for o in options]))]
+
+
+def control_value(controls: dict[str, w.Widget], name: str, value: Any) -> Any:
+    """``value`` checked and made the value control ``name`` takes (latency s -> µs, a count -> the
+    nearest option, a name -> the catalog's); workloads and measured datasets are the explorer's."""
+    if name == "latency":
+        return validation.nonnegative("latency", value, units="s") * 1e6
+    if name == "bandwidth":
+        return validation.positive("bandwidth", value, units="GB/s")
+    counts = {"gpus": GPU_COUNTS, "batch_size": BATCH_SIZES, "gpus_per_node": GPUS_PER_NODE}
+    if name in counts:
+        return nearest(counts[name], validation.count(name, value, maximum=max(counts[name])))
+    if name == "gpu":
+        return catalog.gpu(value).name
+    if name in ("network", "intra_link"):
+        return catalog.network(value).name
+    if name == "algorithm":
+        return normalize_algorithm(value)
+    if name == "precision":
+        return validation.precision_for(catalog.gpu(controls["gpu"].value), normalize_precision(value))
+    if name == "pue":
+        return validation.number("pue", value, minimum=1.0, maximum=2.0)
+    if name in ("tp", "pp", "micro_batch"):
+        # micro-batch 0: the whole replica batch at once; tp and pp are at least 1
+        value = validation.count(name, value, minimum=0 if name == "micro_batch" else 1)
+        return nearest([v for _, v in controls[name].options if v], value) if value else 0
+    if name in ("zero", "recompute", "schedule"):
+        check_arguments(pue=1.0, **{name: value})
+    return value
 
 
 def make_controls(*, datasets: Sequence[str], **v: Any) -> dict[str, w.Widget]:
@@ -85,7 +177,9 @@ def _menus(v: dict[str, Any], menu: dict[str, Any]) -> dict[str, w.Widget]:
     if v["workload"] not in workloads:
         workloads.append(v["workload"])
     return {
-        "workload": w.Dropdown(options=workloads, value=v["workload"], description="Workload", **menu),
+        "workload": w.Dropdown(
+            options=workload_options(workloads), value=v["workload"], description="Workload", **menu
+        ),
         "gpu": w.Dropdown(options=catalog.GPUS.names(), value=v["gpu"], description="GPU", **menu),
         "network": w.Dropdown(options=links, value=v["network"], description="Network", **menu),
         "intra_link": w.Dropdown(options=intra, value=v["intra_link"], description="Intra-node link", **menu),

@@ -10,11 +10,20 @@ The slider's path is hot, so the work is split by what a control changes:
   which each figure's :class:`~dlexplore.widgets._bokeh.BatchedBokehModel` sends to the browser as
   one document patch. This also works in Voila, where ``push_notebook`` does not.
 
-Measured datasets are loaded once, when the explorer is made (or when one is added), never on a
-slider move. The measured side (matching, adopting a setup) is in
-:mod:`~dlexplore.widgets._measured_side`, calibrating in :mod:`~dlexplore.widgets._calibration`, the
-controls' construction in :mod:`~dlexplore.widgets._controls` and the page's layout (where another
-panel goes: :meth:`Explorer.add_panel`) in :mod:`~dlexplore.widgets._layout`.
+The batch slider picks a column of a grid predicted once for every batch size of the slider (the
+vectorised model costs the same for one batch as for all), so it calls no model either.
+
+Measured datasets and traces are loaded once, when the explorer is made (or when one is added),
+never on a slider move. The measured side (matching, adopting a setup) is in
+:mod:`~dlexplore.widgets._measured_side`, calibrating in :mod:`~dlexplore.widgets._calibration`,
+your own traced runs in :mod:`~dlexplore.widgets._trace_side`, hybrid parallelism in
+:mod:`~dlexplore.widgets._hybrid`, the controls' construction in
+:mod:`~dlexplore.widgets._controls` and the page's layout (where another panel goes:
+:meth:`Explorer.add_panel`) in :mod:`~dlexplore.widgets._layout`.
+
+Kept whole: what is left here is the slider's path itself (holding changes, batching patches, which
+work each control's change needs, in what order the figures are sent); split, one change would be
+followed across modules.
 """
 
 from __future__ import annotations
@@ -23,7 +32,6 @@ import html
 import os
 from collections.abc import Iterable, Mapping
 from contextlib import ExitStack, contextmanager, nullcontext
-from pathlib import Path
 from typing import Any
 
 import ipywidgets as w
@@ -32,7 +40,6 @@ import xarray as xr
 
 from .. import catalog, validation
 from ..errors import DlexploreError
-from ..model import predict
 from ..model.comm import normalize_algorithm
 from ..model.compute import normalize_precision
 from ..model.energy import energy
@@ -40,11 +47,28 @@ from ..model.time_to_accuracy import time_to_accuracy
 from ..plots import GPU_COUNTS, ExplorerFigures, headline
 from ..plots.convergence import TimeToAccuracyFigure
 from ..plots.figures import MIN_WIDTH
+from ..plots.hybrid import hybrid_headline, is_hybrid
 from ..plots.notebook import load_bokehjs
+from ..plots.overlays import Overlays
 from ._bokeh import BatchedBokehModel
-from ._controls import BATCH_SIZES, GPUS_PER_NODE, NONE, control_panel, make_controls, nearest
-from ._layout import explorer_box, panel_grid
+from ._controls import (
+    BATCH_SIZES,
+    DESCRIPTION_WIDTH,
+    GPUS_PER_NODE,
+    NONE,
+    SECTIONS,
+    check_arguments,
+    control_panel,
+    control_value,
+    make_controls,
+    workload_label,
+    workload_options,
+)
+from ._hybrid import HYBRID_CONTROLS, HybridSide, hybrid_controls
+from ._layout import CONTROL_WIDTH, explorer_box, panel_grid
 from ._measured_side import MeasuredSide
+from ._prediction import PredictionSide
+from ._trace_side import TraceSide
 
 __all__ = ["Explorer", "BATCH_SIZES", "GPUS_PER_NODE", "load_bokehjs"]
 
@@ -60,7 +84,7 @@ DEFAULTS = {
 }
 
 
-class Explorer(MeasuredSide):
+class Explorer(PredictionSide, TraceSide, HybridSide, MeasuredSide):
     """Interactive predicted-vs-measured explorer of data-parallel training.
 
     Controls: GPUs (1 to 1024), per-GPU batch size, network bandwidth (GB/s) and latency (µs), GPUs
@@ -86,6 +110,17 @@ class Explorer(MeasuredSide):
         one (a Horovod ring), else ``"nccl"``: NCCL's own choice of ring or tree and protocol by
         message size (:func:`dlexplore.predict`'s default too: PyTorch DDP and Horovod on GPUs
         reduce through NCCL).
+    trace:
+        Your own run: a trace file, a folder of per-rank files, a glob, a
+        :class:`~dlexplore.traces.Trace`, or a list of runs (folders or Traces) of one job at
+        several GPU counts. What the trace says of its run (GPUs, workload, batch, GPU, precision,
+        algorithm, GPUs per node: :func:`dlexplore.fit.trace_setup.infer_setup`) starts the
+        controls, marked as from the trace; what it cannot say is asked in the "Your run" panel,
+        which also compares the runs with the prediction at their configuration and calibrates
+        the model to them (:meth:`calibrate_trace`). Arguments given here win over the trace's.
+    tp, pp, micro_batch, zero, recompute, sequence_parallel, schedule:
+        Hybrid parallelism for transformer workloads (see :mod:`dlexplore.widgets._hybrid`);
+        ``micro_batch`` 0 is the whole replica batch at once.
     measured:
         ``"auto"`` (default): the bundled (or added) measurement of this workload on this GPU is
         shown, its setup adopted for what the caller left out, and another one is matched whenever
@@ -102,11 +137,11 @@ class Explorer(MeasuredSide):
 
     def __init__(
         self,
-        workload: str = "resnet50",
-        gpu: str = "V100-16GB",
+        workload: str | None = None,
+        gpu: str | None = None,
         network: str | None = None,
         *,
-        gpus: int = 8,
+        gpus: int | None = None,
         batch_size: int | None = None,
         gpus_per_node: int | None = None,
         intra_link: str | None = None,
@@ -115,28 +150,42 @@ class Explorer(MeasuredSide):
         measured: str | os.PathLike | xr.Dataset | Iterable[Any] | None = "auto",
         storage: str | None = None,
         pue: float = 1.0,
+        trace: Any = None,
+        tp: int = 1,
+        pp: int = 1,
+        micro_batch: int = 0,
+        zero: int = 0,
+        recompute: str = "none",
+        sequence_parallel: bool = False,
+        schedule: str = "1f1b",
         **model_kwargs: Any,
     ):
         for name in ("gpus", "batch_size", "gpus_per_node", "bandwidth", "latency", "buckets"):
             if name in model_kwargs:
                 raise DlexploreError(f"Explorer: {name!r} is a control; pass it as gpus=, batch_size= ...")
-        given = {
-            k: v
-            for k, v in dict(
-                network=network,
-                batch_size=batch_size,
-                gpus_per_node=gpus_per_node,
-                intra_link=intra_link,
-                precision=precision,
-                algorithm=algorithm,
-            ).items()
-            if v is not None
-        }
-        self._check(gpus=gpus, pue=pue, **given)
+        given = dict(network=network, batch_size=batch_size, gpus_per_node=gpus_per_node)
+        given.update(intra_link=intra_link, precision=precision, algorithm=algorithm)
+        given.update(workload=workload, gpu=gpu, gpus=gpus)
+        given = {k: v for k, v in given.items() if v is not None}
+        hybrid = dict(tp=tp, pp=pp, micro_batch=micro_batch, zero=zero, recompute=recompute)
+        hybrid.update(sequence_parallel=sequence_parallel, schedule=schedule)
+        check_arguments(pue=pue, **{k: v for k, v in hybrid.items() if k != "sequence_parallel"}, **given)
         self._model_kwargs = dict(model_kwargs)
         self._traces: dict[str, dict[str, np.ndarray]] = {}
-        wl, dev = catalog.workload(workload), catalog.gpu(gpu)
-        self._custom_workloads = {} if wl.name in catalog.WORKLOADS else {wl.name: wl}
+        self._custom_workloads = {}
+        given = {**self._init_traces(trace, batch_size), **given}
+        if trace is not None and isinstance(measured, str) and measured == "auto":
+            measured = None  # the trace is the measurement; a published one is a choice away
+        wl, dev = (
+            catalog.workload(given.get("workload", "resnet50")),
+            catalog.gpu(given.get("gpu", "V100-16GB")),
+        )
+        self._custom_workloads = {
+            **self._custom_workloads,
+            **({} if wl.name in catalog.WORKLOADS else {wl.name: wl}),
+        }
+        given = {k: v for k, v in given.items() if k not in ("workload", "gpu")}
+        gpus = given.pop("gpus", 8)
         first = self._init_measured(measured, wl.name, dev.name, given)
         settings = {**DEFAULTS, **first["setup"], **given}
         if "workload" in first["setup"]:
@@ -144,6 +193,28 @@ class Explorer(MeasuredSide):
         if "gpu" in first["setup"]:
             dev = catalog.gpu(first["setup"]["gpu"])
         settings["precision"] = validation.precision_for(dev, normalize_precision(settings["precision"]))
+        self._make_controls(wl, dev, gpus, settings, storage, pue, first["name"], hybrid)
+        self._mark_inferred()
+        self._make_views()
+        self._make_measured_bar(first["note"])
+        self._make_trace_panel()
+        self._make_hybrid_note()
+        self._wire()
+        self._recompute(measured_changed=True)
+        self._build_page()
+
+    def _make_controls(
+        self,
+        wl: Any,
+        dev: Any,
+        gpus: int,
+        settings: Mapping[str, Any],
+        storage: str | None,
+        pue: float,
+        measured_name: str,
+        hybrid: Mapping[str, Any],
+    ) -> None:
+        """The sliders and dropdowns at their starting values, the hybrid ones with them."""
         net = catalog.network(settings["network"])
         self.controls = make_controls(
             datasets=list(self._datasets),
@@ -160,9 +231,15 @@ class Explorer(MeasuredSide):
             latency=net.latency_s,
             storage=NONE if storage is None else catalog.storage(storage).name,
             pue=float(pue),
-            measured=first["name"],
+            measured=measured_name,
         )
+        self.controls.update(hybrid_controls(dict(hybrid), f"{CONTROL_WIDTH - 10}px", DESCRIPTION_WIDTH))
+
+    def _make_views(self) -> None:
+        """The figures (built once; every change replaces their sources' data) and the state the
+        slider's path keeps between moves."""
         self.figures = ExplorerFigures(GPU_COUNTS)
+        self.overlays = Overlays(self.figures)
         # a fifth panel (add_panel): time to accuracy over the same GPU counts and batch size
         self.time_to_accuracy = TimeToAccuracyFigure(
             width=None, height=self.figures.throughput.height, min_width=MIN_WIDTH
@@ -171,22 +248,23 @@ class Explorer(MeasuredSide):
         self.headline = w.HTML(layout=w.Layout())
         self.headline.add_class("dlx-headline")
         self.prediction: xr.Dataset | None = None
+        self._sweep: xr.Dataset | None = None
+        self._sweep_energy: xr.Dataset | None = None
         self._energy: xr.Dataset | None = None
         self._holding = 0
         self._dirty: set[str] = set()
-        self._make_measured_bar(first["note"])
         self._views: list[BatchedBokehModel] = []
         self._tta_view: BatchedBokehModel | None = None
-        self._wire()
-        self._recompute(measured_changed=True)
-        self._build_page()
 
     # -- public ---------------------------------------------------------------------------------
 
     @property
     def headline_text(self) -> str:
         """The headline (throughput, efficiency, bottleneck and what would help, energy) as text."""
-        text = headline(self.prediction, self.selected_gpus)
+        mixed = is_hybrid(self.prediction)
+        text = (hybrid_headline if mixed else headline)(self.prediction, self.selected_gpus)
+        if mixed and not bool(self.prediction.sel(gpus=self.selected_gpus)["valid"]):
+            return text
         if self._energy is not None:
             point = self._energy.sel(gpus=self.selected_gpus)
             text += (
@@ -204,7 +282,9 @@ class Explorer(MeasuredSide):
     @property
     def settings(self) -> dict[str, Any]:
         """The controls' values (``latency`` in s, ``bandwidth`` in GB/s), measured excluded."""
-        values = {name: c.value for name, c in self.controls.items() if name != "measured"}
+        values = {
+            name: c.value for name, c in self.controls.items() if name not in ("measured", *HYBRID_CONTROLS)
+        }
         values["latency"] = float(values["latency"]) * 1e-6
         return values
 
@@ -229,116 +309,25 @@ class Explorer(MeasuredSide):
         children = list(self._grid.children)
         self._grid.children = [widget, *children] if first else [*children, widget]
 
-    def add_trace(self, trace_or_breakdown: Any, label: str | None = None) -> str:
-        """Lay a measured step-time breakdown beside the predicted bars; returns its label.
-
-        ``trace_or_breakdown`` is a :class:`dlexplore.traces.Trace` (its
-        :meth:`~dlexplore.traces.Trace.breakdown` is taken), a breakdown dataset on (rank, step),
-        or what :func:`dlexplore.load_trace` reads. The bar is the mean over ranks and steps, in
-        the explorer's stack (compute, communication overlapped by compute, exposed
-        communication, data loading) plus memcpy and idle time, hatched, on an axis factor
-        ``"<ranks>: <label>"`` right after the predicted bar for that many GPUs. The measured
-        setup is not adopted: compare it with a prediction of the same workload and hardware.
-        Adding a label again replaces its bar.
-        """
-        from ..plots.timeline import measured_step_columns
-        from ..traces import Trace, load_trace
-
-        data = trace_or_breakdown
-        if not isinstance(data, (Trace, xr.Dataset)):
-            data = load_trace(data)
-        if isinstance(data, Trace):
-            default = Path(data.files[0]).parent.name if data.files else data.format
-            gpus = data.world_size
-            ds = data.breakdown()
-        else:
-            default = str(data.attrs.get("name") or "measured")
-            gpus = None
-            ds = data
-        name = str(label or default or "trace")
-        self._traces[name] = measured_step_columns(ds, label=name, gpus=gpus)
-        merged = {
-            key: np.concatenate([columns[key] for columns in self._traces.values()])
-            for key in next(iter(self._traces.values()))
-        }
-        with self._batched():
-            self.figures.show_measured_steps(merged)
-        return name
-
-    def open_advisor(self):
-        """Show the hybrid-parallelism strategy advisor under the explorer, with this workload,
-        GPU, precision, network, GPU count and global batch (see
-        :class:`dlexplore.advisor.AdvisorWidget`); returns it."""
-        from ..advisor import AdvisorWidget
-
-        c = self.controls
-        network = c["network"].value
-        if catalog.network(network).kind != "network":
-            network = "IB-HDR"  # the advisor's nodes talk over a network; an intra link is no option
-        advisor = AdvisorWidget(
-            workload=c["workload"].value,
-            gpus=self.selected_gpus,
-            gpu=c["gpu"].value,
-            network=network,
-            precision=c["precision"].value,
-            batch_size=self.selected_gpus * int(c["batch_size"].value),
-            gpus_per_node=int(c["gpus_per_node"].value),
-            intra_link=c["intra_link"].value,
-        )
-        self.advisor = advisor
-        self.advisor_box.children = (advisor.box,)
-        return advisor
-
     def _repr_mimebundle_(self, **kwargs: Any):
         load_bokehjs(components=("bokeh",))  # the figures use core models only: 1.3 of 2.1 MB
         return self.widget._repr_mimebundle_(**kwargs)
 
     # -- controls -------------------------------------------------------------------------------
 
-    @staticmethod
-    def _check(**values: Any) -> None:
-        """The constructor's values, refused in words before anything is built."""
-        for name in ("gpus", "gpus_per_node"):
-            if name in values:
-                validation.count(name, values[name], maximum=max(GPU_COUNTS))
-        if "batch_size" in values:
-            validation.count("batch_size", values["batch_size"], maximum=max(BATCH_SIZES), units="samples")
-        validation.number("pue", values["pue"], minimum=1.0, maximum=2.0)
-
     def _control_value(self, name: str, value: Any) -> Any:
-        if name == "latency":
-            return validation.nonnegative("latency", value, units="s") * 1e6
-        if name == "bandwidth":
-            return validation.positive("bandwidth", value, units="GB/s")
-        if name == "gpus":
-            return nearest(GPU_COUNTS, validation.count("gpus", value, maximum=max(GPU_COUNTS)))
-        if name == "batch_size":
-            return nearest(BATCH_SIZES, validation.count("batch_size", value, maximum=max(BATCH_SIZES)))
-        if name == "gpus_per_node":
-            return nearest(
-                GPUS_PER_NODE, validation.count("gpus_per_node", value, maximum=max(GPUS_PER_NODE))
-            )
         if name == "workload":
-            wl = catalog.workload(value)
-            if wl.name not in self.controls["workload"].options:
-                self._custom_workloads[wl.name] = wl
-                self.controls["workload"].options = [*self.controls["workload"].options, wl.name]
-            return wl.name
-        if name == "gpu":
-            return catalog.gpu(value).name
-        if name in ("network", "intra_link"):
-            return catalog.network(value).name
-        if name == "algorithm":
-            return normalize_algorithm(value)
-        if name == "precision":
-            return validation.precision_for(
-                catalog.gpu(self.controls["gpu"].value), normalize_precision(value)
+            wl = catalog.workload(
+                self._custom_workloads.get(value, value) if isinstance(value, str) else value
             )
+            names = [n for _, n in self.controls["workload"].options]
+            if wl.name not in names:
+                self._custom_workloads[wl.name] = wl
+                self.controls["workload"].options = workload_options([*names, wl.name])
+            return wl.name
         if name == "measured":
             return NONE if value is None else self.add_measured(value, show=False)
-        if name == "pue":
-            return validation.number("pue", value, minimum=1.0, maximum=2.0)
-        return value
+        return control_value(self.controls, name, value)
 
     def _build_page(self) -> None:
         # After the first data: a view sends its document whole when made, and only changes after.
@@ -348,9 +337,22 @@ class Explorer(MeasuredSide):
         self._tta_view = BatchedBokehModel(self.time_to_accuracy.figure, layout=shared)
         self.add_panel(self._tta_view)
         self.advisor_box = w.VBox([])
-        self.widget = explorer_box(
-            self.headline, self.bar, control_panel(self.controls), self._grid, self.advisor_box
+        sections = [
+            *SECTIONS[:-1],
+            ("Parallelism (transformers)", HYBRID_CONTROLS),
+            SECTIONS[-1],
+        ]
+        panel = control_panel(self.controls, sections)
+        index = next(
+            i
+            for i, c in enumerate(panel.children)
+            if getattr(c, "value", "") == "<b>Parallelism (transformers)</b>"
         )
+        panel.children = (*panel.children[: index + 1], self.hybrid_note, *panel.children[index + 1 :])
+        self._bars = w.VBox([]) if self._trace_points else self.bar
+        self._show_bars()
+        below = w.VBox([self.advisor_box, self.apply_box])  # the advisor, then its best as buttons
+        self.widget = explorer_box(self.headline, self._bars, panel, self._grid, below)
         self._add_advisor_opener()
 
     def _add_advisor_opener(self) -> None:
@@ -398,6 +400,8 @@ class Explorer(MeasuredSide):
                 dirty, self._dirty = self._dirty, set()
                 if dirty == {"gpus"}:
                     self._select()
+                elif dirty <= {"gpus", "batch_size"} and self._sweep is not None:
+                    self._show_batch()
                 else:
                     self._recompute(measured_changed="measured" in dirty)
 
@@ -424,6 +428,8 @@ class Explorer(MeasuredSide):
         for figure, update in self.figures.selection_updates(self.prediction, self.selected_gpus)[skip:]:
             with self._batch(figure):
                 update()
+                if figure is self.figures.comm:
+                    self._show_trace_collectives()
 
     def _changed(self, name: str) -> None:
         with self._hold():
@@ -436,6 +442,10 @@ class Explorer(MeasuredSide):
             elif name == "precision" and not self._adopting:
                 self._forget_calibration("the precision changed")
                 self._readopt()
+            elif name == "intra_link" and self.calibration is not None:
+                # a what-if of another link: its catalog figures, not the fitted ones
+                for key in ("intra_bandwidth", "intra_latency"):
+                    self._model_kwargs.pop(key, None)
 
     def _on_gpus(self, change: Mapping[str, Any]) -> None:
         if self._holding:
@@ -453,57 +463,64 @@ class Explorer(MeasuredSide):
             self._dirty.add("network")
             self._apply_network()
 
-    def _predict(self, **overrides: Any) -> xr.Dataset:
-        c = self.controls
-        workload = c["workload"].value
-        args = dict(
-            gpus=list(GPU_COUNTS),
-            batch_size=int(c["batch_size"].value),
-            bandwidth=float(c["bandwidth"].value),
-            latency=float(c["latency"].value) * 1e-6,
-            gpus_per_node=int(c["gpus_per_node"].value),
-            intra_link=c["intra_link"].value,
-            algorithm=c["algorithm"].value,
-            precision=c["precision"].value,
-            buckets=True,
-            storage=None if c["storage"].value == NONE else c["storage"].value,
-            **self._model_kwargs,
-        )
-        args.update(overrides)
-        where = (self._custom_workloads.get(workload, workload), c["gpu"].value, c["network"].value)
-        ds = predict(*where, **args)
-        if not overrides and self.calibration is not None and self.calibration.kind == "training":
-            # the calibrated curve carries its prediction interval (dlexplore.fit.band), which the
-            # band drawn includes (_show_band)
-            ds = self.calibration.add_band(
-                ds,
-                lambda **p: predict(*where, **{**args, "buckets": False, **p}),
-                workload=workload,
-                precision=c["precision"].value,
-            )
-        return ds
-
     def _recompute(self, measured_changed: bool) -> None:
+        """A model call: the grid over GPU counts and batches for the controls, then the view. The
+        calibration's band, the model before calibration and the energy follow the first plots."""
         try:
-            self.prediction = self._predict()
+            self._sweep = self._predict(band=False)
         except DlexploreError as err:
             message = html.escape(str(err))
             self.headline.value = f"<span style='color:#D55E00'>Cannot predict: {message}</span>"
             return
-        # The plots first, each figure's patch on its way while the next is worked out; the bar, the
-        # energy and the headline after.
-        marks = self._marks()
+        self._sweep_before = self._sweep_energy = None
+        self._show_batch(measured_changed)
+
+    def _show_batch(self, measured_changed: bool = False) -> None:
+        """The batch selected from the grid, drawn (no model call once the grid is whole): the
+        throughput plot first, each figure's patch on its way while the next is worked out; then the
+        band and the model before calibration, the bars, the headline and the time to accuracy."""
+        b = int(self.controls["batch_size"].value)
+        self.prediction = self._sweep.sel(batch_size=b)
+        published = self._marks()
+        banded = not self._wants_band() or "throughput_upper" in self._sweep
         with self._batch(self.figures.throughput):
-            self.figures.show_line(self.prediction)
-            self.figures.show_measured(marks)
-            self._show_band()
+            self.figures.show_line(self.prediction, band=banded)
+            self.figures.show_measured(self._trace_marks(published))
+            if banded:
+                self._show_band()
             self.figures.selection_updates(self.prediction, self.selected_gpus)[0][1]()
         self._send_selection(skip=1)
-        self._write_status(marks, measured_changed)
-        # Only the four phase times: energy() on the whole prediction, bucket schedule included,
-        # took most of a batch-slider move.
-        phases = self.prediction[["time_compute", "time_comm_exposed", "time_io_exposed", "step_time"]]
-        self._energy = energy(phases, pue=float(self.controls["pue"].value))
+        if self.calibration is not None:
+            if not banded:
+                self._sweep = self._banded(self._sweep)
+                self.prediction = self._sweep.sel(batch_size=b)
+            if self._sweep_before is None:
+                self._sweep_before = self._predict(calibrated=False, band=False)
+        with self._batch(self.figures.throughput):
+            if not banded:
+                self.figures.show_line(self.prediction)
+                self._show_band()
+            before = self._sweep_before if self.calibration is not None else None
+            line = (
+                (before["gpus"].values, before["throughput"].sel(batch_size=b).values)
+                if before is not None
+                else None
+            )
+            self.overlays.show_uncalibrated(*(line or (None,)))
+        with self._batched():
+            self._show_trace_layers()
+        self._write_status(published, measured_changed)
+        if hasattr(self, "_bars"):
+            self._show_bars()
+        self._write_trace_status()
+        self._write_hybrid_note()
+        if self._sweep_energy is None:
+            # Only the four phase times: energy() on the whole prediction, bucket schedule included,
+            # took most of a batch-slider move.
+            phases = self._sweep[["time_compute", "time_comm_exposed", "time_io_exposed", "step_time"]]
+            pue = float(self.controls["pue"].value)
+            self._sweep_energy = energy(phases, gpu=self.controls["gpu"].value, pue=pue)
+        self._energy = self._sweep_energy.sel(batch_size=b)
         self._write_headline()
         with self._batch(self.time_to_accuracy.figure):
             self._show_time_to_accuracy()
@@ -511,11 +528,14 @@ class Explorer(MeasuredSide):
     def _show_time_to_accuracy(self) -> None:
         """Time to accuracy against GPUs at this batch size, when the workload has convergence
         parameters (data/catalog/convergence.csv); an empty plot that says why otherwise."""
+        if is_hybrid(self.prediction):
+            self.time_to_accuracy.show_nothing("time to accuracy: data-parallel model only")
+            return
         try:
             self.time_to_accuracy.show(time_to_accuracy(self.prediction, energy=self._energy))
         except DlexploreError:
             self.time_to_accuracy.show_nothing(
-                f"no convergence parameters for {self.controls['workload'].value}"
+                f"no convergence parameters for {workload_label(self.controls['workload'].value)}"
             )
 
     def _select(self) -> None:

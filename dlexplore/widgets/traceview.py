@@ -12,6 +12,9 @@ the window is redrawn from the trace's :class:`~dlexplore.plots.timeline.Timelin
 when the window holds at most ``max_events`` of them, per-bin busy time otherwise. Range changes that
 come in a burst (a wheel turn sends many, each in two parts: start and end) are drawn at most once per
 ``throttle`` seconds, with the range as it is then, so the kernel never falls behind the wheel.
+
+Kept whole: one widget: its controls, the views they drive and the hot path of a zoom, which share
+the figures' sources.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ by calling :mod:`dlexplore.model.energy`)::
 
 from __future__ import annotations
 
-from .. import catalog
-from ..lab import Exercise, Solution, register
+from ... import catalog
+from ..core import Exercise, Solution, register
 
 __all__ = ["STEP", "EPOCH", "RATIO"]
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 
-from .. import catalog
-from ..lab import Exercise, Solution, register
+from ... import catalog
+from ..core import Exercise, Solution, register
 
 _S_JPEG = 110e3  # bytes: an ImageNet JPEG
 _B = 64  # samples per step per GPU

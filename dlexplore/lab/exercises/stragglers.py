@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from ..lab import Exercise, Solution, register
+from ..core import Exercise, Solution, register
 
 _MU, _SIGMA = 100.0, 10.0  # ms, exercise 401
 _BASE, _JITTER, _RANKS = 50.0, 5.0, 8  # ms, ms, count: exercise 402

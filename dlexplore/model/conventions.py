@@ -1,4 +1,5 @@
-"""Sweeps and dataset conventions shared by the model functions.
+"""Dataset conventions shared by the model functions: units and long names of every variable
+(:data:`VARIABLES`), the source of a prediction, and sweeps.
 
 A parameter given as a scalar stays a scalar coordinate; one given as a 1-D sequence becomes a
 dimension of that name. xarray then broadcasts by name, so every swept parameter ends up as one
@@ -29,6 +30,7 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "intra_bandwidth": ("GB/s", "intra-node link bandwidth per direction"),
     "intra_latency": ("s", "intra-node link latency per message"),
     "gpus_per_node": ("count", "GPUs per node"),
+    "nics_per_node": ("count", "network adapters per node (0: one per GPU)"),
     "servers": ("count", "parameter servers (0: one per node)"),
     "bytes": ("bytes", "message size"),
     "gamma": ("s/byte", "reduction cost per byte"),
@@ -48,6 +50,9 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "cycle_time": ("s", "Horovod's cycle time"),
     "servers_colocated": ("1", "whether the parameter servers run on the workers' nodes"),
     "negotiation_time": ("s", "Horovod's negotiation time per tensor and tree level"),
+    "host_staging": ("1", "whether gradients are reduced in host memory (Horovod's CPU allreduce)"),
+    "host_bandwidth": ("GB/s", "host memory traffic one CPU core sustains (bytes read and written)"),
+    "server_bandwidth": ("GB/s", "host memory traffic of a parameter server's CPU (read and written)"),
     "operator": ("1", "operator category of the compute breakdown"),
     "kernel": ("1", "kernel of one training step, in launch order"),
     # communication

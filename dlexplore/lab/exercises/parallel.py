@@ -11,7 +11,7 @@ Worked from the published formulas, not by calling :mod:`dlexplore.model.paralle
 
 from __future__ import annotations
 
-from ..lab import Exercise, Solution, register
+from ..core import Exercise, Solution, register
 
 __all__ = ["ZERO3", "BUBBLE", "ACTIVATIONS"]
 

@@ -1,0 +1,205 @@
+"""``dlexplore trace summary|collectives|report|convert``: what a measured trace holds."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+
+import xarray as xr
+
+from .options import FORMATS, Parser, UsageError, add_output, add_trace_options
+from .output import dataset_to_frame, emit, emit_frame, readable_table, show_measured, write_text
+
+#: Breakdown variables in the order ``trace summary`` prints them.
+TRACE_SUMMARY_COLUMNS = (
+    "step_time",
+    "time_compute",
+    "time_comm",
+    "time_comm_exposed",
+    "overlap_fraction",
+    "time_memcpy",
+    "time_data",
+    "time_idle",
+    "events",
+)
+
+
+def load_trace_from_args(args: argparse.Namespace, *, any_format: bool = False):
+    """The trace the command names (with ``any_format``, or a measured table: nccl-tests ...)."""
+    from ..traces import load, load_trace
+
+    options = {"allow_missing_ranks": True} if getattr(args, "allow_missing_ranks", False) else {}
+    if not any_format:
+        return load_trace(args.paths, format=args.trace_format, **options)
+    if getattr(args, "by", None):
+        options["by"] = args.by
+    return load(args.paths, format=args.trace_format, **options)
+
+
+def trace_notes(trace) -> str:
+    """What the title says besides the trace: ranks left out, files skipped, ranks unknown."""
+    notes = []
+    if trace.meta.get("missing_ranks"):
+        missing = trace.meta["missing_ranks"]
+        notes.append(
+            f"{len(missing)} of {trace.world_size} ranks missing: "
+            + ", ".join(map(str, missing[:20]))
+            + (" ..." if len(missing) > 20 else "")
+        )
+    if trace.meta.get("skipped_files"):
+        notes.append("skipped (not traces): " + "; ".join(trace.meta["skipped_files"]))
+    if trace.meta.get("rank_unknown"):
+        notes.append("the trace does not say its rank (shown as 0)")
+    return "".join(f"\n# {n}" for n in notes)
+
+
+def run_summary(args: argparse.Namespace) -> None:
+    if args.dask is None and args.scheduler_address is None:
+        if args.workers is not None:
+            raise UsageError("--workers goes with --dask threads|processes")
+        trace = load_trace_from_args(args, any_format=True)
+        if not hasattr(trace, "breakdown"):  # a measured table (nccl-tests, Darshan, DLIO)
+            ds = getattr(trace, "summary", trace)
+            show_measured(ds, args, str(ds.attrs.get("title") or ds.attrs.get("source", "")))
+            return
+        ds = trace.breakdown()
+        title = f"measured breakdown per rank and step: {trace!r}{trace_notes(trace)}"
+    else:
+        ds = _summarize_on_dask(args)
+        title = f"measured breakdown per rank and step ({ds.sizes['rank']} ranks, read on Dask)"
+    frame = dataset_to_frame(ds, TRACE_SUMMARY_COLUMNS)
+    emit(ds, frame, args, title, TRACE_SUMMARY_COLUMNS)
+
+
+def _summarize_on_dask(args: argparse.Namespace) -> xr.Dataset:
+    """``trace summary`` one file at a time on Dask: never all events in memory at once."""
+    if importlib.util.find_spec("dask") is None:
+        raise UsageError("--dask needs Dask: pip install 'dlexplore[scale]'")
+    from ..traces.scale import summarize
+
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    options = dict(format=args.trace_format, progress=not args.quiet, n_workers=args.workers)
+    if args.scheduler_address is None:
+        return summarize(args.paths, scheduler=args.dask, **options)
+    if args.dask is not None:
+        raise UsageError("give --dask (local) or --scheduler-address (a running cluster), not both")
+    if importlib.util.find_spec("distributed") is None:
+        raise UsageError("--scheduler-address needs dask.distributed: pip install 'dlexplore[scale]'")
+    from distributed import Client
+
+    try:
+        client = Client(args.scheduler_address, timeout="10s")
+    except OSError as err:
+        raise UsageError(f"cannot reach the Dask scheduler at {args.scheduler_address}: {err}") from None
+    with client:
+        return summarize(args.paths, client=client, **options)
+
+
+def run_collectives(args: argparse.Namespace) -> None:
+    trace = load_trace_from_args(args)
+    table = trace.collectives()
+    given = [args.bandwidth is not None, args.latency is not None]
+    if any(given) and not all(given):
+        raise UsageError("to compare with the model give both --bandwidth (GB/s) and --latency (s)")
+    if all(given):
+        from ..fit.collectives import compare_collectives
+
+        attrs = dict(table.attrs)
+        table = compare_collectives(
+            table, bandwidth=args.bandwidth, latency=args.latency, algorithm=args.algorithm
+        )
+        table.attrs = {**attrs, **table.attrs}
+    if args.format == "table":
+        body = readable_table(table, table.attrs.get("units", {}))
+        write_text(
+            f"# collectives: {trace!r}{trace_notes(trace)}\n# source: {trace.source}\n{body}\n", args.output
+        )
+        return
+    emit_frame(table, args, f"collectives: {trace.source}")
+
+
+def run_convert(args: argparse.Namespace) -> None:
+    from ..traces import write_netcdf
+
+    trace = load_trace_from_args(args)
+    write_netcdf(trace, args.output)
+    print(
+        f"dlexplore: wrote {args.output} ({len(trace):,} events, {len(trace.ranks)} ranks)", file=sys.stderr
+    )
+
+
+def run_report(args: argparse.Namespace) -> None:
+    from ..report import write_trace_report
+
+    trace = load_trace_from_args(args)
+    write_trace_report(args.output, trace, title=args.title)
+    print(f"dlexplore: wrote {args.output}", file=sys.stderr)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """The ``trace`` command and its actions."""
+    t = sub.add_parser(
+        "trace",
+        help="read traces: per-rank breakdown, collectives, convert",
+        description="Read PyTorch profiler, Horovod, Nsight Systems (SQLite) or "
+        "OTF2 traces: files, folders of per-rank files, or glob patterns.",
+    )
+    tsub = t.add_subparsers(dest="trace_command", metavar="ACTION", parser_class=Parser, required=True)
+    for action, helptext, func in (
+        ("summary", "per-rank, per-step time breakdown", run_summary),
+        (
+            "collectives",
+            "one row per collective and message size, with algbw and busbw",
+            run_collectives,
+        ),
+    ):
+        a = tsub.add_parser(action, help=helptext, description=helptext)
+        a.add_argument("paths", nargs="+", metavar="PATH", help="trace file, folder or glob")
+        a.add_argument("--trace-format", help="skip format detection: pytorch, horovod, nsys, otf2")
+        add_trace_options(a)
+        add_output(a, ("table", "csv", "json") if action == "collectives" else FORMATS)
+        if action == "summary":
+            a.add_argument(
+                "--by",
+                choices=("bytes", "point"),
+                help="nccl-tests output: one row per size (repeats averaged, the default) or per result row",
+            )
+            a.add_argument(
+                "--dask",
+                choices=("threads", "processes", "sync"),
+                help="read the files one at a time on local Dask workers (for thousands "
+                "of ranks: never all events in memory)",
+            )
+            a.add_argument(
+                "--workers", type=int, help="local Dask threads or processes (default: one per core)"
+            )
+            a.add_argument(
+                "--scheduler-address",
+                metavar="ADDRESS",
+                help="read on a running Dask cluster instead (tcp://host:8786)",
+            )
+            a.add_argument("--quiet", action="store_true", help="no progress bar")
+        if action == "collectives":
+            a.add_argument(
+                "--bandwidth",
+                type=float,
+                help="GB/s: add the alpha-beta prediction (`predicted`, `error`) per row",
+            )
+            a.add_argument("--latency", type=float, help="s, with --bandwidth")
+            a.add_argument("--algorithm", default="ring", help="algorithm of the prediction (ring)")
+        a.set_defaults(func=func)
+    h = tsub.add_parser("report", help="write the timeline, breakdown and collectives as one HTML page")
+    h.add_argument("paths", nargs="+", metavar="PATH", help="trace file, folder or glob")
+    h.add_argument("--trace-format", help="skip format detection")
+    add_trace_options(h)
+    h.add_argument("--title", help="page title")
+    h.add_argument("-o", "--output", required=True, metavar="FILE.html", help="the page to write")
+    h.set_defaults(func=run_report)
+    v = tsub.add_parser("convert", help="write the event table to netCDF (reload with load_trace)")
+    v.add_argument("paths", nargs="+", metavar="PATH", help="trace file, folder or glob")
+    v.add_argument("--trace-format", help="skip format detection")
+    add_trace_options(v)
+    v.add_argument("-o", "--output", required=True, metavar="FILE.nc", help="netCDF file to write")
+    v.set_defaults(func=run_convert)

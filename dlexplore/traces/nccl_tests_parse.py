@@ -1,0 +1,312 @@
+"""The lines of nccl-tests output (``all_reduce_perf`` and its siblings) read into tests: each test's
+binary, command, devices, column header and result rows, as nccl-tests prints them (the 2.x formats
+with ``#wrong``, the older ones with ``error``, launchers' prefixes and NCCL's own log lines in
+between). :mod:`dlexplore.traces.nccl_tests` turns them into datasets.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .._io import read_text
+from ..errors import DlexploreError, InputFileError
+
+__all__ = ["COLLECTIVE_OF_BINARY", "PLACEMENTS", "Test", "canonical_collective", "collective_of", "parse"]
+
+#: nccl-tests binary stem (``<stem>_perf``) -> collective name (the model's names where it has one).
+COLLECTIVE_OF_BINARY = {
+    "all_reduce": "allreduce",
+    "all_gather": "allgather",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "reduce_scatter": "reduce_scatter",
+    "alltoall": "alltoall",
+    "sendrecv": "sendrecv",
+    "gather": "gather",
+    "scatter": "scatter",
+    "hypercube": "hypercube",
+}
+
+
+PLACEMENTS = ("out-of-place", "in-place")
+
+
+# What launchers put before each line: mpirun --tag-output, srun -l, pdsh/clush "host: ".
+_LAUNCHER_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+:\s|[A-Za-z][\w.-]*:\s(?=\s*[#\d]))")
+
+
+_NCCL_LOG = re.compile(r"^\S+:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN|TRACE|ABORT)")
+
+
+_BINARY = re.compile(
+    r"(?<![A-Za-z0-9])("
+    + "|".join(sorted(COLLECTIVE_OF_BINARY, key=len, reverse=True))
+    + r")_perf(?:_mpi)?(?![A-Za-z0-9])"
+)
+
+
+_HEADER = re.compile(r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
+
+
+_DEVICE = re.compile(r"^#\s+Rank\s+\d+\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+")
+
+
+_VERSION = re.compile(r"^#\s*nccl-tests version\s+(.*)$")
+
+
+_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s*(\w*)")
+
+
+_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([-+0-9.eE]+|[-+]?nan|[-+]?inf)")
+
+
+_ROW_START = re.compile(r"^\s*[-+]?\d")
+
+
+_LEADING = ("size", "count", "type", "redop", "root")
+
+
+_GROUP_NEW = ("time", "algbw", "busbw", "#wrong")
+
+
+_GROUP_OLD = ("time", "algbw", "busbw", "error")
+
+
+@dataclass
+class Test:
+    """One test's lines as found in the file, before they become a dataset."""
+
+    first_line: int
+    binary: str | None = None
+    header: str = ""
+    nthreads: int | None = None
+    ngpus: int | None = None
+    version: str = ""
+    devices: list[str] = field(default_factory=list)
+    columns: tuple[str, ...] = ()
+    placements: tuple[str, ...] = ()
+    column_line: int = 0
+    rows: list[tuple[int, list[str]]] = field(default_factory=list)
+    avg_busbw: float | None = None
+    out_of_bounds: str = ""
+    skipped: list[int] = field(default_factory=list)
+    closed: bool = False
+
+
+def canonical_collective(name: str) -> str:
+    key = str(name).strip().lower().replace("-", "_")
+    key = key.removesuffix("_perf").removesuffix("_mpi").removesuffix("_perf")
+    if key in COLLECTIVE_OF_BINARY:
+        return COLLECTIVE_OF_BINARY[key]
+    aliases = {"all_to_all": "alltoall", "bcast": "broadcast", "reducescatter": "reduce_scatter"}
+    key = aliases.get(key, key)
+    known = set(COLLECTIVE_OF_BINARY.values())
+    if key not in known:
+        raise DlexploreError(f"unknown nccl-tests collective {name!r}; expected one of {sorted(known)}")
+    return key
+
+
+def collective_of(test: Test) -> str | None:
+    return COLLECTIVE_OF_BINARY[test.binary] if test.binary else None
+
+
+def parse(path: Path) -> list[Test]:
+    """Every test in the file at ``path``, in file order, each with its rows."""
+    scanner = _Scanner(path)
+    for number, raw in enumerate(read_text(path, "nccl-tests output").split("\n"), start=1):
+        scanner.line(number, _LAUNCHER_PREFIX.sub("", raw.rstrip("\r"), count=1))
+    tests = [t for t in scanner.tests if t.columns or t.rows]
+    if not tests:
+        raise InputFileError(
+            path,
+            "holds no nccl-tests result table; expected a column header line "
+            "'#  size  count  type ... time  algbw  busbw ...' followed by result rows",
+        )
+    for test in tests:
+        if not test.rows:
+            raise InputFileError(
+                path, "the result table has a header but no rows (truncated output?)", line=test.column_line
+            )
+    return tests
+
+
+class _Scanner:
+    """Reads the file line by line; a test starts at its ``# nThread`` header (the binary's name and
+    the version come before it), its table at its column header, and ends at ``# Avg bus bandwidth``."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.tests: list[Test] = []
+        self.current: Test | None = None
+        self.binary: str | None = None
+        self.version = ""
+        self.pending_placements: tuple[str, ...] = ()
+
+    def line(self, number: int, line: str) -> None:
+        stripped = line.strip()
+        if not stripped:
+            return
+        current = self.current
+        in_table = current is not None and bool(current.columns) and not current.closed
+        if stripped.startswith("#"):
+            self._comment(number, stripped, in_table)
+            return
+        if in_table and _ROW_START.match(line):
+            fields = _fill_blanks(line.split(), current.columns)
+            if len(fields) != len(current.columns):
+                names = " ".join(current.columns)
+                raise InputFileError(
+                    self.path,
+                    f"a result row needs {len(current.columns)} columns ({names}, from the header on "
+                    f"line {current.column_line}); found {len(fields)}: {stripped[:80]!r}",
+                    line=number,
+                )
+            current.rows.append((number, fields))
+            return
+        if in_table and not _NCCL_LOG.match(stripped):
+            current.skipped.append(number)
+            return
+        match = _BINARY.search(stripped)
+        if match and not in_table:
+            if current is not None and not current.columns and current.binary is None:
+                current.binary = match.group(1)  # e.g. "$ ./all_reduce_perf ..." echoed after the header
+            else:
+                self.binary = match.group(1)
+
+    def _comment(self, number: int, stripped: str, in_table: bool) -> None:
+        match = _HEADER.match(stripped)
+        if match:
+            self._header(number, stripped, match)
+            return
+        match = _VERSION.match(stripped)
+        if match:
+            self.version = match.group(1).strip()
+            return
+        match = _BINARY.search(stripped)
+        current = self.current
+        if (
+            match
+            and "concluded" not in stripped
+            and ("starting" in stripped or current is None or current.closed)
+        ):
+            self.binary = match.group(1)
+            return
+        if current is None:
+            return
+        if _DEVICE.match(stripped):
+            if not current.rows:
+                current.devices.append(stripped.lstrip("#").strip())
+            return
+        tokens = stripped.lstrip("#").split()
+        if "out-of-place" in tokens or "in-place" in tokens:
+            self.pending_placements = tuple(t for t in tokens if t in PLACEMENTS)
+            return
+        if tokens[:2] == ["size", "count"] or ("size" in tokens and "time" in tokens):
+            self._column_header(number, tokens)
+            return
+        match = _OOB.match(stripped)
+        if match and in_table:
+            current.out_of_bounds = f"{match.group(1)} {match.group(2)}".strip()
+            return
+        match = _AVG.match(stripped)
+        if match and current.columns:
+            try:
+                current.avg_busbw = float(match.group(1))
+            except ValueError:  # "5e": the pattern admits what float() does not
+                raise InputFileError(
+                    self.path,
+                    f"'# Avg bus bandwidth' is {match.group(1)!r}; expected a number of GB/s",
+                    line=number,
+                ) from None
+            current.closed = True
+
+    def _header(self, number: int, stripped: str, match: re.Match) -> None:
+        current = self.current
+        same = current is not None and not current.rows and current.header == stripped
+        if same:  # older MPI runs print the header once per process
+            return
+        self.current = Test(
+            first_line=number,
+            binary=self.binary,
+            header=stripped,
+            version=self.version,
+            nthreads=int(match.group(1)),
+            ngpus=int(match.group(2)),
+        )
+        self.tests.append(self.current)
+        self.pending_placements = ()
+        self.binary, self.version = None, ""
+
+    def _column_header(self, number: int, tokens: list[str]) -> None:
+        current = self.current
+        if current.rows and not current.closed:
+            raise InputFileError(
+                self.path,
+                "a second column header inside one result table; expected "
+                "'# Avg bus bandwidth' to end the first",
+                line=number,
+            )
+        if current.columns and current.closed:
+            # A new table without its own "# nThread" header (e.g. a second run pasted).
+            current = Test(
+                first_line=number,
+                binary=self.binary,
+                header=current.header,
+                nthreads=current.nthreads,
+                ngpus=current.ngpus,
+                devices=list(current.devices),
+            )
+            self.tests.append(current)
+            self.current = current
+        current.columns, current.placements = _columns(self.path, tokens, self.pending_placements, number)
+        current.column_line = number
+
+
+def _fill_blanks(fields: list[str], columns: tuple[str, ...]) -> list[str]:
+    """A row with ``redop`` (then ``root``) left blank, as all-to-all prints it, with "" there."""
+    missing = len(columns) - len(fields)
+    blanks = [columns.index(c) for c in ("redop", "root") if c in columns][:missing]
+    if missing <= 0 or len(blanks) < missing:
+        return fields
+    filled = list(fields)
+    for position in blanks:
+        filled.insert(position, "")
+    return filled
+
+
+def _columns(
+    path: Path, tokens: list[str], placements: tuple[str, ...], number: int
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Column names of a header line, checked against what nccl-tests prints."""
+    if "time" not in tokens:
+        raise InputFileError(
+            path, f"column header without a 'time' column: {' '.join(tokens)!r}", line=number
+        )
+    first = tokens.index("time")
+    leading = tuple(tokens[:first])
+    groups = tokens[first:]
+    problems = [name for name in leading if name not in _LEADING]
+    if problems or leading[:3] != ("size", "count", "type"):
+        raise InputFileError(
+            path,
+            f"unexpected leading columns {leading}; expected size, count, type and optionally redop, root",
+            line=number,
+        )
+    n_groups, rest = divmod(len(groups), 4)
+    ok = (
+        rest == 0
+        and n_groups in (1, 2)
+        and all(tuple(groups[4 * i : 4 * i + 4]) in (_GROUP_NEW, _GROUP_OLD) for i in range(n_groups))
+    )
+    if not ok:
+        raise InputFileError(
+            path,
+            f"unexpected measurement columns {' '.join(groups)!r}; expected "
+            "'time algbw busbw #wrong' (or '... error') once or twice",
+            line=number,
+        )
+    if len(placements) != n_groups:
+        placements = PLACEMENTS[:n_groups]
+    return leading + tuple(groups), placements
