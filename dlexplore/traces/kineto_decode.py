@@ -7,8 +7,9 @@
 Why: parsing a trace into Python objects (one dict per event, one object per value) is most of
 the time a trace takes to load, whatever the parser (``benchmarks/bench_json_parsers.py``). With
 msgspec (a core dependency) each chunk of events is decoded into ``msgspec.Struct`` s holding only
-the fields the readers use; every other member is skipped without building an object; the chunk's
-columns follow at C speed (``operator.attrgetter`` into ``numpy.fromiter``, ``pandas.factorize``).
+the fields the readers use (:mod:`.kineto_structs`); every other member is skipped without building
+an object (with ``phases=``, every event of another phase too); the chunk's columns follow at C
+speed (``operator.attrgetter`` into ``numpy.fromiter``, ``pandas.factorize``).
 Without msgspec (a platform without its wheels) the standard library parses each chunk and
 :func:`~dlexplore.traces.kineto_columns.python_chunk` builds the same columns; that path is also
 the reference: a chunk that msgspec refuses, or whose values need checking (a ``null`` where a
@@ -23,7 +24,6 @@ the file's size. See :mod:`.kineto_columns` for what each column holds.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import warnings
@@ -32,7 +32,6 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from multiprocessing import get_context
-from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -41,18 +40,14 @@ import pandas as pd
 
 from .jsonchunks import EventChunks
 from .kineto_columns import (
-    COMM_ARGS,
     INT_COLUMNS,
     MEMORY_ARGS,
-    META_ARGS,
-    NO_INT,
     ChunkColumns,
     Labels,
-    comm_table,
     new_labels,
     python_chunk,
 )
-from .kineto_select import select_chunk, struct_ids, subset_chunk
+from .kineto_structs import all_chunk, select_chunk, subset_chunk
 
 try:
     import msgspec
@@ -120,118 +115,6 @@ def _unique(values: list[str]) -> list[str]:
     return values if len(set(values)) == len(values) else list(dict.fromkeys(values))
 
 
-if msgspec is not None:
-    _UNSET = msgspec.UNSET
-
-    _comm_fields = [
-        (f"c{i}", Any, msgspec.field(name=key, default=_UNSET)) for i, key in enumerate(COMM_ARGS)
-    ]
-    _memory_fields = [
-        (f"m{i}", float | None, msgspec.field(name=key, default=None)) for i, key in enumerate(MEMORY_ARGS)
-    ]
-    _meta_fields = [
-        (f"a{i}", Any, msgspec.field(name=key, default=_UNSET)) for i, key in enumerate(META_ARGS)
-    ]
-    _Args = msgspec.defstruct(
-        "_Args",
-        [
-            ("correlation", int, -1),
-            ("external_id", int, msgspec.field(name="External id", default=NO_INT)),
-            ("external_id_2021", int, msgspec.field(name="external id", default=NO_INT)),
-            ("bytes", float, math.nan),
-            *_comm_fields,
-            *_memory_fields,
-            *_meta_fields,
-        ],
-        frozen=True,
-        gc=False,
-    )
-    _NO_ARGS = _Args()
-
-    _Event = msgspec.defstruct(
-        "_Event",
-        [
-            ("ph", str, ""),
-            ("cat", str, ""),
-            ("name", str, ""),
-            ("pid", int | str | None, None),
-            ("tid", int | str | None, None),
-            ("ts", float, math.nan),
-            ("dur", float, math.nan),
-            ("args", _Args, _NO_ARGS),
-        ],
-        gc=False,
-    )
-    _DECODER = msgspec.json.Decoder(list[_Event])
-    _COMM_GET = attrgetter(*(f"c{i}" for i in range(len(COMM_ARGS))))
-    _NO_COMM = (_UNSET,) * len(COMM_ARGS)
-    _MEMORY_GET = attrgetter(*(f"m{i}" for i in range(len(MEMORY_ARGS))))
-    _META_GET = attrgetter(*(f"a{i}" for i in range(len(META_ARGS))))
-
-
-def _fast_chunk(
-    view: memoryview, labels: dict[str, Labels], lenient: bool = False
-) -> tuple[ChunkColumns, int]:
-    """Columns of a JSON array of events via msgspec structs; raises on anything to check."""
-    events = _DECODER.decode(view)
-    n = len(events)
-    get = attrgetter
-    codes = {key: labels[key].encode_strings(list(map(get(key), events))) for key in ("ph", "cat", "name")}
-    ids = {key: struct_ids(list(map(get(key), events)), labels[key], lenient) for key in ("pid", "tid")}
-    ts = np.fromiter(map(get("ts"), events), np.float64, n)
-    dur = np.fromiter(map(get("dur"), events), np.float64, n)
-    args = list(map(get("args"), events))
-    nbytes = np.fromiter(map(get("bytes"), args), np.float64, n)
-    if np.isinf(ts).any() or np.isinf(dur).any() or (np.abs(nbytes) >= 2.0**63).any():
-        raise ValueError("a number beyond a float or a count")  # the reference decides
-    ints = {"correlation": np.fromiter(map(get("correlation"), args), np.int64, n)}
-    external = np.fromiter(map(get("external_id"), args), np.int64, n)
-    second = np.fromiter(map(get("external_id_2021"), args), np.int64, n)  # 2021's "external id"
-    external = np.where(external != NO_INT, external, second)
-    ints["external_id"] = np.where(external != NO_INT, external, -1)
-    names = codes["name"]
-    comm = {}
-    comm_rows = []
-    for i in np.flatnonzero(comm_table(labels["name"])[names]).tolist():
-        if args[i] is _NO_ARGS:
-            continue
-        if args[i] == _NO_ARGS:
-            raise ValueError("args without a member read here")  # {} or not: the reference decides
-        comm_rows.append(i)
-        values = _COMM_GET(args[i])
-        if values != _NO_COMM:
-            comm[i] = {k: v for k, v in zip(COMM_ARGS, values, strict=True) if v is not _UNSET}
-    memory_rows = np.flatnonzero(names == labels["name"].codes.get("[memory]", -1))
-    table = np.array(  # None -> NaN
-        [_MEMORY_GET(args[i]) for i in memory_rows.tolist()], np.float64
-    ).reshape(len(memory_rows), len(MEMORY_ARGS))
-    if np.isinf(table).any():
-        raise ValueError("a number beyond a float")  # the reference decides
-    memory = {k: table[:, j].copy() for j, k in enumerate(MEMORY_ARGS)}
-    meta_args = {}
-    for i in np.flatnonzero(codes["ph"] == labels["ph"].codes.get("M", -1)).tolist():
-        meta_args[i] = {k: v for k, v in zip(META_ARGS, _META_GET(args[i]), strict=True) if v is not _UNSET}
-    columns = ChunkColumns(
-        codes["ph"],
-        codes["cat"],
-        names,
-        ids["pid"][0],
-        ids["tid"][0],
-        ids["pid"][1],
-        ids["tid"][1],
-        ts,
-        dur,
-        ints,
-        nbytes,
-        comm,
-        memory_rows.astype(np.int64),
-        memory,
-        meta_args,
-        np.asarray(comm_rows, dtype=np.int64),
-    )
-    return columns, n
-
-
 def decode_kineto(
     path: str | os.PathLike,
     *,
@@ -249,7 +132,7 @@ def decode_kineto(
     reader decides which matter for the events it keeps); the JSON itself must still be sound.
     ``phases``: keep only the events of these ``ph`` values (lenient only): the columns hold those
     events in file order and ``columns.index`` their indices in ``traceEvents``; the other events
-    are skipped unread (:mod:`.kineto_select`).
+    are skipped unread (:mod:`.kineto_structs`).
     """
     use = parser or PARSER
     if use not in ("msgspec", "json") or (use == "msgspec" and msgspec is None):
@@ -268,7 +151,7 @@ def decode_kineto(
     def fast(view: memoryview, first: int) -> tuple[ChunkColumns, int]:
         if keep is not None:
             return select_chunk(view, first, labels, keep, lenient)
-        return _fast_chunk(view, labels, lenient)
+        return all_chunk(view, labels, lenient)
 
     chunks = list(stream.decode(fast if use == "msgspec" else None, reference))
     columns = _join(str(path), stream.meta, labels, chunks, use)

@@ -27,7 +27,15 @@ from .kineto_columns import MEMORY_ARGS
 from .kineto_comm import HOST_COMM_PREFIXES, RPC, CommArgs, Labels
 from .kineto_decode import KinetoColumns
 
-__all__ = ["RankFile", "PHASES_READ", "canonical_category", "CAT_ALIASES", "DEVICE_KINDS", "KERNEL_CATS", "RUNTIME_CATS"]
+__all__ = [
+    "RankFile",
+    "PHASES_READ",
+    "canonical_category",
+    "CAT_ALIASES",
+    "DEVICE_KINDS",
+    "KERNEL_CATS",
+    "RUNTIME_CATS",
+]
 
 #: Kineto's categories as PyTorch 1.8-1.9 (2021) wrote them -> the names used since.
 CAT_ALIASES = {
