@@ -17,6 +17,13 @@ given twice with two values, or not one of the Trace Event Format's phases goes 
 as any chunk msgspec refuses does; :func:`subset_chunk` cuts the reference's columns down the same
 way.
 
+What it saves, measured (CPU s, medians of 5-7, a shared 2-core machine at load 4-5): on the real
+54 MB trace of ``../shared/traces-real`` (df_index_resolver: 216k events, 65k of them flows), decoding
+0.34 -> 0.28 and ``load_trace`` 0.47-0.49 -> 0.43-0.44; on the 33-35 MB ones ``load_trace`` 7-15 %
+less. ``benchmarks/bench_trace_load.py`` shows no change beyond its noise there (HTA/dlexplore
+5.4-6.5x either way): gunzip (0.10), msgspec's decoding of the kept events and the reader's later
+stages remain.
+
 What the columns of a selection hold, beyond :mod:`.kineto_columns`: ``index``, each kept event's
 index in ``traceEvents``; communication arguments (``comm``, ``comm_rows``) of complete events only,
 memory arguments of instant events only, metadata arguments of ``M`` events only (the readers use
