@@ -114,6 +114,9 @@ class ChunkColumns:
     memory: dict[str, np.ndarray] = field(default_factory=dict)
     meta_args: dict[int, dict[str, Any]] = field(default_factory=dict)
     comm_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: Each row's index in ``traceEvents`` when only some phases are kept (:mod:`.kineto_structs`);
+    #: None when every event has its row (the row is the index, less the chunk's first).
+    index: np.ndarray | None = None
 
 
 class _Fail(Exception):

@@ -7,8 +7,9 @@
 Why: parsing a trace into Python objects (one dict per event, one object per value) is most of
 the time a trace takes to load, whatever the parser (``benchmarks/bench_json_parsers.py``). With
 msgspec (a core dependency) each chunk of events is decoded into ``msgspec.Struct`` s holding only
-the fields the readers use; every other member is skipped without building an object; the chunk's
-columns follow at C speed (``operator.attrgetter`` into ``numpy.fromiter``, ``pandas.factorize``).
+the fields the readers use (:mod:`.kineto_structs`); every other member is skipped without building
+an object (with ``phases=``, every event of another phase too); the chunk's columns follow at C
+speed (``operator.attrgetter`` into ``numpy.fromiter``, ``pandas.factorize``).
 Without msgspec (a platform without its wheels) the standard library parses each chunk and
 :func:`~dlexplore.traces.kineto_columns.python_chunk` builds the same columns; that path is also
 the reference: a chunk that msgspec refuses, or whose values need checking (a ``null`` where a
@@ -23,16 +24,14 @@ the file's size. See :mod:`.kineto_columns` for what each column holds.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Collection, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from multiprocessing import get_context
-from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -41,24 +40,21 @@ import pandas as pd
 
 from .jsonchunks import EventChunks
 from .kineto_columns import (
-    COMM_ARGS,
     INT_COLUMNS,
     MEMORY_ARGS,
-    META_ARGS,
-    NO_INT,
     ChunkColumns,
     Labels,
-    comm_table,
     new_labels,
     python_chunk,
 )
+from .kineto_structs import all_chunk, select_chunk, subset_chunk
 
 try:
     import msgspec
 except ImportError:  # pragma: no cover - exercised where msgspec has no wheel
     msgspec = None
 
-__all__ = ["KinetoColumns", "decode_kineto", "decode_kineto_files", "PARSER"]
+__all__ = ["KinetoColumns", "decode_kineto", "decode_kineto_files", "iter_kineto_files", "PARSER"]
 
 #: The decoder in use: ``"msgspec"`` (typed structs) or ``"json"`` (the standard library).
 PARSER = "msgspec" if msgspec is not None else "json"
@@ -87,6 +83,10 @@ class KinetoColumns:
     #: ``lenient=True``: ``(event index, field, value)`` of every value that could not be read
     #: (see :func:`~.kineto_columns.python_chunk`); None when decoded strictly.
     problems: list[tuple[int, str, Any]] | None = None
+    #: Events in ``traceEvents`` (kept or not).
+    events_read: int = 0
+    #: ``phases=``: each row's index in ``traceEvents`` (None: every event has its row, in order).
+    index: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.columns["ts"])
@@ -115,124 +115,13 @@ def _unique(values: list[str]) -> list[str]:
     return values if len(set(values)) == len(values) else list(dict.fromkeys(values))
 
 
-if msgspec is not None:
-    _UNSET = msgspec.UNSET
-
-    _comm_fields = [
-        (f"c{i}", Any, msgspec.field(name=key, default=_UNSET)) for i, key in enumerate(COMM_ARGS)
-    ]
-    _memory_fields = [
-        (f"m{i}", float | None, msgspec.field(name=key, default=None)) for i, key in enumerate(MEMORY_ARGS)
-    ]
-    _meta_fields = [
-        (f"a{i}", Any, msgspec.field(name=key, default=_UNSET)) for i, key in enumerate(META_ARGS)
-    ]
-    _Args = msgspec.defstruct(
-        "_Args",
-        [
-            ("correlation", int, -1),
-            ("external_id", int, msgspec.field(name="External id", default=NO_INT)),
-            ("external_id_2021", int, msgspec.field(name="external id", default=NO_INT)),
-            ("bytes", float, math.nan),
-            *_comm_fields,
-            *_memory_fields,
-            *_meta_fields,
-        ],
-        frozen=True,
-        gc=False,
-    )
-    _NO_ARGS = _Args()
-
-    _Event = msgspec.defstruct(
-        "_Event",
-        [
-            ("ph", str, ""),
-            ("cat", str, ""),
-            ("name", str, ""),
-            ("pid", int | str | None, None),
-            ("tid", int | str | None, None),
-            ("ts", float, math.nan),
-            ("dur", float, math.nan),
-            ("args", _Args, _NO_ARGS),
-        ],
-        gc=False,
-    )
-    _DECODER = msgspec.json.Decoder(list[_Event])
-    _COMM_GET = attrgetter(*(f"c{i}" for i in range(len(COMM_ARGS))))
-    _NO_COMM = (_UNSET,) * len(COMM_ARGS)
-    _MEMORY_GET = attrgetter(*(f"m{i}" for i in range(len(MEMORY_ARGS))))
-    _META_GET = attrgetter(*(f"a{i}" for i in range(len(META_ARGS))))
-
-
-def _fast_chunk(
-    view: memoryview, labels: dict[str, Labels], lenient: bool = False
-) -> tuple[ChunkColumns, int]:
-    """Columns of a JSON array of events via msgspec structs; raises on anything to check."""
-    events = _DECODER.decode(view)
-    n = len(events)
-    get = attrgetter
-    codes = {key: labels[key].encode_strings(list(map(get(key), events))) for key in ("ph", "cat", "name")}
-    ids = {key: _ids(list(map(get(key), events)), labels[key], lenient) for key in ("pid", "tid")}
-    ts = np.fromiter(map(get("ts"), events), np.float64, n)
-    dur = np.fromiter(map(get("dur"), events), np.float64, n)
-    args = list(map(get("args"), events))
-    nbytes = np.fromiter(map(get("bytes"), args), np.float64, n)
-    if np.isinf(ts).any() or np.isinf(dur).any() or (np.abs(nbytes) >= 2.0**63).any():
-        raise ValueError("a number beyond a float or a count")  # the reference decides
-    ints = {"correlation": np.fromiter(map(get("correlation"), args), np.int64, n)}
-    external = np.fromiter(map(get("external_id"), args), np.int64, n)
-    second = np.fromiter(map(get("external_id_2021"), args), np.int64, n)  # 2021's "external id"
-    external = np.where(external != NO_INT, external, second)
-    ints["external_id"] = np.where(external != NO_INT, external, -1)
-    names = codes["name"]
-    comm = {}
-    comm_rows = []
-    for i in np.flatnonzero(comm_table(labels["name"])[names]).tolist():
-        if args[i] is _NO_ARGS:
-            continue
-        if args[i] == _NO_ARGS:
-            raise ValueError("args without a member read here")  # {} or not: the reference decides
-        comm_rows.append(i)
-        values = _COMM_GET(args[i])
-        if values != _NO_COMM:
-            comm[i] = {k: v for k, v in zip(COMM_ARGS, values, strict=True) if v is not _UNSET}
-    memory_rows = np.flatnonzero(names == labels["name"].codes.get("[memory]", -1))
-    table = np.array(  # None -> NaN
-        [_MEMORY_GET(args[i]) for i in memory_rows.tolist()], np.float64
-    ).reshape(len(memory_rows), len(MEMORY_ARGS))
-    if np.isinf(table).any():
-        raise ValueError("a number beyond a float")  # the reference decides
-    memory = {k: table[:, j].copy() for j, k in enumerate(MEMORY_ARGS)}
-    meta_args = {}
-    for i in np.flatnonzero(codes["ph"] == labels["ph"].codes.get("M", -1)).tolist():
-        meta_args[i] = {k: v for k, v in zip(META_ARGS, _META_GET(args[i]), strict=True) if v is not _UNSET}
-    columns = ChunkColumns(
-        codes["ph"],
-        codes["cat"],
-        names,
-        ids["pid"][0],
-        ids["tid"][0],
-        ids["pid"][1],
-        ids["tid"][1],
-        ts,
-        dur,
-        ints,
-        nbytes,
-        comm,
-        memory_rows.astype(np.int64),
-        memory,
-        meta_args,
-        np.asarray(comm_rows, dtype=np.int64),
-    )
-    return columns, n
-
-
 def decode_kineto(
     path: str | os.PathLike,
     *,
     chunk_bytes: int | None = None,
     parser: str | None = None,
     lenient: bool = False,
+    phases: Collection[str] | None = None,
 ) -> KinetoColumns:
     """Decode one Kineto trace (``.json`` or ``.json.gz``) into columns.
 
@@ -241,23 +130,35 @@ def decode_kineto(
     byte offset for anything that is not a complete trace. ``lenient``: a value that cannot be
     read (a string where a number belongs ...) is no error but goes to ``columns.problems`` (the
     reader decides which matter for the events it keeps); the JSON itself must still be sound.
+    ``phases``: keep only the events of these ``ph`` values (lenient only): the columns hold those
+    events in file order and ``columns.index`` their indices in ``traceEvents``; the other events
+    are skipped unread (:mod:`.kineto_structs`).
     """
     use = parser or PARSER
     if use not in ("msgspec", "json") or (use == "msgspec" and msgspec is None):
         raise ValueError(f"parser={parser!r}: expected 'json'" + (" or 'msgspec'" if msgspec else ""))
+    keep = None if phases is None else frozenset(phases)
+    if keep is not None and not lenient:
+        raise ValueError("phases= reads the events it keeps only: it needs lenient=True")
     stream = EventChunks(path, chunk_bytes=chunk_bytes)
     labels = new_labels()
     problems: list[tuple[int, str, Any]] | None = [] if lenient else None
 
     def reference(events: list[Any], first: int) -> ChunkColumns:
-        return python_chunk(events, first, labels, stream.error, problems)
+        chunk = python_chunk(events, first, labels, stream.error, problems)
+        return chunk if keep is None else subset_chunk(chunk, first, labels["ph"], keep)
 
     def fast(view: memoryview, first: int) -> tuple[ChunkColumns, int]:
-        return _fast_chunk(view, labels, lenient)
+        if keep is not None:
+            return select_chunk(view, first, labels, keep, lenient)
+        return all_chunk(view, labels, lenient)
 
     chunks = list(stream.decode(fast if use == "msgspec" else None, reference))
     columns = _join(str(path), stream.meta, labels, chunks, use)
     columns.problems = problems
+    columns.events_read = stream.events_read
+    if keep is not None:
+        columns.index = np.concatenate([c.index for c in chunks]) if chunks else np.zeros(0, np.int64)
     return columns
 
 
@@ -308,32 +209,9 @@ def _join(
     )
 
 
-def _ids(values: list[Any], labels: Labels, lenient: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """pid or tid: int64 numbers (:data:`NO_INT` for others) and label codes (-1 for numbers)."""
-    if set(map(type, values)) <= {int}:  # the usual case (fromiter alone would take "5", 1.5)
-        try:
-            return np.fromiter(values, np.int64, len(values)), np.full(len(values), -1, np.int32)
-        except OverflowError:
-            pass  # beyond 64 bits: named below
-    table = {}
-    for value in dict.fromkeys(values):  # a few distinct ids: decide each once, in order
-        if value is None and lenient:
-            raise ValueError("a null id")  # the reference notes where
-        if type(value) is int:
-            if not -(2**63) <= value < 2**63:
-                raise OverflowError("an id beyond 64 bits")  # the reference decides
-            table[value] = (value, -1)
-        else:
-            table[value] = (NO_INT, labels.code("" if value is None else value))
-    pairs = np.array([table[v] for v in table], dtype=np.int64).reshape(-1, 2)
-    index = {v: i for i, v in enumerate(table)}
-    rows = np.fromiter(map(index.__getitem__, values), np.int64, len(values))
-    return pairs[rows, 0], pairs[rows, 1].astype(np.int32)
-
-
-def _decode_one(args: tuple[str, int | None, str | None, bool]) -> KinetoColumns:
-    path, chunk_bytes, parser, lenient = args
-    return decode_kineto(path, chunk_bytes=chunk_bytes, parser=parser, lenient=lenient)
+def _decode_one(args: tuple[str, int | None, str | None, bool, frozenset[str] | None]) -> KinetoColumns:
+    path, chunk_bytes, parser, lenient, phases = args
+    return decode_kineto(path, chunk_bytes=chunk_bytes, parser=parser, lenient=lenient, phases=phases)
 
 
 #: Smallest set (bytes of JSON) decoded in worker processes by default, on 4 cores or more: a worker
@@ -371,6 +249,7 @@ def decode_kineto_files(
     parser: str | None = None,
     progress: bool | None = None,
     lenient: bool = False,
+    phases: Collection[str] | None = None,
 ) -> list[KinetoColumns]:
     """Decode several trace files, in parallel worker processes; results in the order given.
 
@@ -381,32 +260,59 @@ def decode_kineto_files(
     bounded by the number of workers: each holds about three chunks of JSON and one file's columns
     and sends back its compact numpy columns only, so the peak is the set's columns plus
     ``workers`` x (24 MiB + one file's columns). ``progress`` shows a tqdm bar of files done
-    (default: when someone watches, :func:`dlexplore.progress.progress_enabled`).
+    (default: when someone watches, :func:`dlexplore.progress.progress_enabled`). ``lenient``,
+    ``phases``: as for :func:`decode_kineto`. :func:`iter_kineto_files` yields them one at a time.
     """
+    return list(
+        iter_kineto_files(
+            paths,
+            workers=workers,
+            chunk_bytes=chunk_bytes,
+            parser=parser,
+            progress=progress,
+            lenient=lenient,
+            phases=phases,
+        )
+    )
+
+
+def iter_kineto_files(
+    paths: Sequence[str | os.PathLike],
+    *,
+    workers: int | None = None,
+    chunk_bytes: int | None = None,
+    parser: str | None = None,
+    progress: bool | None = None,
+    lenient: bool = False,
+    phases: Collection[str] | None = None,
+) -> Iterator[KinetoColumns]:
+    """:func:`decode_kineto_files` one file at a time, in the order given: a caller that turns each
+    file's columns into something smaller before taking the next holds one file's columns at a
+    time (with workers, also those decoded ahead of it)."""
     from ..progress import progress_bar
 
     files = [str(Path(p)) for p in paths]
     count = min(len(files), workers if workers is not None else _default_workers(files))
-    tasks = [(p, chunk_bytes, parser, lenient) for p in files]
+    tasks = [(p, chunk_bytes, parser, lenient, None if phases is None else frozenset(phases)) for p in files]
+    done = 0
     with progress_bar(total=len(files), desc="traces", unit="file", enabled=progress) as bar:
         if count > 1:
             try:
                 # spawn: a forked child of a process holding threads (Jupyter, Dask) may deadlock
                 with ProcessPoolExecutor(max_workers=count, mp_context=get_context("spawn")) as pool:
-                    results = []
                     for result in pool.map(_decode_one, tasks):
-                        results.append(result)
+                        done += 1
                         bar.update(1)
-                    return results
+                        yield result
+                    return
             except BrokenProcessPool:
                 warnings.warn(
                     "worker processes could not start (a script without an "
                     "'if __name__ == \"__main__\":' guard?); decoding here instead",
                     stacklevel=2,
                 )
-                bar.reset()
-        results = []
-        for task in tasks:
-            results.append(_decode_one(task))
+        for task in tasks[done:]:
+            result = _decode_one(task)
             bar.update(1)
-        return results
+            yield result
+            del result

@@ -27,7 +27,15 @@ from .kineto_columns import MEMORY_ARGS
 from .kineto_comm import HOST_COMM_PREFIXES, RPC, CommArgs, Labels
 from .kineto_decode import KinetoColumns
 
-__all__ = ["RankFile", "canonical_category", "CAT_ALIASES", "DEVICE_KINDS", "KERNEL_CATS", "RUNTIME_CATS"]
+__all__ = [
+    "RankFile",
+    "PHASES_READ",
+    "canonical_category",
+    "CAT_ALIASES",
+    "DEVICE_KINDS",
+    "KERNEL_CATS",
+    "RUNTIME_CATS",
+]
 
 #: Kineto's categories as PyTorch 1.8-1.9 (2021) wrote them -> the names used since.
 CAT_ALIASES = {
@@ -71,6 +79,8 @@ COPY_CATS = frozenset({"gpu_memcpy", "gpu_memset"})
 SKIPPED_CATS = frozenset({"Trace"})  # Kineto's whole-window spans (pid "Spans")
 NCCL_KERNEL = re.compile(r"^nccl.*Kernel|^rccl.*Kernel")  # HTA's rule; NCCL names change by version
 _INT_FIELDS = ("correlation", "External id")
+#: The phases whose events the reader uses: complete events, instants (``[memory]``), metadata.
+PHASES_READ = ("X", "i", "M")
 _MEMORY_MESSAGE = (
     "expected a ts and args with numbers Device Type, Device Id, Bytes (Total Allocated, Total "
     "Reserved, Addr)"
@@ -98,7 +108,7 @@ class RankFile:
     def __init__(self, columns: KinetoColumns, names: Labels, cats: Labels, streams: Labels):
         self.path = Path(columns.path)
         self.meta = columns.meta
-        self.events_read = len(columns)
+        self.events_read = columns.events_read or len(columns)
         self.parser = columns.parser  # "msgspec", or "json" (the standard library)
         self.rank: int | None = None
         self.rank_known = True
@@ -109,6 +119,8 @@ class RankFile:
         self._problems: dict[str, dict[int, Any]] = {}
         for index, key, value in columns.problems or ():
             self._problems.setdefault(key, {}).setdefault(index, value)
+        # rows -> event indices (problems and messages name events by their place in the file)
+        self._event = (lambda rows: columns.index[rows]) if columns.index is not None else (lambda rows: rows)
         self._select(names, cats, streams)
         del self._columns  # the decoded columns go as soon as the rows are taken
 
@@ -135,11 +147,11 @@ class RankFile:
         return repr(event.get("name") if isinstance(event, dict) else None)
 
     def _first(self, field: str, rows: np.ndarray) -> tuple[int, Any] | None:
-        """The first of ``rows`` (event indices) with a problem in ``field``, and its value."""
+        """The first event of ``rows`` with a problem in ``field`` (its index), and its value."""
         found = self._problems.get(field)
         if not found:
             return None
-        hits = np.intersect1d(rows, np.fromiter(found, np.int64, len(found)))
+        hits = np.intersect1d(self._event(rows), np.fromiter(found, np.int64, len(found)))
         return (int(hits[0]), found[int(hits[0])]) if len(hits) else None
 
     # -- choosing and checking ---------------------------------------------------------------
@@ -166,7 +178,7 @@ class RankFile:
         for field, values in (("ts", ts), ("dur", dur)):
             missing = np.flatnonzero(np.isnan(values))
             if len(missing):
-                index = int(rows[missing[0]])
+                index = int(self._event(rows[missing[0]]))
                 value = self._problems.get(field, {}).get(index)
                 what = (
                     "has no" if value is None else f"has {field} = {value!r} ({type(value).__name__}), not a"
@@ -178,7 +190,7 @@ class RankFile:
                 )
         negative = np.flatnonzero(dur < 0)
         if len(negative):
-            index = int(rows[negative[0]])
+            index = int(self._event(rows[negative[0]]))
             raise self.error(
                 f"event {self._name(index)} has a negative dur ({dur[negative[0]]}); "
                 "expected a duration >= 0 µs",
@@ -263,8 +275,9 @@ class RankFile:
         values = np.where(col[f"{key}_label"][rows] >= 0, texts[col[f"{key}_label"][rows]], col[key][rows])
         nulls = self._problems.get(key)
         if nulls:  # a missing or null id reads "None", as Python writes it
-            for i in np.flatnonzero(np.isin(rows, np.fromiter(nulls, np.int64, len(nulls)))).tolist():
-                if nulls[int(rows[i])] is None:
+            events = self._event(rows)
+            for i in np.flatnonzero(np.isin(events, np.fromiter(nulls, np.int64, len(nulls)))).tolist():
+                if nulls[int(events[i])] is None:
                     values[i] = None
         return values.tolist()
 
@@ -285,16 +298,17 @@ class RankFile:
         with_args = set(c.comm_rows.tolist())
         self.comm: list[CommArgs] = []
         for i in np.flatnonzero(sized).tolist():
-            index = int(rows[i])
-            args = dict(c.comm.get(index, ()))
+            row = int(rows[i])
+            index = int(self._event(row))
+            args = dict(c.comm.get(row, ()))
             if index in notes:
                 args["bytes"] = notes[index]
-            elif not np.isnan(c.columns["bytes"][index]):
-                args["bytes"] = float(c.columns["bytes"][index])
-            if not args and index not in with_args:
+            elif not np.isnan(c.columns["bytes"][row]):
+                args["bytes"] = float(c.columns["bytes"][row])
+            if not args and row not in with_args:
                 continue
             info = CommArgs(i, args)
-            field = info.oversized() if index in c.comm or index in notes else None
+            field = info.oversized() if row in c.comm or index in notes else None
             if field:
                 raise self.error(
                     f"event {self._name(index)} has args {field!r} = {str(args[field])[:20]}... "
@@ -316,9 +330,9 @@ class RankFile:
         for field in ("ts", "args", *MEMORY_ARGS):
             found = self._problems.get(field)
             if found:
-                bad |= np.isin(rows, np.fromiter(found, np.int64, len(found)))
+                bad |= np.isin(self._event(rows), np.fromiter(found, np.int64, len(found)))
         if bad.any():
-            index = int(rows[np.flatnonzero(bad)[0]])
+            index = int(self._event(rows[np.flatnonzero(bad)[0]]))
             raise self.error(f"memory event {str(self._raw(index))[:80]!r}: {_MEMORY_MESSAGE}", event=index)
         self.memory = {"ts": ts, **values}
 

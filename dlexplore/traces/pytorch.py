@@ -103,8 +103,8 @@ import numpy as np
 from ..errors import DlexploreError
 from .kineto_assemble import assemble
 from .kineto_comm import DTYPE_BYTES, Labels
-from .kineto_decode import decode_kineto_files
-from .kineto_rows import RankFile, canonical_category
+from .kineto_decode import iter_kineto_files
+from .kineto_rows import PHASES_READ, RankFile, canonical_category
 from .schema import Trace
 
 __all__ = ["read", "rank_from_filename", "canonical_category", "DTYPE_BYTES"]
@@ -155,17 +155,18 @@ def read(paths: list[Path], **options: Any) -> Trace:
     enabled = gc.isenabled()
     gc.disable()  # the standard library's parse makes millions of containers, none in a cycle
     try:
-        decoded = decode_kineto_files(
+        files = []
+        # one file's columns at a time: each file's rows are taken before the next is decoded
+        for columns in iter_kineto_files(
             paths,
             progress=None if len(paths) > 1 else False,
             lenient=True,
+            phases=PHASES_READ,
             **({"chunk_bytes": int(chunk_chars)} if chunk_chars else {}),
-        )
-        files = []
-        for columns in decoded:
+        ):
             files.append(RankFile(columns, names, cats, streams))
             files[-1].identify()
-        del decoded, columns
+            del columns
     finally:
         if enabled:
             gc.enable()
