@@ -56,22 +56,12 @@ REASON_MODULE = 400
 MAX_FUNCTION = 80
 REASON = "Kept whole:"
 
-#: Files being rewritten by other work in flight (issue 13: the PyTorch/Kineto and Horovod readers on
-#: their column decoders): the size rules wait for it to land.
-IN_FLIGHT = (
-    "dlexplore/traces/pytorch.py",
-    "dlexplore/traces/horovod*.py",
-    "dlexplore/traces/kineto_*.py",
-    "dlexplore/traces/jsonchunks.py",
-)
+#: Files being rewritten by other work in flight: the size rules wait for it to land (none now).
+IN_FLIGHT: tuple[str, ...] = ()
 
-#: Known exceptions, each with the work that removes it. traces/__init__.py defines load_trace, which
-#: traces/scale.py's Dask workers call, and __init__'s summarize reaches scale.summarize: moving
-#: load_trace and load out of __init__ (into a traces/load.py beside the reader registry, which
-#: __init__ and scale.py both import) removes the circle; delete this entry then.
-KNOWN_CYCLES: set[frozenset[str]] = {
-    frozenset(["dlexplore.traces", "dlexplore.traces.scale"]),
-}
+#: Known exceptions, each with the work that removes it (none now: load_trace and load moved out of
+#: traces/__init__.py into traces/loading.py, which traces/scale.py's workers import).
+KNOWN_CYCLES: set[frozenset[str]] = set()
 
 
 def _module_name(path: Path) -> str:

@@ -97,6 +97,7 @@ PUBLIC_MODULES = [
     "dlexplore/traces/__init__.py",
     "dlexplore/traces/cache.py",
     "dlexplore/traces/detect.py",
+    "dlexplore/traces/loading.py",
     "dlexplore/traces/netcdf.py",
     "dlexplore/traces/registry.py",
     "dlexplore/traces/schema.py",

@@ -6,6 +6,10 @@ fused operations grouped, every odd event named. :mod:`.horovod_rows` fills the 
 columns at C speed when the file is sound; this module stays the reference for every value and
 the reader of any file that needs an event named (``tests/test_traces_horovod.py`` compares them).
 :meth:`Builder.finish` makes the table from that state in both cases.
+
+Kept whole: the builder's state (open ranges, operation counts, fusion groups, sizes) is read and
+written by every method here; the columnar path fills the same attributes, so one class keeps both
+honest.
 """
 
 from __future__ import annotations
@@ -157,6 +161,8 @@ class Builder:
 
     def add(self, events: list[Any]) -> None:
         """Turn a chunk of events into rows (the file's events in order, chunk after chunk)."""
+        # Kept whole: the body runs once per event (about 2 µs each); a call per check would add
+        # about a third, and each check names the event from the same local state.
         count, open_ranges, current_op = self.count, self.open_ranges, self.current_op
         nan = float("nan")
         for index, event in enumerate(events, start=self.seen):
@@ -309,33 +315,8 @@ class Builder:
         )
         # The operation, its transfers and its copies move the tensor; waits and negotiations do not.
         carries = (kind == OP) | (category == _MEMCPY) | (category == _COMMUNICATION)
-        size = np.full(n, np.nan)
-        dtype_codes = np.zeros(n, dtype=np.int64)
-        dtypes = [""]
-        if self.sizes:
-            keys = np.array([p * (1 << 32) + o for p, o in self.sizes])
-            values = np.array([b for b, _ in self.sizes.values()])
-            dtype_of = {d: i for i, d in enumerate(dict.fromkeys(["", *(d for _, d in self.sizes.values())]))}
-            dtypes = list(dtype_of)
-            dcodes = np.array([dtype_of[d] for _, d in self.sizes.values()])
-            order = np.argsort(keys)
-            keys, values, dcodes = keys[order], values[order], dcodes[order]
-            wanted = pid * (1 << 32) + occurrence
-            at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
-            hit = carries & (keys[at] == wanted) & (pid >= 0)
-            size[hit] = values[at[hit]]
-            dtype_codes[hit] = dcodes[at[hit]]
-        # the bytes of each fused operation: its tensors' sizes added up (NaN if any is unknown)
-        is_op = (kind == OP) & keep
-        fusion_bytes = np.full(n, np.nan)
-        if is_op.any():
-            local = fusion - self.fusion_offset
-            width = int(local.max()) + 1
-            totals = np.bincount(local[is_op], weights=size[is_op], minlength=width)
-            present = np.bincount(local[is_op], minlength=width) > 0
-            totals[~present] = np.nan
-            has = fusion >= 0
-            fusion_bytes[has] = totals[local[has]]
+        size, dtype_codes, dtypes = self._sizes(pid, occurrence, carries)
+        fusion_bytes = self._fusion_bytes((kind == OP) & keep, fusion, size)
         step = self.steps(start) if steps == "auto" else np.full(n, -1)
         cycle = np.full(n, -1)
         if self.markers:
@@ -388,6 +369,43 @@ class Builder:
         # the full-length arrays go before the table is built: only the kept rows' copies stay
         del start, end, size, category, collective, step, cycle, ready_rank, fusion_bytes, stream_codes
         return make_events(columns), details
+
+    def _sizes(
+        self, pid: np.ndarray, occurrence: np.ndarray, carries: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """Bytes (NaN where unknown) and dtype code of each row that moves its tensor, from the
+        sizes the file gave per tensor and occurrence, and the dtype names."""
+        n = len(pid)
+        size = np.full(n, np.nan)
+        dtype_codes = np.zeros(n, dtype=np.int64)
+        dtypes = [""]
+        if self.sizes:
+            keys = np.array([p * (1 << 32) + o for p, o in self.sizes])
+            values = np.array([b for b, _ in self.sizes.values()])
+            dtype_of = {d: i for i, d in enumerate(dict.fromkeys(["", *(d for _, d in self.sizes.values())]))}
+            dtypes = list(dtype_of)
+            dcodes = np.array([dtype_of[d] for _, d in self.sizes.values()])
+            order = np.argsort(keys)
+            keys, values, dcodes = keys[order], values[order], dcodes[order]
+            wanted = pid * (1 << 32) + occurrence
+            at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+            hit = carries & (keys[at] == wanted) & (pid >= 0)
+            size[hit] = values[at[hit]]
+            dtype_codes[hit] = dcodes[at[hit]]
+        return size, dtype_codes, dtypes
+
+    def _fusion_bytes(self, is_op: np.ndarray, fusion: np.ndarray, size: np.ndarray) -> np.ndarray:
+        """The bytes of each fused operation: its tensors' sizes added up (NaN if any is unknown)."""
+        fusion_bytes = np.full(len(fusion), np.nan)
+        if is_op.any():
+            local = fusion - self.fusion_offset
+            width = int(local.max()) + 1
+            totals = np.bincount(local[is_op], weights=size[is_op], minlength=width)
+            present = np.bincount(local[is_op], minlength=width) > 0
+            totals[~present] = np.nan
+            has = fusion >= 0
+            fusion_bytes[has] = totals[local[has]]
+        return fusion_bytes
 
     def steps(self, start: np.ndarray) -> np.ndarray:
         """Step of each row (module docstring), -1 for none; ``start`` in s."""

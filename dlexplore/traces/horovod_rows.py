@@ -37,18 +37,8 @@ def rows_from_columns(columns: HorovodColumns, path: Path, fusion_offset: int) -
     ph_labels, names = columns.labels["ph"], columns.labels["name"]
     cls = np.asarray([_CLASS.get(p, _SKIP) for p in ph_labels] or [_SKIP], np.int8)[col["ph"]]
     pid, ts, dur, name = col["pid"], col["ts"], col["dur"], col["name"]
-    if (cls == _UNSURE).any():
-        return None
-    timed = cls != _M
-    if np.isnan(ts[timed]).any() or (np.abs(ts[timed]) >= 2.0**63).any():
-        return None
-    if (pid[(cls == _B) | (cls == _E) | (cls == _X)] == NO_INT).any():
-        return None
     row = (cls == _B) | (cls == _X) | (cls == _I)
-    if "" in names and (name[row] == names.index("")).any():
-        return None
-    ticks = dur[cls == _X]
-    if np.isnan(ticks).any() or (ticks < 0).any() or (ticks >= 2.0**63).any():
+    if not _columns_can_tell(cls, row, pid, ts, dur, name, names):
         return None
     builder = Builder(path, fusion_offset)
     if not _metadata(builder, columns, cls):
@@ -115,6 +105,30 @@ def rows_from_columns(columns: HorovodColumns, path: Path, fusion_offset: int) -
     builder.skipped = {p: skipped.count(p) for p in dict.fromkeys(skipped)}
     builder.seen = len(cls)
     return builder
+
+
+def _columns_can_tell(
+    cls: np.ndarray,
+    row: np.ndarray,
+    pid: np.ndarray,
+    ts: np.ndarray,
+    dur: np.ndarray,
+    name: np.ndarray,
+    names: list[str],
+) -> bool:
+    """False where the builder must read the file (module docstring): an unsure phase, a time that
+    is missing or out of range, a range without its ``pid``, a row without a name, a bad tick."""
+    if (cls == _UNSURE).any():
+        return False
+    timed = cls != _M
+    if np.isnan(ts[timed]).any() or (np.abs(ts[timed]) >= 2.0**63).any():
+        return False
+    if (pid[(cls == _B) | (cls == _E) | (cls == _X)] == NO_INT).any():
+        return False
+    if "" in names and (name[row] == names.index("")).any():
+        return False
+    ticks = dur[cls == _X]
+    return not (np.isnan(ticks).any() or (ticks < 0).any() or (ticks >= 2.0**63).any())
 
 
 def _metadata(builder: Builder, columns: HorovodColumns, cls: np.ndarray) -> bool:

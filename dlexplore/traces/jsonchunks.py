@@ -21,6 +21,10 @@ reading is the reference. Every problem is a :class:`~dlexplore.errors.Dlexplore
 file, the event index and the byte offset in the (decompressed) JSON text: truncated or corrupt
 gzip, truncated JSON, bytes that are not UTF-8 (anywhere in the file, also where no decoder looks),
 JSON nested too deeply, a value longer than :data:`MAX_VALUE_BYTES`, trailing commas, extra data.
+
+Kept whole: the scanner's state (the buffer, the offset of each byte in the decompressed text, the
+read-ahead thread, the cut of each window) is what every error message reads its byte offset and
+event index from; apart, each piece would have to hand that state around.
 """
 
 from __future__ import annotations

@@ -49,23 +49,7 @@ def assemble(files: list[RankFile], world_size: int, names: Labels, cats: Labels
         return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype)
 
     rank = np.repeat(np.asarray([f.rank for f in files], dtype=np.int32), counts)
-    bases = [f.meta.get("baseTimeNanoseconds") for f in files]
-    epoch_ns = None
-    shift = np.zeros(len(files))
-    ts = column("ts", np.float64)
-    # Count from a whole number of 2**30 µs (18 minutes) before the set's first event: times of
-    # 1.7e9 s (Unix time) or 4e6 s (a device clock) would otherwise keep only 0.2 µs or 1 ns of
-    # resolution. A coarse origin is the same for one rank's file alone as for the whole set, so
-    # both give the same numbers (dlexplore.traces.summarize reads one file at a time).
-    origin = float(np.floor(ts.min() / ORIGIN_GRID) * ORIGIN_GRID) if len(ts) else 0.0
-    ts = ts - origin
-    for file in files:
-        file.ts_origin = origin
-    if all(isinstance(b, int) and not isinstance(b, bool) for b in bases):
-        epoch_ns = min(bases) + int(origin) * 1000
-        shift = np.asarray([(b - min(bases)) * 1e-9 for b in bases])
-    elif origin > 1e14:  # after 1973: the file's times are Unix times in µs
-        epoch_ns = int(origin) * 1000
+    ts, shift, epoch_ns = _time_axis(files, column("ts", np.float64))
     start = ts * 1e-6 + np.repeat(shift, counts)
     duration = column("dur", np.float64) * 1e-6
     cat_code = column("cat", np.int32)
@@ -132,8 +116,36 @@ def assemble(files: list[RankFile], world_size: int, names: Labels, cats: Labels
     paths = tuple(str(f.path) for f in files)
     events = make_events(columns, {"source": "", "format": "pytorch", "files": list(paths)})
     events.attrs.pop("source")
+    meta = _meta(files, streams, gpu_trace, epoch_ns)
+    return Trace(events, "pytorch", paths, world_size, meta, memory=_memory_table(files, shift))
+
+
+def _time_axis(files: list[RankFile], ts: np.ndarray) -> tuple[np.ndarray, np.ndarray, int | None]:
+    """The files' times (µs) from a common origin, each file's shift (s) from its
+    ``baseTimeNanoseconds``, and the origin as Unix ns where the files say it (else None)."""
+    bases = [f.meta.get("baseTimeNanoseconds") for f in files]
+    epoch_ns = None
+    shift = np.zeros(len(files))
+    # Count from a whole number of 2**30 µs (18 minutes) before the set's first event: times of
+    # 1.7e9 s (Unix time) or 4e6 s (a device clock) would otherwise keep only 0.2 µs or 1 ns of
+    # resolution. A coarse origin is the same for one rank's file alone as for the whole set, so
+    # both give the same numbers (dlexplore.traces.summarize reads one file at a time).
+    origin = float(np.floor(ts.min() / ORIGIN_GRID) * ORIGIN_GRID) if len(ts) else 0.0
+    ts = ts - origin
+    for file in files:
+        file.ts_origin = origin
+    if all(isinstance(b, int) and not isinstance(b, bool) for b in bases):
+        epoch_ns = min(bases) + int(origin) * 1000
+        shift = np.asarray([(b - min(bases)) * 1e-9 for b in bases])
+    elif origin > 1e14:  # after 1973: the file's times are Unix times in µs
+        epoch_ns = int(origin) * 1000
+    return ts, shift, epoch_ns
+
+
+def _meta(files: list[RankFile], streams: Labels, gpu_trace: bool, epoch_ns: int | None) -> dict:
+    """The trace's ``meta``: each rank's file and what its metadata says, backend, device, epoch."""
     backends = sorted({f.backend for f in files if f.backend})
-    meta = {
+    return {
         "ranks": {
             f.rank: {
                 "file": str(f.path),
@@ -151,7 +163,6 @@ def assemble(files: list[RankFile], world_size: int, names: Labels, cats: Labels
         "epoch_ns": epoch_ns,
         "parser": files[0].parser if files else PARSER,
     }
-    return Trace(events, "pytorch", paths, world_size, meta, memory=_memory_table(files, shift))
 
 
 #: c10::DeviceType numbers in ``[memory]`` events -> device names.

@@ -22,6 +22,9 @@ with ``record_shapes=True``: ``c10d::_allgather_base_`` lists its gathered outpu
 ``Dst Rank``/``Src Rank``, else ``Rank`` (the peer's rank in the group) mapped through ``Process
 Group Ranks``. gloo collectives (``gloo:*`` annotations, which do the work on CPU) take their size
 from ``Input Dims`` x ``Input type``, times the group size for allgather and gather.
+
+Kept whole: the three sources above are tried in order for each kernel and each fills the gaps the
+one before left; they share the launch index and the per-rank groups, which are built once here.
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ The decoder reads leniently: a value it cannot read (a string where a number bel
 with its event index instead of stopping it, and only the problems of the events the reader keeps
 are errors here, each named as before with the file and the event (the event itself is read again,
 by the standard library, for the message).
+
+Kept whole: choosing the rows and checking them are one pass over one file's columns, and each
+error is named from the same event index.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def _summarize_one(
     Errors come back as values rather than exceptions: dlexplore's exceptions take keyword
     arguments that pickle cannot restore, and a value lets the caller name the file in every case.
     """
-    from . import load_trace
+    from .loading import load_trace
 
     try:
         trace = load_trace([path], format=format, **options)
@@ -171,7 +171,7 @@ def summarize(
 
 def _events_of_file(path: str, format: str | None, options: dict[str, Any]) -> Any:  # noqa: A002
     """One file's event table, schema columns only (partitions of :func:`load_events_lazily`)."""
-    from . import load_trace
+    from .loading import load_trace
     from .schema import COLUMNS
 
     try:
