@@ -503,3 +503,27 @@ def layout_problems(page, root_selector: str = ".dlx-explorer") -> list[str]:
     """What is cut off, scrolls or sticks out in the explorer under ``root_selector`` (see
     :data:`JS_LAYOUT_PROBLEMS`); an empty list when the layout holds."""
     return page.evaluate(JS_LAYOUT_PROBLEMS, root_selector)
+
+
+def open_side_view(page, timeout_ms: int) -> None:
+    """File > New View for Notebook: a second view of the open notebook docked to the right (half
+    the main area), marked ``data-dlx-side``, checked to be narrow, with a Bokeh figure drawn in it
+    and scrolled to its explorer."""
+    page.get_by_role("menuitem", name="File", exact=True).click()
+    page.get_by_role("menuitem", name="New View for Notebook").click()
+    page.wait_for_function("() => document.querySelectorAll('.jp-NotebookPanel').length === 2")
+    width = page.evaluate("""() => {
+        const panels = [...document.querySelectorAll('.jp-NotebookPanel')];
+        const left = (el) => el.getBoundingClientRect().left;
+        const side = panels.reduce((a, b) => (left(b) > left(a) ? b : a));
+        side.dataset.dlxSide = "1";
+        return side.getBoundingClientRect().width;
+    }""")
+    assert width < 700, f"the side panel is {width:.0f} px wide: not a side panel"
+    page.wait_for_function(
+        """() => Bokeh.documents.flatMap((doc) => [...doc.views_manager]).some((v) =>
+               v.model.type === "Figure" && document.querySelector("[data-dlx-side]").contains(v.el))""",
+        timeout=timeout_ms,
+    )
+    page.wait_for_timeout(800)
+    page.locator("[data-dlx-side] .dlx-explorer").first.scroll_into_view_if_needed()

@@ -11,7 +11,7 @@ the artifacts folder.
 from __future__ import annotations
 
 import pytest
-from _browser import layout_problems, wait_settled
+from _browser import layout_problems, open_side_view, wait_settled
 from test_explorer_browser import EXPLORER_SOURCES, FIRST_PLOT_MS, run_all_cells, wait_for_plots
 
 pytestmark = pytest.mark.browser
@@ -70,24 +70,7 @@ def test_jupyterlab_layout_holds_in_a_side_panel(lab_server, tab):
     page = tab.page
     # File > New View for Notebook docks a second view of the notebook to the right: two panels of
     # half the main area's width, beside the file browser.
-    page.get_by_role("menuitem", name="File", exact=True).click()
-    page.get_by_role("menuitem", name="New View for Notebook").click()
-    page.wait_for_function("() => document.querySelectorAll('.jp-NotebookPanel').length === 2")
-    width = page.evaluate("""() => {
-        const panels = [...document.querySelectorAll('.jp-NotebookPanel')];
-        const left = (el) => el.getBoundingClientRect().left;
-        const side = panels.reduce((a, b) => (left(b) > left(a) ? b : a));
-        side.dataset.dlxSide = "1";
-        return side.getBoundingClientRect().width;
-    }""")
-    assert width < 700, f"the side panel is {width:.0f} px wide: not a side panel"
-    page.wait_for_function(
-        """() => Bokeh.documents.flatMap((doc) => [...doc.views_manager]).some((v) =>
-               v.model.type === "Figure" && document.querySelector("[data-dlx-side]").contains(v.el))""",
-        timeout=FIRST_PLOT_MS,
-    )
-    page.wait_for_timeout(800)
-    page.locator("[data-dlx-side] .dlx-explorer").first.scroll_into_view_if_needed()
+    open_side_view(page, FIRST_PLOT_MS)
     tab.shot("1280x720-side-panel")
     problems = layout_problems(page, "[data-dlx-side] .dlx-explorer")
     assert not problems, "\n".join(problems)

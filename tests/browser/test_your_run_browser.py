@@ -21,6 +21,7 @@ from _browser import (
     free_port,
     jupyter_env,
     layout_problems,
+    open_side_view,
     read_source,
     timed_change,
     wait_settled,
@@ -220,24 +221,7 @@ def test_jupyterlab_your_run_beside_the_file_browser_and_in_a_side_panel(lab_ser
     problems = layout_problems(page, ".jp-NotebookPanel .dlx-explorer")
     assert not problems, "\n".join(problems)
     # a second view of the notebook docked to the right: half the main area
-    page.get_by_role("menuitem", name="File", exact=True).click()
-    page.get_by_role("menuitem", name="New View for Notebook").click()
-    page.wait_for_function("() => document.querySelectorAll('.jp-NotebookPanel').length === 2")
-    width = page.evaluate("""() => {
-        const panels = [...document.querySelectorAll('.jp-NotebookPanel')];
-        const left = (el) => el.getBoundingClientRect().left;
-        const side = panels.reduce((a, b) => (left(b) > left(a) ? b : a));
-        side.dataset.dlxSide = "1";
-        return side.getBoundingClientRect().width;
-    }""")
-    assert width < 700, f"the side panel is {width:.0f} px wide: not a side panel"
-    page.wait_for_function(
-        """() => Bokeh.documents.flatMap((doc) => [...doc.views_manager]).some((v) =>
-               v.model.type === "Figure" && document.querySelector("[data-dlx-side]").contains(v.el))""",
-        timeout=FIRST_PLOT_MS,
-    )
-    page.wait_for_timeout(800)
-    page.locator("[data-dlx-side] .dlx-explorer").first.scroll_into_view_if_needed()
+    open_side_view(page, FIRST_PLOT_MS)
     tab.shot("1280x720-side-panel")
     problems = layout_problems(page, "[data-dlx-side] .dlx-explorer")
     assert not problems, "\n".join(problems)
