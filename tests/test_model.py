@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from dlexplore.catalog import GPU, Layer, Link, StorageTier, Workload
 from dlexplore.errors import DlexploreError
-from dlexplore.model import gradient_buckets, predict
+from dlexplore.model import gradient_buckets, predict, predict_arrays
 
 # Two layers: 1e6 + 3e6 parameters, 1e9 + 3e9 forward FLOPs, 1 MB + 2 MB of fp32 activations.
 TOY = Workload(
@@ -88,6 +88,48 @@ def test_step_by_hand():
     assert ds.efficiency.item() == pytest.approx((t_fwd + t_bwd + t_opt) / step)
     assert ds.comm_bytes.item() == pytest.approx(1.6e7)
     assert ds.n_buckets.item() == 2
+
+
+def test_predict_arrays_gives_the_step_by_hand_and_predicts_numbers_on_every_sweep():
+    """What calibration evaluates: the same numbers as predict, without the Dataset."""
+    kw = dict(
+        intra_link=FAST,
+        compute_efficiency=0.5,
+        bucket_size=0,
+        optimizer="momentum",
+        algorithm="ring",
+        kernel_time=0.0,
+        memory_efficiency=1.0,
+    )
+    one = predict_arrays(TOY, CARD, NET, gpus=4, batch_size=10, **kw)
+    t_fwd, t_bwd, t_opt = 8e-3, 16e-3, 4e6 * 20 / 1e12
+    exposed = 6 * A + 1.5 * 4e6 * B  # the second bucket's allreduce, after the backward pass
+    assert one.dims == ()
+    assert one.at("step_time", {"gpus": np.zeros(3, int)}) == pytest.approx(
+        [t_fwd + t_bwd + t_opt + exposed] * 3
+    )
+    assert float(one.values["n_buckets"]) == 2
+    gpus, batch, nodes = [1, 2, 4, 16], [8, 10], [1, 4]
+    grid = predict_arrays(TOY, CARD, NET, gpus=gpus, batch_size=batch, gpus_per_node=nodes, **kw)
+    ds = predict(TOY, CARD, NET, gpus=gpus, batch_size=batch, gpus_per_node=nodes, **kw)
+    assert grid.dims == ("gpus", "batch_size", "gpus_per_node")
+    points = {  # every combination, as points
+        d: index.ravel() for d, index in zip(grid.dims, np.indices(grid.shape), strict=True)
+    }
+    expected = ds.drop_vars(["time_operator", "operator"]).broadcast_like(ds.step_time)
+    assert set(grid.values) == set(expected.data_vars)
+    for name in grid.values:
+        values = expected[name].transpose(*grid.dims).values.ravel()
+        np.testing.assert_array_equal(grid.at(name, points), values, err_msg=name)
+
+
+def test_predict_arrays_refuses_what_it_cannot_evaluate():
+    with pytest.raises(DlexploreError, match="precision given as a sequence; use dlexplore.predict"):
+        predict_arrays(TOY, CARD, NET, precision=["fp32", "fp16"])
+    with pytest.raises(TypeError, match="unexpected keyword arguments \\['bucket'\\]"):
+        predict_arrays(TOY, CARD, NET, bucket=0)
+    with pytest.raises(DlexploreError, match="workspace"):
+        predict_arrays(TOY, CARD, NET, workspace=-1)
 
 
 def test_bucket_schedule_by_hand():

@@ -24,7 +24,7 @@ from ..model.comm import ALGORITHMS, busbw_factor, collective_time, normalize_al
 from ..model.compute import default_compute_efficiency, normalize_precision
 from ..model.conventions import is_sweep
 from ..model.gradsync import resolve_transport
-from ..model.step import predict
+from ..model.step import StepArrays, predict_arrays
 from .points import (
     DEFAULT_INTRA_LINK,
     FIXED_KEYWORDS,
@@ -359,9 +359,7 @@ class PointModel:
                 if reasons is not None:
                     reasons[idx] = why
                 continue
-            names = variables or tuple(
-                v for v in ds.data_vars if set(ds[v].dims) <= {"gpus", "batch_size", "gpus_per_node"}
-            )
+            names = variables or tuple(ds.values)
             gpus_ax, batch_ax, node_ax = self.group_axes[int(key[0])]
             pos = {
                 "gpus": np.searchsorted(gpus_ax, self.gpus[idx]),
@@ -379,9 +377,9 @@ class PointModel:
                 )
             for name in names:
                 if name == "efficiency":
-                    value = _take(ds["step_time"], base) / _take(ds["step_time"], pos)
+                    value = ds.at("step_time", base) / ds.at("step_time", pos)
                 else:
-                    value = _take(ds[name], pos)
+                    value = ds.at(name, pos)
                 if name not in out:
                     out[name] = np.full(self.n, np.nan)
                 out[name][idx] = np.where(no_network, np.nan, value)
@@ -391,7 +389,7 @@ class PointModel:
 
     def _group_prediction(
         self, group: int, params: dict[str, float], idx: np.ndarray
-    ) -> tuple[xr.Dataset | None, str]:
+    ) -> tuple[StepArrays | None, str]:
         key = (group, *params.values())
         if key in self._cache:
             return self._cache[key]
@@ -412,7 +410,7 @@ class PointModel:
         ) = self.group_settings[group]
         gpus_ax, batch_ax, node_ax = self.group_axes[group]
         bandwidth, latency = params["bandwidth"], params["latency"]
-        result: tuple[xr.Dataset | None, str]
+        result: tuple[StepArrays | None, str]
         if not (np.isfinite(bandwidth) and np.isfinite(latency)):
             # Stand-ins: points inside one node never use the network; the others are set to NaN
             # by the caller.
@@ -422,7 +420,7 @@ class PointModel:
             self._remember(key, result)
             return result
         try:
-            ds = predict(
+            ds = predict_arrays(
                 workload,
                 gpu,
                 network if catalog_link(network) is not None else None,
@@ -578,12 +576,3 @@ def _architecture(name: str) -> str:
         return catalog.gpu(name).architecture
     except DlexploreError:
         return ""
-
-
-def _take(da: xr.DataArray, positions: dict[str, np.ndarray]) -> np.ndarray:
-    """Values of ``da`` at per-point positions along its dims (a 0-d variable is broadcast)."""
-    values = da.values
-    if not da.dims:
-        n = len(next(iter(positions.values())))
-        return np.full(n, values.item(), dtype=values.dtype)
-    return values[tuple(positions[d] for d in da.dims)]

@@ -27,13 +27,15 @@ from .convergence import LR_RULES, ConvergenceParams, predict_convergence
 from .dataio import LAYOUTS, DLIOWorkload, io_bound_gpus, io_model
 from .energy import energy, pareto_front, time_energy_tradeoff
 from .parallel import predict_parallel
-from .step import DEFAULT_BUCKET_SIZE, gradient_buckets, predict
+from .step import DEFAULT_BUCKET_SIZE, StepArrays, gradient_buckets, predict, predict_arrays
 from .stragglers import compare_with_measured, expected_max, straggler_slowdown
 from .time_to_accuracy import time_to_accuracy
 from .workflow import coupled, steady_state
 
 __all__ = [
     "predict",
+    "predict_arrays",
+    "StepArrays",
     "predict_comm",
     "collective_time",
     "busbw_factor",

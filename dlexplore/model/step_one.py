@@ -317,15 +317,8 @@ def _communication(st: _Setup, compute: dict, buckets: Buckets, detail: bool) ->
     return t_comm, t_comm_exposed, schedule
 
 
-def predict_one(
-    args: dict,
-    numeric: dict,
-    prefetch: bool,
-    workspace: float,
-    detail: bool = False,
-    kernels: bool = False,
-) -> xr.Dataset:
-    """The step of one configuration (every categorical argument one value) over the numeric grid."""
+def _step(args: dict, numeric: dict, prefetch: bool, workspace: float, detail: bool) -> tuple:
+    """The step's numbers: its setup, compute, buckets, their schedule and the variables."""
     st = _setup(args, numeric)
     grid, wl, dev, precision = st.grid, st.wl, st.dev, st.precision
     P, B, G, A = grid["gpus"], grid["batch_size"], grid["gpus_per_node"], grid["grad_accum"]
@@ -376,6 +369,48 @@ def predict_one(
         "mem_capacity": float(dev.memory_bytes),
         "fits": mem_total <= dev.memory_bytes,
     }
+    return st, compute, buckets, schedule, data
+
+
+@dataclass(frozen=True)
+class StepArrays:
+    """One configuration's step variables as numpy arrays on its numeric grid, without a Dataset:
+    what a calibration evaluates thousands of times (:func:`dlexplore.model.predict_arrays`).
+
+    ``dims`` are the swept numeric parameters (in :data:`NUMERIC_PARAMETERS` order), ``coords`` their
+    values and ``shape`` their lengths; each of ``values`` (units as :func:`dlexplore.predict`'s
+    variables of the same name) broadcasts to ``shape``."""
+
+    dims: tuple[str, ...]
+    coords: dict[str, np.ndarray]
+    shape: tuple[int, ...]
+    values: dict[str, np.ndarray]
+
+    def at(self, name: str, positions: dict[str, np.ndarray]) -> np.ndarray:
+        """``name`` at points given by their index along each dimension (``positions[dim]``)."""
+        full = np.broadcast_to(np.asarray(self.values[name]), self.shape)
+        if not self.dims:
+            return np.full(len(next(iter(positions.values()))), full.item(), dtype=full.dtype)
+        return full[tuple(positions[d] for d in self.dims)]
+
+
+def step_arrays(args: dict, numeric: dict, prefetch: bool, workspace: float) -> StepArrays:
+    """:func:`predict_one`'s variables (but ``time_operator``) as numpy arrays."""
+    st, _, _, _, data = _step(args, numeric, prefetch, workspace, False)
+    return StepArrays(tuple(st.grid.dims), st.grid.coords, st.grid.shape, data)
+
+
+def predict_one(
+    args: dict,
+    numeric: dict,
+    prefetch: bool,
+    workspace: float,
+    detail: bool = False,
+    kernels: bool = False,
+) -> xr.Dataset:
+    """The step of one configuration (every categorical argument one value) over the numeric grid."""
+    st, compute, buckets, schedule, data = _step(args, numeric, prefetch, workspace, detail)
+    grid, P = st.grid, st.grid["gpus"]
     ds = xr.Dataset({name: grid.wrap(value) for name, value in data.items()})
     ds["time_operator"] = along(grid, compute["by_operator"], "operator", list(CATEGORIES))
     if kernels:
