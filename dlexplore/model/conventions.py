@@ -9,6 +9,7 @@ dimension of the result.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -16,7 +17,7 @@ import xarray as xr
 from .._version import __version__
 from ..errors import DlexploreError
 
-__all__ = ["VARIABLES", "as_dataarray", "is_sweep", "finish_dataset", "PREDICTED_SOURCE"]
+__all__ = ["VARIABLES", "as_dataarray", "is_sweep", "finish_dataset", "PREDICTED_SOURCE", "bare"]
 
 PREDICTED_SOURCE = f"predicted: dlexplore {__version__} analytical model"
 
@@ -121,6 +122,16 @@ def as_dataarray(name: str, value: object) -> xr.DataArray:
     if len(np.unique(values)) != values.size:
         raise DlexploreError(f"{name}: the sweep repeats values {values.tolist()}")
     return xr.DataArray(values, dims=name, coords={name: values})
+
+
+def bare(value: Any) -> Any:
+    """A DataArray without its non-index coordinates; anything else as it is.
+
+    A prediction carries some 40 scalar coordinates (its configuration), which every arithmetic
+    operation between its variables merges again: arithmetic on bare arrays, with the coordinates
+    put back once at the end, is 3-4x faster (an explorer slider move's energy and time to accuracy).
+    """
+    return value.reset_coords(drop=True) if isinstance(value, xr.DataArray) else value
 
 
 def finish_dataset(ds: xr.Dataset, *, title: str) -> xr.Dataset:

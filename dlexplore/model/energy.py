@@ -33,7 +33,7 @@ import xarray as xr
 
 from .. import catalog
 from ..errors import DlexploreError
-from .conventions import PREDICTED_SOURCE
+from .conventions import PREDICTED_SOURCE, bare
 
 __all__ = [
     "energy",
@@ -145,26 +145,28 @@ def energy(
         prediction, pue, node_power_w, comm_power_fraction, samples_per_epoch, utilization
     )
 
-    tdp, idle = _gpu_figures(prediction, gpu)
+    tdp, idle = map(bare, _gpu_figures(prediction, gpu))
+    u = bare(u)
     if gpus_per_node is None:
-        per_node = prediction["gpus_per_node"] if "gpus_per_node" in prediction.coords else 1
+        per_node = bare(prediction["gpus_per_node"]) if "gpus_per_node" in prediction.coords else 1
     else:
         if gpus_per_node < 1:
             raise DlexploreError(f"gpus_per_node must be >= 1, got {gpus_per_node!r}")
         per_node = gpus_per_node
-    gpus = prediction["gpus"]
+    # on bare arrays (conventions.bare); the prediction's coordinates are put back at the end
+    gpus = bare(prediction["gpus"])
     nodes = np.ceil(gpus / per_node)
 
+    t_step = bare(prediction["step_time"])
     p_compute = idle + (tdp - idle) * u
     p_comm = idle + (tdp - idle) * comm_power_fraction
-    p_idle = idle * xr.ones_like(prediction["step_time"])
-    t_step = prediction["step_time"]
-    e_compute = pue * gpus * prediction["time_compute"] * p_compute
-    e_comm = pue * gpus * prediction["time_comm_exposed"] * p_comm
-    e_idle = pue * gpus * prediction["time_io_exposed"] * p_idle
+    p_idle = idle * xr.ones_like(t_step)
+    e_compute = pue * gpus * bare(prediction["time_compute"]) * p_compute
+    e_comm = pue * gpus * bare(prediction["time_comm_exposed"]) * p_comm
+    e_idle = pue * gpus * bare(prediction["time_io_exposed"]) * p_idle
     e_node = pue * nodes * node_power_w * t_step
     e_step = e_compute + e_comm + e_idle + e_node
-    samples_per_step = gpus * prediction["batch_size"]
+    samples_per_step = gpus * bare(prediction["batch_size"])
     out = {
         "power_compute": p_compute * xr.ones_like(t_step),
         "power_comm": p_comm * xr.ones_like(t_step),

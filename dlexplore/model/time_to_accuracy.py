@@ -27,6 +27,7 @@ import numpy as np
 import xarray as xr
 
 from ..errors import DlexploreError
+from .conventions import bare
 from .convergence import (
     CONVERGENCE_SOURCE,
     ConvergenceParams,
@@ -81,10 +82,11 @@ def time_to_accuracy(
             )
         params = str(names[0])
     p = convergence(params)
-    step_time = prediction["step_time"]
-    global_batch = (prediction["gpus"] * prediction["batch_size"]).broadcast_like(step_time)
+    # on bare arrays (conventions.bare); the prediction's coordinates are put back at the end
+    step_time = bare(prediction["step_time"])
+    global_batch = (bare(prediction["gpus"]) * bare(prediction["batch_size"])).broadcast_like(step_time)
     conv = predict_convergence(global_batch.astype(float), p).reset_coords(drop=True)
-    fits = prediction["fits"] if "fits" in prediction else xr.ones_like(step_time, dtype=bool)
+    fits = bare(prediction["fits"]) if "fits" in prediction else xr.ones_like(step_time, dtype=bool)
     ok = conv["reachable"] & fits
     out = conv.assign(
         global_batch=global_batch,
@@ -93,15 +95,17 @@ def time_to_accuracy(
     )
     for name in ("throughput", "fits"):
         if name in prediction:
-            out[name] = prediction[name]
+            out[name] = bare(prediction[name])
     if energy is not None:
         if "energy_step" not in energy:
             raise DlexploreError("energy= must be dlexplore.model.energy(prediction)'s dataset")
-        out["energy_to_target"] = (conv["steps_to_target"] * energy["energy_step"]).where(ok)
+        out["energy_to_target"] = (conv["steps_to_target"] * bare(energy["energy_step"])).where(ok)
     out["fastest"] = _fastest(out["time_to_target"])
     if "gpus" in out["time_to_target"].dims and out.sizes["gpus"] > 1:
         out["speedup_per_doubling"] = _speedup_per_doubling(out["time_to_target"])
     out = out.assign_coords({c: prediction.coords[c] for c in prediction.coords if c not in out.coords})
+    if energy is not None:  # the energy's own assumptions (pue, ...)
+        out = out.assign_coords({c: energy.coords[c] for c in energy.coords if c not in out.coords})
     for name in ("step_time", "throughput", "fits"):
         if name in out:
             out[name].attrs.update(prediction[name].attrs)
