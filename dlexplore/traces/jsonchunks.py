@@ -68,6 +68,7 @@ class EventChunks:
         self.chunk_bytes = None if chunk_bytes is None else max(int(chunk_bytes), 64)
         self.meta: dict[str, Any] = {}
         self.events_read = 0
+        self.refused = 0  # windows the fast decoder gave to the standard library
         self.compressed = False
         self.bare_array = False
         self._raw: BinaryIO | None = None
@@ -386,6 +387,7 @@ class EventChunks:
             if result is not None:
                 self.events_read += result[1]
                 return result[0]
+            self.refused += 1
         try:
             parsed = json.loads(b"[" + bytes(buf[start : cut + 1]) + b"]")
         except (ValueError, RecursionError):

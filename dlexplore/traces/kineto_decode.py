@@ -85,6 +85,8 @@ class KinetoColumns:
     problems: list[tuple[int, str, Any]] | None = None
     #: Events in ``traceEvents`` (kept or not).
     events_read: int = 0
+    #: Chunks msgspec refused and the standard library read (0 when every chunk was fast).
+    refused_chunks: int = 0
     #: ``phases=``: each row's index in ``traceEvents`` (None: every event has its row, in order).
     index: np.ndarray | None = None
 
@@ -157,6 +159,7 @@ def decode_kineto(
     columns = _join(str(path), stream.meta, labels, chunks, use)
     columns.problems = problems
     columns.events_read = stream.events_read
+    columns.refused_chunks = stream.refused
     if keep is not None:
         columns.index = np.concatenate([c.index for c in chunks]) if chunks else np.zeros(0, np.int64)
     return columns
