@@ -127,7 +127,7 @@ def test_defaults_file_says_where_each_value_comes_from():
 
 
 def test_fit_defaults_reproduces_the_committed_file():
-    """The defaults are what benchmarks/fit_defaults.py fits to the bundled tables (about 90 s)."""
+    """The defaults are what benchmarks/fit_defaults.py fits to the bundled tables (about 20 s)."""
     result = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "fit_defaults.py"), "--check"],
         cwd=ROOT,
