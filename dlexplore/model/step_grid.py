@@ -118,14 +118,18 @@ class Grid:
 
     def wrap(self, value: np.ndarray | float) -> xr.DataArray:
         """A DataArray over the dimensions ``value`` varies along (size-1 axes are dropped)."""
+        dims, squeezed = self.raw(value)
+        return xr.DataArray(squeezed, dims=dims, coords={d: self.coords[d] for d in dims})
+
+    def raw(self, value: np.ndarray | float) -> tuple[tuple[str, ...], np.ndarray]:
+        """(dimensions, values) of :meth:`wrap`'s DataArray, for a Dataset built at once (with
+        :attr:`coords`): 21 DataArrays each with its coordinates cost a third of a prediction to align."""
         arr = np.asarray(value)
         if arr.ndim == 0:
-            return xr.DataArray(arr)
+            return (), arr
         arr = np.broadcast_to(arr, np.broadcast_shapes(arr.shape, (1,) * len(self.dims)))
         keep = [i for i, n in enumerate(arr.shape) if n > 1 or self.shape[i] == 1]
-        squeezed = arr.reshape([arr.shape[i] for i in keep])
-        dims = [self.dims[i] for i in keep]
-        return xr.DataArray(squeezed, dims=dims, coords={d: self.coords[d] for d in dims})
+        return tuple(self.dims[i] for i in keep), arr.reshape([arr.shape[i] for i in keep])
 
 
 def validate_parameter(name: str, arr: np.ndarray) -> None:

@@ -411,7 +411,7 @@ def predict_one(
     """The step of one configuration (every categorical argument one value) over the numeric grid."""
     st, compute, buckets, schedule, data = _step(args, numeric, prefetch, workspace, detail)
     grid, P = st.grid, st.grid["gpus"]
-    ds = xr.Dataset({name: grid.wrap(value) for name, value in data.items()})
+    ds = xr.Dataset({name: grid.raw(value) for name, value in data.items()}, coords=grid.coords)
     ds["time_operator"] = along(grid, compute["by_operator"], "operator", list(CATEGORIES))
     if kernels:
         ds = ds.assign(_kernel_variables(grid, compute))
