@@ -187,13 +187,14 @@ def energy(
         out["energy_epoch_kwh"] = out["energy_epoch"] / J_PER_KWH
         out["time_epoch"] = out["time_sample"] * samples_per_epoch
     # One layout for every variable (the step time's), so that .values of any two line up.
-    dims = t_step.dims
-    ds = xr.Dataset(
-        {
-            name: value.broadcast_like(t_step).transpose(*dims).reset_coords(drop=True)
-            for name, value in out.items()
-        }
-    )
+    dims, sizes = t_step.dims, dict(t_step.sizes)
+
+    def laid_out(value: xr.DataArray) -> xr.Variable | xr.DataArray:
+        if set(value.dims) <= set(dims):  # the prediction's own coordinates: broadcast, no aligning
+            return value.variable.set_dims(sizes).transpose(*dims)
+        return value.broadcast_like(t_step).transpose(*dims).reset_coords(drop=True)
+
+    ds = xr.Dataset({name: laid_out(value) for name, value in out.items()}, coords=t_step.coords)
     ds = ds.assign_coords(
         {name: prediction.coords[name] for name in prediction.coords if name not in ds.coords}
     )
