@@ -35,21 +35,20 @@ FAST = Link("fast", "intra", 100.0, 1e-6, "test")
 A, B = 5e-6, 1e-10
 
 
+#: The toy's model settings: plain ring, one bucket per layer, no kernel or memory-bound overheads.
+SETTINGS = dict(
+    intra_link=FAST,
+    compute_efficiency=0.5,
+    bucket_size=0,
+    optimizer="momentum",
+    algorithm="ring",
+    kernel_time=0.0,
+    memory_efficiency=1.0,
+)
+
+
 def run(**kw):
-    args = dict(
-        workload=TOY,
-        gpu=CARD,
-        network=NET,
-        intra_link=FAST,
-        gpus=4,
-        batch_size=10,
-        compute_efficiency=0.5,
-        bucket_size=0,
-        optimizer="momentum",
-        algorithm="ring",
-        kernel_time=0.0,
-        memory_efficiency=1.0,
-    )
+    args = dict(workload=TOY, gpu=CARD, network=NET, gpus=4, batch_size=10, **SETTINGS)
     args.update(kw)
     return predict(**args)
 
@@ -92,15 +91,7 @@ def test_step_by_hand():
 
 def test_predict_arrays_gives_the_step_by_hand_and_predicts_numbers_on_every_sweep():
     """What calibration evaluates: the same numbers as predict, without the Dataset."""
-    kw = dict(
-        intra_link=FAST,
-        compute_efficiency=0.5,
-        bucket_size=0,
-        optimizer="momentum",
-        algorithm="ring",
-        kernel_time=0.0,
-        memory_efficiency=1.0,
-    )
+    kw = SETTINGS
     one = predict_arrays(TOY, CARD, NET, gpus=4, batch_size=10, **kw)
     t_fwd, t_bwd, t_opt = 8e-3, 16e-3, 4e6 * 20 / 1e12
     exposed = 6 * A + 1.5 * 4e6 * B  # the second bucket's allreduce, after the backward pass
