@@ -26,12 +26,12 @@ import os
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from ..errors import InputFileError
-from .horovod_json import BOUNDARY, CHUNK, _decode, _scan, locate, read_data
+from .horovod_json import BOUNDARY, CHUNK, _decode, _scan, array_bounds, locate, piece_end, read_data
 from .kineto_columns import NO_INT, Labels
 
 try:
@@ -64,34 +64,73 @@ class HorovodColumns:
 
 
 if msgspec is not None:
-    _UNSET = msgspec.UNSET
     _Event = msgspec.defstruct(
         "_HorovodEvent",
         [
-            ("ph", str, ""),
+            # the phases Horovod writes, as literals: one shared string each, not one per event; a
+            # piece with another phase goes to the reference
+            ("ph", Literal["B", "E", "X", "i", "I", "M"], ""),
             ("name", str, ""),
             ("pid", int, NO_INT),
             ("ts", float, math.nan),
             ("dur", float, math.nan),
-            ("args", Any, _UNSET),
+            ("args", Any, None),
         ],
         gc=False,
     )
     _DECODER = msgspec.json.Decoder(list[_Event])
 
 
-def _fast(piece: bytes, labels: dict[str, Labels]) -> tuple[dict[str, np.ndarray], dict[int, Any]]:
+def _fast(piece: memoryview, labels: dict[str, Labels]) -> tuple[dict[str, np.ndarray], dict[int, Any]]:
     events = _DECODER.decode(piece)
     n = len(events)
     get = attrgetter
-    columns = {key: labels[key].encode_strings(list(map(get(key), events))) for key in ("ph", "name")}
+    columns = {key: _codes(labels[key], events, key) for key in ("ph", "name")}
     columns["pid"] = np.fromiter(map(get("pid"), events), np.int64, n)
-    for key in ("ts", "dur"):
-        columns[key] = np.fromiter(map(get(key), events), np.float64, n)
-        if np.isinf(columns[key]).any():
-            raise ValueError("a time beyond a float")  # the reference decides
-    args = {i: a for i, a in enumerate(map(get("args"), events)) if a is not _UNSET}
-    return columns, args
+    columns["ts"] = np.fromiter(map(get("ts"), events), np.float64, n)
+    # ``dur`` is read where it is used (ticks), ``args`` where there are any (operation ends and
+    # metadata): most events have neither, and a pass in Python over all of them costs a column.
+    ticks = np.flatnonzero(columns["ph"] == labels["ph"].codes.get("X", -1)).tolist()
+    dur = columns["dur"] = np.full(n, np.nan)
+    if ticks:
+        dur[ticks] = [events[i].dur for i in ticks]
+    if np.isinf(columns["ts"]).any() or np.isinf(dur[ticks]).any():
+        raise ValueError("a time beyond a float")  # the reference decides
+    given = np.fromiter(map(get("args"), events), object, n)
+    carriers = given.nonzero()[0]  # C's truth test: None, {} and other empty args are no args
+    return columns, dict(zip(carriers.tolist(), given[carriers].tolist(), strict=True))
+
+
+def _codes(labels: Labels, events: list, key: str) -> np.ndarray:
+    """The codes of the events' ``key`` strings: one pass over them where none is new."""
+    try:
+        return np.fromiter(map(labels.codes.__getitem__, map(attrgetter(key), events)), np.int32, len(events))
+    except KeyError:
+        return labels.encode_strings(list(map(attrgetter(key), events)))
+
+
+def _standard(piece: memoryview, labels: dict[str, Labels]) -> Any:
+    return json.loads(piece.tobytes())
+
+
+def _framed(data: bytearray, start: int, end: int, labels: dict[str, Labels], decode: Any) -> Any:
+    """``decode`` of the events in ``data[start:end]`` framed as an array: the byte before them (the
+    array's ``[`` or the ``,`` between events) and the one after them are made ``[`` and ``]`` while
+    it runs, so that no piece of the file is copied (the JSON is most of the memory a load holds)."""
+    before = data[start - 1]
+    after = data[end] if end < len(data) else None
+    if after is None:
+        data.append(0x5D)
+    data[start - 1], data[end] = 0x5B, 0x5D
+    try:
+        with memoryview(data) as view, view[start - 1 : end + 1] as piece:
+            return decode(piece, labels)
+    finally:
+        data[start - 1] = before
+        if after is None:
+            del data[end:]
+        else:
+            data[end] = after
 
 
 class _Bad(Exception):
@@ -125,7 +164,7 @@ def python_events(
             pid[i] = value
         for key in ("ts", "dur"):
             value = event.get(key)
-            if value is None:
+            if value is None or (key == "dur" and event.get("ph") != "X"):
                 continue
             if type(value) is int:
                 finite = -(2**1023) < value < 2**1023
@@ -134,7 +173,7 @@ def python_events(
             if not finite:
                 raise _Bad(i, f"{key!r} is {str(value)[:40]!r}; expected a time in µs (a finite number)")
             times[key][i] = float(value)
-        if "args" in event:
+        if event.get("args"):  # as the fast path: empty args are no args
             args[i] = event["args"]
     columns = {key: labels[key].encode_strings(values) for key, values in strings.items()}
     columns.update(pid=pid, **times)
@@ -169,21 +208,15 @@ def decode_horovod(
                 path, f"event #{seen + bad.index} at {where}: {bad.message}", line=line
             ) from None
 
-    pos = data.index(b"[") + 1
-    body_end = len(data.rstrip())
-    terminated = data[body_end - 1 : body_end] == b"]" and body_end - 1 >= pos
-    stop = body_end - 1 if terminated else body_end
+    pos, stop, terminated = array_bounds(data)
     while pos < stop:
         found = BOUNDARY.search(data, pos + chunk, stop) if stop - pos > chunk else None
         cut = found.start() if found else stop
-        piece = data[pos:cut]
-        if cut == stop:
-            piece = piece.rstrip().rstrip(b",")
-        framed = b"[" + piece + b"]"
+        end = piece_end(data, pos, cut) if cut == stop else cut
         decoded = None
         if use == "msgspec":
             try:
-                decoded = _fast(framed, labels)
+                decoded = _framed(data, pos, end, labels, _fast)
             except Exception:  # noqa: BLE001 - anything msgspec refuses: the reference decides
                 decoded = None
         if decoded is not None:
@@ -192,7 +225,7 @@ def decode_horovod(
             pos = cut + 1
             continue
         try:
-            events = json.loads(framed)
+            events = _framed(data, pos, end, labels, _standard)
         except (ValueError, RecursionError):
             events = None
         if not isinstance(events, list):  # cut off or corrupt: the reader's exact scan from here

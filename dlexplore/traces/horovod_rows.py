@@ -12,6 +12,8 @@ began, an unreadable ``shape``), returns None: the builder then reads the file a
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import methodcaller
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +30,8 @@ __all__ = ["rows_from_columns"]
 _M, _B, _E, _X, _I, _SKIP, _UNSURE = range(7)
 _CLASS = {"M": _M, "B": _B, "E": _E, "X": _X, "i": _I, "I": _I, "": _UNSURE}  # others: _SKIP
 _NEGOTIATE = "NEGOTIATE_"
+_NO = object()  # a key not in args
+_KEYS = ("dtype", "shape")
 
 
 def rows_from_columns(columns: HorovodColumns, path: Path, fusion_offset: int) -> Builder | None:
@@ -80,10 +84,11 @@ def rows_from_columns(columns: HorovodColumns, path: Path, fusion_offset: int) -
     if not _pair_ranges(builder, columns, cls, rows, kind, occurrence, start, end):
         return None
 
-    labels, label_codes = pd.factorize(np.asarray(names, dtype=object)[rname]) if len(rows) else ([], [])
+    # the rows' names in order of first use (as the builder codes them), from the names' codes
+    label, used = pd.factorize(rname) if len(rows) else (np.zeros(0, np.int64), [])
     builder.pid = np.where(kind == MARKER, -1, rpid).astype(np.int64)
-    builder.label = np.asarray(labels, dtype=np.int64)
-    builder.labels = list(label_codes)
+    builder.label = np.asarray(label, dtype=np.int64)
+    builder.labels = [names[c] for c in used]
     builder.label_codes = {v: i for i, v in enumerate(builder.labels)}
     builder.kind = kind
     builder.start, builder.end = start.astype(np.float64), end.astype(np.float64)
@@ -215,7 +220,7 @@ def _pair_ranges(builder, columns, cls, rows, kind, occurrence, start, end) -> b
     level = np.where(step > 0, depth, before)
     # by tensor, then level, then place in the file: a range's B, then its E
     key = groups.ids() * (int(level.max()) + 1) + level
-    order = np.argsort(key[keep], kind="stable")
+    order = _stable_order(key[keep])
     kept, kept_step, kept_pid = events[keep][order], step[keep][order], tensors[keep][order]
     level = level[keep][order]
     pair = (
@@ -234,22 +239,37 @@ def _pair_ranges(builder, columns, cls, rows, kind, occurrence, start, end) -> b
     op_ends, op_rows = ends[op], row_of[op]
     order = np.argsort(op_ends, kind="stable")  # sizes in the order of their E events
     op_ends, op_rows = op_ends[order], op_rows[order]
-    sizes, known = [], {}  # the same tensors come back every step: each (dtype, shape) read once
-    try:
-        for args in map(columns.args.get, op_ends.tolist()):
-            if type(args) is dict and len(args) == 2 and type(shape := args.get("shape")) is str:
-                key = (args.get("dtype"), shape)
-                size = known.get(key)
-                if size is None:
-                    size = known[key] = tensor_bytes(args)
-            else:
-                size = tensor_bytes(args)
-            sizes.append(size)
-    except (ValueError, TypeError):  # TypeError: a dtype that cannot be a key (a list)
+    sized = _sizes(list(map(columns.args.get, op_ends.tolist(), repeat({}))))
+    if sized is None:
         return False
-    keys = zip(col["pid"][op_ends].tolist(), occurrence[op_rows].tolist(), strict=True)
-    builder.sizes.update(zip(keys, sizes, strict=True))
+    builder.size_arrays = (col["pid"][op_ends], occurrence[op_rows], *sized)
     return True
+
+
+def _sizes(args: list) -> tuple[np.ndarray, np.ndarray, list[str]] | None:
+    """Bytes, dtype codes and dtype names ("" first, then in order of first use) of operations'
+    ``E`` args (``{}`` where none), as :func:`tensor_bytes` reads them; None where the builder must
+    read them (args that are not an object, a dtype or shape that is not a value)."""
+    try:
+        dtypes_given = map(methodcaller("get", "dtype", _NO), args)
+        pairs = list(zip(dtypes_given, map(methodcaller("get", "shape", _NO), args), strict=True))
+        # the same tensors come back every step: each distinct (dtype, shape) is read once
+        index = {pair: i for i, pair in enumerate(dict.fromkeys(pairs))}
+        read = [tensor_bytes({k: v for k, v in zip(_KEYS, p, strict=True) if v is not _NO}) for p in index]
+    except (AttributeError, TypeError, ValueError):  # TypeError: a dtype that cannot be a key (a list)
+        return None
+    codes = np.fromiter(map(index.__getitem__, pairs), np.int64, len(pairs))
+    dtypes = list(dict.fromkeys(["", *(dtype for _, dtype in read)]))
+    dtype_codes = np.array([dtypes.index(dtype) for _, dtype in read], np.int64).reshape(-1)
+    return np.array([size for size, _ in read], np.float64).reshape(-1)[codes], dtype_codes[codes], dtypes
+
+
+def _stable_order(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")``, as a radix sort where the keys fit in 16 bits (tensor
+    indices and nesting levels do): O(n), where a merge sort of int64 is O(n log n)."""
+    if len(keys) and keys.min() >= 0 and keys.max() < 1 << 16:
+        keys = keys.astype(np.uint16)
+    return np.argsort(keys, kind="stable")
 
 
 class _Groups:
@@ -257,7 +277,7 @@ class _Groups:
     by tensor (as pandas' groupby does, with one stable sort shared by all of them)."""
 
     def __init__(self, keys: np.ndarray):
-        self.order = np.argsort(keys, kind="stable")
+        self.order = _stable_order(keys)
         ordered = keys[self.order]
         self.first = np.ones(len(ordered), bool)
         self.first[1:] = ordered[1:] != ordered[:-1]
