@@ -51,13 +51,32 @@ class HorovodColumns:
     path: str
     labels: dict[str, list[str]]
     columns: dict[str, np.ndarray]
-    args: dict[int, Any] = field(default_factory=dict)
+    #: the events with args (sorted), and a code into ``arg_values`` each: an operation's args come
+    #: back every step, and one dict per event would hold as much memory as the JSON
+    arg_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    arg_codes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    arg_values: list[Any] = field(default_factory=list)
     terminated: bool = False
     partial_event_at: int | None = None
     parser: str = "json"
 
     def __len__(self) -> int:
         return len(self.columns["ts"])
+
+    @property
+    def args(self) -> dict[int, Any]:
+        """Event -> its ``args`` (non-empty ones)."""
+        values = self.arg_values
+        return {
+            row: values[code]
+            for row, code in zip(self.arg_rows.tolist(), self.arg_codes.tolist(), strict=True)
+        }
+
+    def args_of(self, rows: np.ndarray) -> np.ndarray:
+        """The codes into ``arg_values`` of the args of ``rows`` (-1 where an event has none)."""
+        at = np.minimum(np.searchsorted(self.arg_rows, rows), max(len(self.arg_rows) - 1, 0))
+        found = (self.arg_rows[at] == rows) if len(self.arg_rows) else np.zeros(len(rows), bool)
+        return np.where(found, self.arg_codes[at] if len(self.arg_rows) else -1, -1)
 
     def strings(self, column: str) -> np.ndarray:
         return np.asarray(self.labels[column], dtype=object)[self.columns[column]]
@@ -79,6 +98,11 @@ if msgspec is not None:
         gc=False,
     )
     _DECODER = msgspec.json.Decoder(list[_Event])
+    _ENCODE = msgspec.json.encode
+else:  # pragma: no cover - exercised where msgspec has no wheel
+
+    def _ENCODE(value: Any) -> bytes:
+        return json.dumps(value).encode()
 
 
 def _fast(piece: memoryview, labels: dict[str, Labels]) -> tuple[dict[str, np.ndarray], dict[int, Any]]:
@@ -196,12 +220,14 @@ def decode_horovod(
     data = read_data(path)
     labels = {"ph": Labels(), "name": Labels()}
     info: dict[str, Any] = {"terminated": False, "partial_event_at": None}
-    parts: list[tuple[dict[str, np.ndarray], dict[int, Any]]] = []
+    parts: list[tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]] = []
+    table = _ArgTable()
     seen = 0
 
     def reference(events: list[Any]) -> None:
         try:
-            parts.append(python_events(events, labels))
+            columns, args = python_events(events, labels)
+            parts.append((columns, *table.compact(args)))
         except _Bad as bad:
             where, line = locate(path, seen + bad.index)
             raise InputFileError(
@@ -220,7 +246,7 @@ def decode_horovod(
             except Exception:  # noqa: BLE001 - anything msgspec refuses: the reference decides
                 decoded = None
         if decoded is not None:
-            parts.append(decoded)
+            parts.append((decoded[0], *table.compact(decoded[1])))
             seen += len(decoded[0]["ts"])
             pos = cut + 1
             continue
@@ -245,13 +271,46 @@ def decode_horovod(
             "holds no events (Horovod had written only '['); expected trace "
             "events: did any operation run after the timeline was opened?",
         )
-    return _join(path, labels, parts, info, use)
+    return _join(path, labels, parts, info, use, table)
+
+
+class _ArgTable:
+    """Distinct args, each kept once: equal dicts of strings (what Horovod writes) share a code."""
+
+    def __init__(self) -> None:
+        self.codes: dict[Any, int] = {}
+        self.values: list[Any] = []
+
+    def compact(self, args: dict[int, Any]) -> tuple[np.ndarray, np.ndarray]:
+        """The rows and codes of one piece's args (row -> args)."""
+        codes, values = self.codes, self.values
+        values_given = list(args.values())
+        # Keyed by their JSON: exact where equality is not (1 == 1.0 == True, 0.0 == -0.0); a value
+        # the encoder refuses (an int beyond 64 bits) or writes as null (inf) is kept apart.
+        try:
+            keys: list[Any] = list(map(_ENCODE, values_given))
+        except Exception:  # noqa: BLE001
+            keys = [b"null"] * len(values_given)
+        out = np.empty(len(args), np.int64)
+        for j, key in enumerate(keys):
+            if b"null" in key:
+                key = id(values_given[j])
+            code = codes.get(key)
+            if code is None:
+                code = codes[key] = len(values)
+                values.append(values_given[j])
+            out[j] = code
+        return np.fromiter(args, np.int64, len(args)), out
 
 
 def _join(
-    path: Path, labels: dict[str, Labels], parts: list, info: dict[str, Any], parser: str
+    path: Path, labels: dict[str, Labels], parts: list, info: dict[str, Any], parser: str, table: _ArgTable
 ) -> HorovodColumns:
     columns = {}
+    offsets = np.cumsum([0] + [len(p[0]["ts"]) for p in parts])
+    none = [np.zeros(0, np.int64)]
+    arg_rows = np.concatenate([rows + at for (_, rows, _), at in zip(parts, offsets, strict=False)] or none)
+    arg_codes = np.concatenate([codes for _, _, codes in parts] or none)
     for key, dtype in (
         ("ph", np.int32),
         ("name", np.int32),
@@ -259,17 +318,16 @@ def _join(
         ("ts", np.float64),
         ("dur", np.float64),
     ):
-        arrays = [p[0][key] for p in parts]
+        arrays = [p[0].pop(key) for p in parts]  # each piece's array goes once joined
         columns[key] = np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.zeros(0, dtype)
-    args, offset = {}, 0
-    for part_columns, part_args in parts:
-        args.update({offset + i: a for i, a in part_args.items()})
-        offset += len(part_columns["ts"])
+        del arrays
     return HorovodColumns(
         str(path),
         {k: v.values for k, v in labels.items()},
         columns,
-        args,
+        arg_rows.astype(np.int64, copy=False),
+        arg_codes.astype(np.int64, copy=False),
+        table.values,
         bool(info["terminated"]),
         info["partial_event_at"],
         parser,

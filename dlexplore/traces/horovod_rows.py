@@ -12,8 +12,6 @@ began, an unreadable ``shape``), returns None: the builder then reads the file a
 
 from __future__ import annotations
 
-from itertools import repeat
-from operator import methodcaller
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +28,6 @@ __all__ = ["rows_from_columns"]
 _M, _B, _E, _X, _I, _SKIP, _UNSURE = range(7)
 _CLASS = {"M": _M, "B": _B, "E": _E, "X": _X, "i": _I, "I": _I, "": _UNSURE}  # others: _SKIP
 _NEGOTIATE = "NEGOTIATE_"
-_NO = object()  # a key not in args
-_KEYS = ("dtype", "shape")
 
 
 def rows_from_columns(columns: HorovodColumns, path: Path, fusion_offset: int) -> Builder | None:
@@ -142,8 +138,9 @@ def _metadata(builder: Builder, columns: HorovodColumns, cls: np.ndarray) -> boo
     if "process_name" not in names:
         return True
     pid = columns.columns["pid"]
-    for i in np.flatnonzero((cls == _M) & (columns.columns["name"] == names.index("process_name"))).tolist():
-        args = columns.args.get(i)
+    rows = np.flatnonzero((cls == _M) & (columns.columns["name"] == names.index("process_name")))
+    for i, code in zip(rows.tolist(), columns.args_of(rows).tolist(), strict=True):
+        args = columns.arg_values[code] if code >= 0 else None
         if not isinstance(args, dict):
             continue
         if "name" in args:
@@ -239,29 +236,30 @@ def _pair_ranges(builder, columns, cls, rows, kind, occurrence, start, end) -> b
     op_ends, op_rows = ends[op], row_of[op]
     order = np.argsort(op_ends, kind="stable")  # sizes in the order of their E events
     op_ends, op_rows = op_ends[order], op_rows[order]
-    sized = _sizes(list(map(columns.args.get, op_ends.tolist(), repeat({}))))
+    sized = _sizes(columns.arg_values, columns.args_of(op_ends))
     if sized is None:
         return False
     builder.size_arrays = (col["pid"][op_ends], occurrence[op_rows], *sized)
     return True
 
 
-def _sizes(args: list) -> tuple[np.ndarray, np.ndarray, list[str]] | None:
+def _sizes(values: list, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]] | None:
     """Bytes, dtype codes and dtype names ("" first, then in order of first use) of operations'
-    ``E`` args (``{}`` where none), as :func:`tensor_bytes` reads them; None where the builder must
-    read them (args that are not an object, a dtype or shape that is not a value)."""
+    ``E`` args (codes into ``values``, -1 for none), each distinct args read once by
+    :func:`tensor_bytes`; None where one cannot be read (the builder names it)."""
+    used, first = np.unique(codes, return_index=True)
+    used = used[np.argsort(first)]  # in order of first use, as the builder meets them
     try:
-        dtypes_given = map(methodcaller("get", "dtype", _NO), args)
-        pairs = list(zip(dtypes_given, map(methodcaller("get", "shape", _NO), args), strict=True))
-        # the same tensors come back every step: each distinct (dtype, shape) is read once
-        index = {pair: i for i, pair in enumerate(dict.fromkeys(pairs))}
-        read = [tensor_bytes({k: v for k, v in zip(_KEYS, p, strict=True) if v is not _NO}) for p in index]
-    except (AttributeError, TypeError, ValueError):  # TypeError: a dtype that cannot be a key (a list)
+        read = [tensor_bytes(values[c] if c >= 0 else None) for c in used.tolist()]
+    except (ValueError, TypeError):
         return None
-    codes = np.fromiter(map(index.__getitem__, pairs), np.int64, len(pairs))
     dtypes = list(dict.fromkeys(["", *(dtype for _, dtype in read)]))
-    dtype_codes = np.array([dtypes.index(dtype) for _, dtype in read], np.int64).reshape(-1)
-    return np.array([size for size, _ in read], np.float64).reshape(-1)[codes], dtype_codes[codes], dtypes
+    at = np.zeros(len(values) + 1, np.int64)  # code -> place in ``used`` (-1 at the end)
+    at[used] = np.arange(len(used))
+    place = at[codes]
+    size = np.array([b for b, _ in read], np.float64).reshape(-1)
+    dtype_codes = np.array([dtypes.index(d) for _, d in read], np.int64).reshape(-1)
+    return size[place], dtype_codes[place], dtypes
 
 
 def _stable_order(keys: np.ndarray) -> np.ndarray:
