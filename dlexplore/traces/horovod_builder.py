@@ -117,6 +117,9 @@ class Builder:
         self.current_op: dict[int, int] = {}
         self.current_fusion: dict[int, int] = {}
         self.sizes: dict[tuple[int, int], tuple[float, str]] = {}
+        #: the same as arrays (pids, occurrences, bytes, dtype codes, dtype names), where the
+        #: columnar path (:mod:`.horovod_rows`) made them
+        self.size_arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]] | None = None
         self.occurrence_start: dict[int, list[float]] = {}
         self.markers: list[float] = []
         self.start_epoch: float | None = None
@@ -378,13 +381,9 @@ class Builder:
         n = len(pid)
         size = np.full(n, np.nan)
         dtype_codes = np.zeros(n, dtype=np.int64)
-        dtypes = [""]
-        if self.sizes:
-            keys = np.array([p * (1 << 32) + o for p, o in self.sizes])
-            values = np.array([b for b, _ in self.sizes.values()])
-            dtype_of = {d: i for i, d in enumerate(dict.fromkeys(["", *(d for _, d in self.sizes.values())]))}
-            dtypes = list(dtype_of)
-            dcodes = np.array([dtype_of[d] for _, d in self.sizes.values()])
+        pids, occurrences, values, dcodes, dtypes = self.size_arrays or self._size_arrays()
+        if len(pids):
+            keys = pids * (1 << 32) + occurrences
             order = np.argsort(keys)
             keys, values, dcodes = keys[order], values[order], dcodes[order]
             wanted = pid * (1 << 32) + occurrence
@@ -393,6 +392,17 @@ class Builder:
             size[hit] = values[at[hit]]
             dtype_codes[hit] = dcodes[at[hit]]
         return size, dtype_codes, dtypes
+
+    def _size_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]:
+        """:attr:`sizes` as arrays: pids, occurrences, bytes, dtype codes, and the dtype names."""
+        dtype_of = {d: i for i, d in enumerate(dict.fromkeys(["", *(d for _, d in self.sizes.values())]))}
+        return (
+            np.array([p for p, _ in self.sizes], dtype=np.int64),
+            np.array([o for _, o in self.sizes], dtype=np.int64),
+            np.array([b for b, _ in self.sizes.values()], dtype=np.float64),
+            np.array([dtype_of[d] for _, d in self.sizes.values()], dtype=np.int64),
+            list(dtype_of),
+        )
 
     def _fusion_bytes(self, is_op: np.ndarray, fusion: np.ndarray, size: np.ndarray) -> np.ndarray:
         """The bytes of each fused operation: its tensors' sizes added up (NaN if any is unknown)."""

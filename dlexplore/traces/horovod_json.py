@@ -10,14 +10,14 @@ sends the rest to an exact event-by-event scan that tells a cut-off end from cor
 from __future__ import annotations
 
 import gzip
-import io
 import json
+import os
 import re
 import warnings
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..errors import DlexploreError, InputFileError
 
@@ -31,23 +31,32 @@ CHUNK = 1 << 22
 #: Where one event ends and the next begins. Inside Horovod's events "{" only follows ": " (args);
 #: a tensor name holding ',{"' would make a chunk fail to parse, and the exact scan takes over.
 BOUNDARY = re.compile(rb',\s*(?=\{")')
+_SPACE = re.compile(rb"[ \t\r\n]*")
+_BLANK = frozenset(b" \t\n\r\x0b\x0c")  # what bytes.rstrip() strips
 
 
-def read_data(path: Path) -> bytes:
-    """The file's bytes (gunzipped if need be), checked to open a JSON array."""
+def read_data(path: Path) -> bytearray:
+    """The file's bytes (gunzipped if need be), checked to open a JSON array.
+
+    A bytearray, read in place: :mod:`.horovod_decode` frames each piece of it as an array for the
+    decoder by setting the bytes around it, rather than copying it."""
     try:
         with open(path, "rb") as raw:
-            data = raw.read()
-        if data[:2] == b"\x1f\x8b":
-            data = _gunzip(data, path)
+            gzipped = raw.read(2) == b"\x1f\x8b"
+            raw.seek(0)
+            if gzipped:
+                data = _gunzip(raw, path)
+            else:
+                data = bytearray(os.fstat(raw.fileno()).st_size)
+                del data[raw.readinto(data) :]
+                data += raw.read()  # a file still being written may have grown
     except FileNotFoundError:
         raise InputFileError(path, "no such file; expected a Horovod timeline") from None
     except (OSError, EOFError) as err:
         raise InputFileError(path, f"cannot be read ({err}); expected a Horovod timeline") from None
-    start = len(data) - len(data.lstrip(b" \t\r\n"))
+    start = _SPACE.match(data).end()  # type: ignore[union-attr]
     if data[start : start + 3] == b"\xef\xbb\xbf":  # a byte-order mark
-        start += 3
-        start = len(data) - len(data[start:].lstrip(b" \t\r\n"))
+        start = _SPACE.match(data, start + 3).end()  # type: ignore[union-attr]
     if start == len(data):
         raise InputFileError(
             path,
@@ -65,11 +74,20 @@ def read_data(path: Path) -> bytes:
     return data
 
 
-def _gunzip(data: bytes, path: Path) -> bytes:
+def _gunzip(raw: BinaryIO, path: Path) -> bytearray:
     """Inflate a .json.gz timeline, refusing more than :data:`MAX_INFLATED_BYTES` (a gzip bomb)."""
     try:
-        with gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb") as stream:
+        with gzip.GzipFile(fileobj=raw, mode="rb") as stream:
             out = stream.read(MAX_INFLATED_BYTES + 1)
+        if len(out) > MAX_INFLATED_BYTES:
+            raise InputFileError(
+                path,
+                f"the gzip data inflates to more than {MAX_INFLATED_BYTES} bytes; "
+                "expected a Horovod timeline (decompress it and read the .json)",
+            )
+        # One read, then one copy into the bytearray the decoder frames pieces in: inflating into
+        # a growing buffer instead made a bomb take longer than the fuzzer's time bound.
+        return bytearray(out)
     except MemoryError:
         raise InputFileError(
             path,
@@ -80,13 +98,6 @@ def _gunzip(data: bytes, path: Path) -> bytes:
         raise InputFileError(
             path, f"corrupt or truncated gzip data ({err}); expected a Horovod timeline"
         ) from None
-    if len(out) > MAX_INFLATED_BYTES:
-        raise InputFileError(
-            path,
-            f"the gzip data inflates to more than {MAX_INFLATED_BYTES} bytes; "
-            "expected a Horovod timeline (decompress it and read the .json)",
-        )
-    return out
 
 
 def _decode(data: bytes, path: Path) -> str:
@@ -100,24 +111,40 @@ def _decode(data: bytes, path: Path) -> str:
         ) from None
 
 
-def event_chunks(data: bytes, path: Path, info: dict[str, Any], chunk: int = CHUNK) -> Iterator[list[Any]]:
+def array_bounds(data: bytearray) -> tuple[int, int, bool]:
+    """Where the array's events begin and end in ``data``, and whether its ``]`` was written."""
+    pos = data.index(b"[") + 1
+    body_end = len(data)
+    while body_end and data[body_end - 1] in _BLANK:
+        body_end -= 1
+    terminated = data[body_end - 1 : body_end] == b"]" and body_end - 1 >= pos
+    return pos, body_end - 1 if terminated else body_end, terminated
+
+
+def piece_end(data: bytearray, pos: int, stop: int) -> int:
+    """The end of the last events, before ``stop``: blanks then trailing commas left out."""
+    while stop > pos and data[stop - 1] in _BLANK:
+        stop -= 1
+    while stop > pos and data[stop - 1] == 0x2C:
+        stop -= 1
+    return stop
+
+
+def event_chunks(
+    data: bytearray, path: Path, info: dict[str, Any], chunk: int = CHUNK
+) -> Iterator[list[Any]]:
     """The array's events, a few MB of JSON at a time, at C speed while the JSON is sound.
 
     A chunk that does not parse sends the rest of the file to :func:`_scan`, event by event, to
     tell a cut-off end from corruption and to say where. ``info`` learns whether the array was
     closed and where a dropped partial event began.
     """
-    pos = data.index(b"[") + 1
-    body_end = len(data.rstrip())
-    terminated = data[body_end - 1 : body_end] == b"]" and body_end - 1 >= pos
-    stop = body_end - 1 if terminated else body_end
+    pos, stop, terminated = array_bounds(data)
     seen = 0
     while pos < stop:
         found = BOUNDARY.search(data, pos + chunk, stop) if stop - pos > chunk else None
         cut = found.start() if found else stop
-        piece = data[pos:cut]
-        if cut == stop:
-            piece = piece.rstrip().rstrip(b",")
+        piece = data[pos : piece_end(data, pos, cut) if cut == stop else cut]
         try:
             events = json.loads(b"[" + piece + b"]")
         except (ValueError, RecursionError):  # UnicodeDecodeError included

@@ -80,10 +80,11 @@ def rows_from_columns(columns: HorovodColumns, path: Path, fusion_offset: int) -
     if not _pair_ranges(builder, columns, cls, rows, kind, occurrence, start, end):
         return None
 
-    labels, label_codes = pd.factorize(np.asarray(names, dtype=object)[rname]) if len(rows) else ([], [])
+    # the rows' names in order of first use (as the builder codes them), from the names' codes
+    label, used = pd.factorize(rname) if len(rows) else (np.zeros(0, np.int64), [])
     builder.pid = np.where(kind == MARKER, -1, rpid).astype(np.int64)
-    builder.label = np.asarray(labels, dtype=np.int64)
-    builder.labels = list(label_codes)
+    builder.label = np.asarray(label, dtype=np.int64)
+    builder.labels = [names[c] for c in used]
     builder.label_codes = {v: i for i, v in enumerate(builder.labels)}
     builder.kind = kind
     builder.start, builder.end = start.astype(np.float64), end.astype(np.float64)
@@ -137,8 +138,9 @@ def _metadata(builder: Builder, columns: HorovodColumns, cls: np.ndarray) -> boo
     if "process_name" not in names:
         return True
     pid = columns.columns["pid"]
-    for i in np.flatnonzero((cls == _M) & (columns.columns["name"] == names.index("process_name"))).tolist():
-        args = columns.args.get(i)
+    rows = np.flatnonzero((cls == _M) & (columns.columns["name"] == names.index("process_name")))
+    for i, code in zip(rows.tolist(), columns.args_of(rows).tolist(), strict=True):
+        args = columns.arg_values[code] if code >= 0 else None
         if not isinstance(args, dict):
             continue
         if "name" in args:
@@ -215,7 +217,7 @@ def _pair_ranges(builder, columns, cls, rows, kind, occurrence, start, end) -> b
     level = np.where(step > 0, depth, before)
     # by tensor, then level, then place in the file: a range's B, then its E
     key = groups.ids() * (int(level.max()) + 1) + level
-    order = np.argsort(key[keep], kind="stable")
+    order = _stable_order(key[keep])
     kept, kept_step, kept_pid = events[keep][order], step[keep][order], tensors[keep][order]
     level = level[keep][order]
     pair = (
@@ -234,22 +236,38 @@ def _pair_ranges(builder, columns, cls, rows, kind, occurrence, start, end) -> b
     op_ends, op_rows = ends[op], row_of[op]
     order = np.argsort(op_ends, kind="stable")  # sizes in the order of their E events
     op_ends, op_rows = op_ends[order], op_rows[order]
-    sizes, known = [], {}  # the same tensors come back every step: each (dtype, shape) read once
-    try:
-        for args in map(columns.args.get, op_ends.tolist()):
-            if type(args) is dict and len(args) == 2 and type(shape := args.get("shape")) is str:
-                key = (args.get("dtype"), shape)
-                size = known.get(key)
-                if size is None:
-                    size = known[key] = tensor_bytes(args)
-            else:
-                size = tensor_bytes(args)
-            sizes.append(size)
-    except (ValueError, TypeError):  # TypeError: a dtype that cannot be a key (a list)
+    sized = _sizes(columns.arg_values, columns.args_of(op_ends))
+    if sized is None:
         return False
-    keys = zip(col["pid"][op_ends].tolist(), occurrence[op_rows].tolist(), strict=True)
-    builder.sizes.update(zip(keys, sizes, strict=True))
+    builder.size_arrays = (col["pid"][op_ends], occurrence[op_rows], *sized)
     return True
+
+
+def _sizes(values: list, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]] | None:
+    """Bytes, dtype codes and dtype names ("" first, then in order of first use) of operations'
+    ``E`` args (codes into ``values``, -1 for none), each distinct args read once by
+    :func:`tensor_bytes`; None where one cannot be read (the builder names it)."""
+    used, first = np.unique(codes, return_index=True)
+    used = used[np.argsort(first)]  # in order of first use, as the builder meets them
+    try:
+        read = [tensor_bytes(values[c] if c >= 0 else None) for c in used.tolist()]
+    except (ValueError, TypeError):
+        return None
+    dtypes = list(dict.fromkeys(["", *(dtype for _, dtype in read)]))
+    at = np.zeros(len(values) + 1, np.int64)  # code -> place in ``used`` (-1 at the end)
+    at[used] = np.arange(len(used))
+    place = at[codes]
+    size = np.array([b for b, _ in read], np.float64).reshape(-1)
+    dtype_codes = np.array([dtypes.index(d) for _, d in read], np.int64).reshape(-1)
+    return size[place], dtype_codes[place], dtypes
+
+
+def _stable_order(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")``, as a radix sort where the keys fit in 16 bits (tensor
+    indices and nesting levels do): O(n), where a merge sort of int64 is O(n log n)."""
+    if len(keys) and keys.min() >= 0 and keys.max() < 1 << 16:
+        keys = keys.astype(np.uint16)
+    return np.argsort(keys, kind="stable")
 
 
 class _Groups:
@@ -257,7 +275,7 @@ class _Groups:
     by tensor (as pandas' groupby does, with one stable sort shared by all of them)."""
 
     def __init__(self, keys: np.ndarray):
-        self.order = np.argsort(keys, kind="stable")
+        self.order = _stable_order(keys)
         ordered = keys[self.order]
         self.first = np.ones(len(ordered), bool)
         self.first[1:] = ordered[1:] != ordered[:-1]
