@@ -177,6 +177,25 @@ def test_real_run_durations_and_sizes_read_off_the_file():
     assert events.loc[events["name"] == "GLOO_BCAST", "bytes"].isna().all()  # no args on broadcasts
 
 
+def test_tensor_indices_beyond_32_bits_keep_their_sizes(tmp_path):
+    """Tensor indices (pids) 2**32 apart: the sizes still go to the right tensor (a key of
+    pid x 2**32 wraps in 64 bits, and tensor 6 moved to 5 + 2**32 would take tensor 5's sizes)."""
+
+    def moved(match: re.Match) -> str:
+        pid = int(match.group(1))
+        return f'"pid": {pid if pid % 2 else pid - 1 + 2**32 if pid else 2**33}'
+
+    text = re.sub(r'"pid": (\d+)', moved, REAL.read_text())
+    shifted = tmp_path / "timeline.json"
+    shifted.write_text(text)
+    events = load_quietly(shifted).events
+    first = events[(events["stream"] == "allreduce.2.bias") & (events["name"] == "GLOO_ALLREDUCE")].iloc[0]
+    assert first["bytes"] == 40  # float32 [10], as in the file with small indices
+    gather = events[events["name"] == "GLOO_ALLGATHER"].iloc[0]
+    assert gather["bytes"] == 2 * 8 and gather["dtype"] == "int64"
+    np.testing.assert_array_equal(events["bytes"].to_numpy(), load_quietly(REAL).events["bytes"].to_numpy())
+
+
 def test_real_run_pairs_like_chrome():
     """Every B/E pair against a plain per-pid stack over the raw events."""
     raw = json.loads(REAL.read_text())

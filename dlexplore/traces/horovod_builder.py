@@ -383,12 +383,23 @@ class Builder:
         dtype_codes = np.zeros(n, dtype=np.int64)
         pids, occurrences, values, dcodes, dtypes = self.size_arrays or self._size_arrays()
         if len(pids):
-            keys = pids * (1 << 32) + occurrences
-            order = np.argsort(keys)
-            keys, values, dcodes = keys[order], values[order], dcodes[order]
-            wanted = pid * (1 << 32) + occurrence
-            at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
-            hit = carries & (keys[at] == wanted) & (pid >= 0)
+            # one int64 key per (tensor, occurrence): the tensor as its rank among the pids (a pid
+            # times 2**32 would wrap for pids from 2**31 on, which the file may hold)
+            _, tensor = np.unique(np.concatenate([pids, pid]), return_inverse=True)
+            tensor = tensor.ravel()
+            mine = (occurrences >= 0) & (occurrences < 1 << 32)
+            keys = (tensor[: len(pids)] * (1 << 32) + occurrences)[mine]
+            values, dcodes = values[mine], dcodes[mine]
+            # the last size given for a (tensor, occurrence) wins, as the dict of sizes did
+            keys, last = np.unique(keys[::-1], return_index=True)
+            values, dcodes = values[::-1][last], dcodes[::-1][last]
+            wanted = tensor[len(pids) :] * (1 << 32) + np.clip(occurrence, 0, (1 << 32) - 1)
+            at = np.minimum(np.searchsorted(keys, wanted), max(len(keys) - 1, 0))
+            hit = carries & (pid >= 0) & (occurrence >= 0) & (occurrence < 1 << 32)
+            if len(keys):
+                hit &= keys[at] == wanted
+            else:
+                hit[:] = False
             size[hit] = values[at[hit]]
             dtype_codes[hit] = dcodes[at[hit]]
         return size, dtype_codes, dtypes
