@@ -120,26 +120,28 @@ def step_windows(events: pd.DataFrame) -> pd.DataFrame:
                 "end": pd.Series(dtype=float),
             }
         )
-    marker = category_mask(events["category"], ("step",))
-    frame = pd.DataFrame(
+    marker = category_mask(events["category"], ("step",))[has]
+    rank = events["rank"].to_numpy(dtype=np.int64)[has]
+    number = step.to_numpy(dtype=np.int64, na_value=-1)[has]
+    start, end = start[has], end[has]
+    # per (rank, step), in that order: numpy's reductions over the sorted runs (a pandas groupby
+    # with four named aggregations cost more than the rest of the breakdown on small traces)
+    order = np.lexsort((number, rank))
+    rank, number, start, end, marker = rank[order], number[order], start[order], end[order], marker[order]
+    runs = np.flatnonzero(np.r_[True, (rank[1:] != rank[:-1]) | (number[1:] != number[:-1])])
+    first = np.minimum.reduceat(start, runs)
+    last = np.maximum.reduceat(end, runs)
+    marker_start = np.fmin.reduceat(np.where(marker, start, np.nan), runs)  # NaN: no marker
+    marker_end = np.fmax.reduceat(np.where(marker, end, np.nan), runs)
+    windows = pd.DataFrame(
         {
-            "rank": events["rank"].to_numpy(dtype=np.int64)[has],
-            "step": step.to_numpy(dtype=np.int64, na_value=-1)[has],
-            "start": start[has],
-            "end": end[has],
-            "marker": marker[has],
+            "rank": rank[runs],
+            "step": number[runs],
+            "begin": np.where(np.isnan(marker_start), first, marker_start),
+            "marker_end": marker_end,
+            "last": last,
         }
-    )
-    frame["marker_start"] = np.where(frame["marker"], frame["start"], np.nan)
-    frame["marker_end"] = np.where(frame["marker"], frame["end"], np.nan)
-    grouped = frame.groupby(["rank", "step"], sort=False).agg(
-        first=("start", "min"),
-        last=("end", "max"),
-        marker_start=("marker_start", "min"),
-        marker_end=("marker_end", "max"),
-    )
-    grouped["begin"] = grouped["marker_start"].fillna(grouped["first"])
-    windows = grouped.reset_index().sort_values(["rank", "begin", "step"], kind="stable")
+    ).sort_values(["rank", "begin", "step"], kind="stable")
     rank = windows["rank"].to_numpy()
     begin = windows["begin"].to_numpy()
     following = np.append(begin[1:], np.nan)
