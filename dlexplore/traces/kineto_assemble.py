@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from .kineto_comm import HOST_COMM_PREFIXES, RPC, EventColumns, Labels, resolve_communication
+from .kineto_comm import HOST_COMM_PREFIXES, RPC, CommArgs, EventColumns, Labels, resolve_communication
 from .kineto_decode import PARSER
 from .kineto_rows import (
     COPY_CATS,
@@ -36,6 +36,20 @@ ORIGIN_GRID = 2.0**30  # µs
 
 def _table(strings: Labels, test) -> np.ndarray:
     return np.fromiter((test(v) for v in strings.values), dtype=bool, count=len(strings.values))
+
+
+def _sized_rows(
+    files: list[RankFile], offsets: np.ndarray
+) -> tuple[list[CommArgs], tuple[np.ndarray, np.ndarray] | None]:
+    """The files' communication arguments and plain copies' (rows, bytes), rows in the assembled order."""
+    infos, copy_rows, copy_bytes = [], [], []
+    for file, offset in zip(files, offsets[:-1], strict=True):
+        for info in file.comm:
+            info.row += offset
+            infos.append(info)
+        copy_rows.append(file.copy_rows + offset)
+        copy_bytes.append(file.copy_bytes)
+    return infos, (np.concatenate(copy_rows), np.concatenate(copy_bytes)) if copy_rows else None
 
 
 def assemble(files: list[RankFile], world_size: int, names: Labels, cats: Labels, streams: Labels) -> Trace:
@@ -63,11 +77,7 @@ def assemble(files: list[RankFile], world_size: int, names: Labels, cats: Labels
     on_device = (
         _table(streams, lambda v: not v.startswith("cpu:"))[stream_code] if total else np.zeros(0, bool)
     )
-    infos = []
-    for file, offset in zip(files, offsets[:-1], strict=True):
-        for info in file.comm:
-            info.row += offset
-            infos.append(info)
+    infos, copies = _sized_rows(files, offsets)
     comm = resolve_communication(
         EventColumns(
             rank,
@@ -89,6 +99,7 @@ def assemble(files: list[RankFile], world_size: int, names: Labels, cats: Labels
         runtime_cats=frozenset(c for c in cats.values if canonical_category(c) in RUNTIME_CATS),
         copy_cats=frozenset(c for c in cats.values if canonical_category(c) in COPY_CATS),
         world_size=world_size,
+        copies=copies,
     )
     nbytes, group_size, peer = comm.nbytes, comm.group_size, comm.peer
     coll_names = list(COLLECTIVES)

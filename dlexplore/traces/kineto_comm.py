@@ -356,11 +356,15 @@ def resolve_communication(
     runtime_cats: frozenset,
     copy_cats: frozenset,
     world_size: int,
+    copies: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> CommColumns:
     """Sizes of copies and the collective, size, group and peer of communication events (module
-    docstring). ``infos`` are the arguments kept while reading, ``row`` in the assembled order."""
+    docstring). ``infos`` are the arguments kept while reading, ``row`` in the assembled order;
+    ``copies``: rows and bytes of the copies whose size is all their arguments say."""
     n = len(columns.rank)
     out = CommColumns.empty(n)
+    if copies is not None:
+        out.nbytes[copies[0]] = copies[1]
     comm = columns.category == CATEGORIES.index("communication")
     kernels = comm & columns.cats.table(lambda c: c in kernel_cats)[columns.cat] if n else comm
     names = columns.names.values

@@ -294,13 +294,20 @@ class RankFile:
                 NCCL_KERNEL.match(v) is not None or v == RPC or v.startswith(("gloo:", *HOST_COMM_PREFIXES))
             ),
         )
-        copy = _table(canonical, lambda v: v in COPY_CATS)
-        sized = wanted[c.columns["name"][rows]] | copy[c.columns["cat"][rows]]
+        copy = _table(canonical, lambda v: v in COPY_CATS)[c.columns["cat"][rows]]
+        sized = wanted[c.columns["name"][rows]] | copy
         self._args_readable(rows[sized])
         notes = self._problems.get("bytes", {})
         with_args = set(c.comm_rows.tolist())
+        # a copy whose only argument is a readable "bytes" (most of a GPU trace's sized events):
+        # its size straight from the column, without an argument object each
+        plain = copy & ~np.isin(rows, np.fromiter(c.comm, np.int64, len(c.comm)))
+        if notes:
+            plain &= ~np.isin(self._event(rows), np.fromiter(notes, np.int64, len(notes)))
+        self.copy_rows = np.flatnonzero(plain)
+        self.copy_bytes = c.columns["bytes"][rows[plain]]
         self.comm: list[CommArgs] = []
-        for i in np.flatnonzero(sized).tolist():
+        for i in np.flatnonzero(sized & ~plain).tolist():
             row = int(rows[i])
             index = int(self._event(row))
             args = dict(c.comm.get(row, ()))
