@@ -121,7 +121,7 @@ class Builder:
         #: columnar path (:mod:`.horovod_rows`) made them
         self.size_arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]] | None = None
         self.occurrence_start: dict[int, list[float]] = {}
-        self.markers: list[float] = []
+        self.markers: Any = []  # µs: a list here, a float64 array where horovod_rows fills it
         self.start_epoch: float | None = None
         self.seen = 0
         self.unmatched_end = 0
@@ -322,7 +322,7 @@ class Builder:
         fusion_bytes = self._fusion_bytes((kind == OP) & keep, fusion, size)
         step = self.steps(start) if steps == "auto" else np.full(n, -1)
         cycle = np.full(n, -1)
-        if self.markers:
+        if len(self.markers):
             cycle = np.searchsorted(np.sort(np.array(self.markers) * _US), start, side="right") - 1
         ready = np.array(
             [int(lab) if lab.isascii() and lab.isdigit() and len(lab) < 19 else -1 for lab in self.labels],
