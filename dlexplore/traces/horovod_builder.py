@@ -491,7 +491,7 @@ def _table(rank: int, keep: np.ndarray, full: dict[str, Any]) -> pd.DataFrame:
         else:
             columns[name] = value[rows]
         del value
-    return make_events(columns)
+    return make_events(columns, copy=False)  # the columns are this table's alone
 
 
 def _categorical(codes: np.ndarray, categories: list[str]) -> pd.Categorical:
