@@ -154,13 +154,17 @@ def empty_events() -> pd.DataFrame:
     return make_events({name: [] for name in COLUMNS})
 
 
-def make_events(columns: dict[str, Any], attrs: dict[str, Any] | None = None) -> pd.DataFrame:
+def make_events(
+    columns: dict[str, Any], attrs: dict[str, Any] | None = None, *, copy: bool = True
+) -> pd.DataFrame:
     """An event table from column arrays, with the schema's dtypes and column order.
 
     Missing optional columns get their empty value (``bytes`` NaN, ``collective`` "", ``step``
     <NA>). Extra columns are kept after the schema's. Raises :class:`DlexploreError` when a
     required column (``rank``, ``stream``, ``name``, ``category``, ``start``, ``duration``) is
-    missing or a category is not one of :data:`CATEGORIES`.
+    missing or a category is not one of :data:`CATEGORIES`. ``copy=False`` lets the table hold the
+    given arrays themselves (a reader's own, used nowhere else: no second copy of the table while
+    it is made).
     """
     required = ("rank", "stream", "name", "category", "start", "duration")
     missing = [name for name in required if name not in columns]
@@ -180,11 +184,13 @@ def make_events(columns: dict[str, Any], attrs: dict[str, Any] | None = None) ->
         if dtype == "category":
             data[name] = pd.Categorical(values)
         else:
-            data[name] = pd.array(values, dtype=dtype) if dtype == "Int64" else np.asarray(values, dtype)
+            data[name] = (
+                pd.array(values, dtype=dtype, copy=copy) if dtype == "Int64" else np.asarray(values, dtype)
+            )
     for name, values in columns.items():
         if name not in COLUMNS:
             data[name] = values
-    frame = pd.DataFrame(data)
+    frame = pd.DataFrame(data, copy=copy)
     unknown = set(frame["category"].cat.categories) - set(CATEGORIES)
     if unknown:
         raise DlexploreError(f"unknown event categories {sorted(unknown)}; expected {CATEGORIES}")

@@ -121,7 +121,7 @@ class Builder:
         #: columnar path (:mod:`.horovod_rows`) made them
         self.size_arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]] | None = None
         self.occurrence_start: dict[int, list[float]] = {}
-        self.markers: list[float] = []
+        self.markers: Any = []  # µs: a list here, a float64 array where horovod_rows fills it
         self.start_epoch: float | None = None
         self.seen = 0
         self.unmatched_end = 0
@@ -294,7 +294,8 @@ class Builder:
             firsts.append(ts)
 
     def finish(self, rank: int, steps: str | None) -> tuple[pd.DataFrame, dict[str, Any]]:
-        """The event table of this file, and what the file says about itself."""
+        """The event table of this file, and what the file says about itself; the last call (the
+        builder's rows are let go while the table is built)."""
         start = np.frombuffer(self.start, dtype=np.float64) * _US
         end = np.frombuffer(self.end, dtype=np.float64) * _US
         keep = ~np.isnan(end)
@@ -322,7 +323,7 @@ class Builder:
         fusion_bytes = self._fusion_bytes((kind == OP) & keep, fusion, size)
         step = self.steps(start) if steps == "auto" else np.full(n, -1)
         cycle = np.full(n, -1)
-        if self.markers:
+        if len(self.markers):
             cycle = np.searchsorted(np.sort(np.array(self.markers) * _US), start, side="right") - 1
         ready = np.array(
             [int(lab) if lab.isascii() and lab.isdigit() and len(lab) < 19 else -1 for lab in self.labels],
@@ -341,26 +342,6 @@ class Builder:
         collective_code = np.array([collective_names.index(c) for c in collectives_of], dtype=np.int64)
         collective = np.where(category == _COMMUNICATION, collective_code[label], 0)
 
-        rows = np.flatnonzero(keep)
-        if np.any(np.diff(start[rows]) < 0):  # writer threads can interleave slightly
-            rows = rows[np.argsort(start[rows], kind="stable")]
-        columns: dict[str, Any] = {
-            "rank": np.full(len(rows), rank, dtype=np.int32),
-            "stream": _categorical(stream_codes[rows], streams),
-            "name": _categorical(label[rows], self.labels),
-            "category": _categorical(category[rows], _CATEGORIES),
-            "start": start[rows],
-            "duration": (end - start)[rows],
-            "bytes": size[rows],
-            "collective": _categorical(collective[rows], collective_names),
-            "step": _nullable(step[rows]),
-            "op": _categorical(np.frombuffer(self.op, dtype=np.int64)[rows], self.ops),
-            "fusion": _nullable(fusion[rows]),
-            "fusion_bytes": fusion_bytes[rows],
-            "ready_rank": _nullable(ready_rank[rows]),
-            "cycle": _nullable(cycle[rows]),
-            "dtype": _categorical(dtype_codes[rows], dtypes),
-        }
         ticks = ready_rank[ready_rank >= 0]
         details = {
             "open_ranges_dropped": int((~keep).sum()),
@@ -369,9 +350,30 @@ class Builder:
             "world_size": int(ticks.max()) + 1 if len(ticks) else None,
             "fusions": self.fusion_id + 1 - self.fusion_offset,
         }
-        # the full-length arrays go before the table is built: only the kept rows' copies stay
+        end -= start  # the duration, in place
+        full = {
+            "stream": (stream_codes, streams),
+            "name": (label, self.labels),
+            "category": (category, _CATEGORIES),
+            "start": start,
+            "duration": end,
+            "bytes": size,
+            "collective": (collective, collective_names),
+            "step": step,
+            "op": (np.frombuffer(self.op, dtype=np.int64), self.ops),
+            "fusion": fusion,
+            "fusion_bytes": fusion_bytes,
+            "ready_rank": ready_rank,
+            "cycle": cycle,
+            "dtype": (dtype_codes, dtypes),
+        }
+        # only ``full`` holds the full-length arrays now, and the builder's rows go (it is spent:
+        # finish is its last call): each array is let go as soon as its column is made
         del start, end, size, category, collective, step, cycle, ready_rank, fusion_bytes, stream_codes
-        return make_events(columns), details
+        del pid, label, kind, occurrence, fusion, dtype_codes
+        for name in ("pid", "label", "kind", "start", "end", "occurrence", "op", "fusion"):
+            setattr(self, name, array({"kind": "b", "start": "d", "end": "d"}.get(name, "q")))
+        return _table(rank, keep, full), details
 
     def _sizes(
         self, pid: np.ndarray, occurrence: np.ndarray, carries: np.ndarray
@@ -466,6 +468,30 @@ class Builder:
                 + ", ".join(f"{k!r} x{v}" for k, v in sorted(self.skipped.items())),
                 stacklevel=5,
             )
+
+
+def _table(rank: int, keep: np.ndarray, full: dict[str, Any]) -> pd.DataFrame:
+    """The event table of the rows ``keep`` marks, in time order, from ``full`` (column -> the
+    full-length array, or codes and their categories), emptied as the columns are made."""
+    kept = np.flatnonzero(keep)
+    start = full["start"]
+    rows: Any = kept
+    if np.any(np.diff(start[kept]) < 0):  # writer threads can interleave slightly
+        rows = kept[np.argsort(start[kept], kind="stable")]
+    elif len(kept) == len(start):
+        rows = slice(None)  # every row, in order: views of the full-length arrays, not copies
+    del start, kept
+    columns: dict[str, Any] = {"rank": np.full(len(keep[rows]), rank, dtype=np.int32)}
+    for name in list(full):
+        value = full.pop(name)
+        if isinstance(value, tuple):
+            columns[name] = _categorical(value[0][rows], value[1])
+        elif name in ("step", "fusion", "ready_rank", "cycle"):
+            columns[name] = _nullable(value[rows])
+        else:
+            columns[name] = value[rows]
+        del value
+    return make_events(columns, copy=False)  # the columns are this table's alone
 
 
 def _categorical(codes: np.ndarray, categories: list[str]) -> pd.Categorical:

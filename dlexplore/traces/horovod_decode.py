@@ -11,9 +11,10 @@ reference (:func:`python_events`), used for every piece msgspec refuses; a piece
 parse at all goes to the reader's own event-by-event scan (:mod:`dlexplore.traces.horovod_json`'s), which
 drops a cut-off last event with a warning and names a corrupt one.
 
-Columns, one entry per event in file order: ``ph`` and ``name`` (int32 codes into ``labels``; ""
-where absent), ``pid`` (int64, :data:`~dlexplore.traces.kineto_columns.NO_INT` where absent),
-``ts`` and ``dur`` (float64 µs, NaN where absent); ``args``: row -> the event's ``args`` as parsed.
+Columns, one entry per event in file order: ``ph`` and ``name`` (codes into ``labels``, int32;
+``ph`` int8 where there are fewer than 128 phases; "" where absent), ``pid`` (int64,
+:data:`~dlexplore.traces.kineto_columns.NO_INT` where absent), ``ts`` and ``dur`` (float64 µs,
+NaN where absent); ``args``: row -> the event's ``args`` as parsed.
 A ``ph`` or ``name`` that is not a string, a ``pid`` that is not a 64-bit integer, a ``ts`` or
 ``dur`` that is not a finite number are errors naming the file, the event, its byte offset and line.
 
@@ -320,7 +321,8 @@ def _join(
     arg_rows = np.concatenate([rows + at for (_, rows, _), at in zip(parts, offsets, strict=False)] or none)
     arg_codes = np.concatenate([codes for _, _, codes in parts] or none)
     for key, dtype in (
-        ("ph", np.int32),
+        # a phase code in one byte where the phases are few (always with msgspec: six literals)
+        ("ph", np.int8 if len(labels["ph"].values) < 128 else np.int32),
         ("name", np.int32),
         ("pid", np.int64),
         ("ts", np.float64),

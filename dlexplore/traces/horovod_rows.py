@@ -49,63 +49,101 @@ def rows_from_columns(columns: HorovodColumns, path: Path, fusion_offset: int) -
         is_op_name = is_negotiation = np.zeros(1, bool)
 
     rows = np.flatnonzero(row)
+    del row
+    if len(cls) < 2**31:
+        rows = rows.astype(np.int32)  # half the bytes of every gather and search by row
     rcls, rname, rpid = cls[rows], name[rows], pid[rows]
-    kind = np.where(
-        rcls == _I,
-        MARKER,
-        np.where(
-            rcls == _X,
-            TICK,
-            np.where(is_op_name[rname], OP, np.where(is_negotiation[rname], NEGOTIATION, ACTIVITY)),
-        ),
-    ).astype(np.int8)
+    kind = _kinds(rcls, rname, is_op_name, is_negotiation)
     is_op = kind == OP
     ops, op_of_row = _operations(names, rname, kind)
-    # Per tensor: operations started before the row (k), and the latest operation's kind and fusion.
-    tensor = kind != MARKER
-    k = np.zeros(len(rows), np.int64)
-    current_op = np.zeros(len(rows), np.int64)
-    current_fusion = np.full(len(rows), -1, np.int64)
     fusion = _fusions(cls, name, pid, is_op_name, rows, is_op, fusion_offset)
-    if tensor.any():
-        groups = _Groups(rpid[tensor])
-        started = is_op[tensor].astype(np.int64)
-        k[tensor] = groups.cumsum(started) - started
-        named = (kind == OP) | (kind == NEGOTIATION)
-        current_op[tensor] = groups.ffill(np.where(named, op_of_row, -1)[tensor], 0)
-        current_fusion[tensor] = groups.ffill(np.where(is_op, fusion, -1)[tensor], -1)
-    occurrence = np.where(kind == MARKER, -1, np.where(kind == ACTIVITY, np.maximum(k - 1, 0), k))
+    k, current_op, current_fusion = _per_tensor(kind, rpid, op_of_row, fusion)
+    # where each operation (its negotiation, if there was one) began, per tensor
+    began = is_op | (kind == NEGOTIATION)
+    firsts = pd.DataFrame({"pid": rpid[began], "k": k[began], "ts": ts[rows[began]]})
+    del began
+    occurrence = k  # in place: k is not needed again
+    occurrence[kind == ACTIVITY] -= 1
+    np.maximum(occurrence, 0, out=occurrence)
+    occurrence[kind == MARKER] = -1
     start = ts[rows]
-    end = np.where(rcls == _X, ts[rows] + np.nan_to_num(dur[rows]), np.where(rcls == _I, ts[rows], np.nan))
+    end = np.full(len(rows), np.nan)
+    ticks = rcls == _X
+    end[ticks] = start[ticks] + np.nan_to_num(dur[rows[ticks]])
+    del ticks
+    end[rcls == _I] = start[rcls == _I]
+    del rcls
     if not _pair_ranges(builder, columns, cls, rows, kind, occurrence, start, end):
         return None
 
     # the rows' names in order of first use (as the builder codes them), from the names' codes
     label, used = pd.factorize(rname) if len(rows) else (np.zeros(0, np.int64), [])
-    builder.pid = np.where(kind == MARKER, -1, rpid).astype(np.int64)
+    del rname, rows
+    builder.pid = np.where(kind == MARKER, -1, rpid).astype(np.int64, copy=False)
     builder.label = np.asarray(label, dtype=np.int64)
+    del label
     builder.labels = [names[c] for c in used]
     builder.label_codes = {v: i for i, v in enumerate(builder.labels)}
     builder.kind = kind
-    builder.start, builder.end = start.astype(np.float64), end.astype(np.float64)
-    builder.occurrence = occurrence.astype(np.int64)
-    builder.op = np.where(kind == MARKER, 0, np.where(is_op | (kind == NEGOTIATION), op_of_row, current_op))
-    builder.op = builder.op.astype(np.int64)
-    builder.fusion = np.where(is_op, fusion, np.where(kind == ACTIVITY, current_fusion, -1)).astype(np.int64)
+    builder.start, builder.end = start, end
+    builder.occurrence = occurrence
+    op = current_op  # in place, as k above
+    named = is_op | (kind == NEGOTIATION)
+    op[named] = op_of_row[named]
+    op[kind == MARKER] = 0
+    builder.op = op
+    del op_of_row, named
+    active = current_fusion  # in place
+    active[kind != ACTIVITY] = -1
+    active[is_op] = fusion[is_op]
+    builder.fusion = active
     builder.ops = ops
     builder.op_codes = {v: i for i, v in enumerate(ops)}
     op_pids = rpid[is_op]
+    del rpid
     counted = pd.Series(op_pids).value_counts(sort=False) if len(op_pids) else pd.Series(dtype=np.int64)
     builder.count = {int(p): int(c) for p, c in counted.items()}
-    firsts = pd.DataFrame({"pid": rpid, "k": k, "ts": start})[is_op | (kind == NEGOTIATION)]
     firsts = firsts.drop_duplicates(["pid", "k"]).sort_values(["pid", "k"], kind="stable")
     builder.occurrence_start = {int(p): part["ts"].tolist() for p, part in firsts.groupby("pid", sort=False)}
-    builder.markers = ts[cls == _I].tolist()
+    builder.markers = ts[cls == _I]
     builder.fusion_id = fusion_offset - 1 + (len(np.unique(fusion[is_op])) if is_op.any() else 0)
     skipped = [ph_labels[c] for c in col["ph"][cls == _SKIP].tolist()]
     builder.skipped = {p: skipped.count(p) for p in dict.fromkeys(skipped)}
     builder.seen = len(cls)
     return builder
+
+
+def _kinds(
+    rcls: np.ndarray, rname: np.ndarray, is_op_name: np.ndarray, is_negotiation: np.ndarray
+) -> np.ndarray:
+    """Each row's kind, by precedence: markers, ticks, operations, negotiations, other activities."""
+    kind = np.full(len(rcls), ACTIVITY, np.int8)
+    kind[is_negotiation[rname]] = NEGOTIATION
+    kind[is_op_name[rname]] = OP
+    kind[rcls == _X] = TICK
+    kind[rcls == _I] = MARKER
+    return kind
+
+
+def _per_tensor(
+    kind: np.ndarray, rpid: np.ndarray, op_of_row: np.ndarray, fusion: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per tensor, at each row: the operations started before it (k), and the latest operation's
+    code and fusion (0 and -1 before the first)."""
+    tensor = kind != MARKER
+    is_op = kind == OP
+    k = np.zeros(len(kind), np.int64)
+    current_op = np.zeros(len(kind), np.int64)
+    current_fusion = np.full(len(kind), -1, np.int64)
+    if tensor.any():
+        groups = _Groups(rpid[tensor])
+        started = is_op[tensor].astype(np.int64)
+        k[tensor] = groups.cumsum(started) - started
+        del started
+        named = is_op | (kind == NEGOTIATION)
+        current_op[tensor] = groups.ffill(np.where(named, op_of_row, -1)[tensor], 0)
+        current_fusion[tensor] = groups.ffill(np.where(is_op, fusion, -1)[tensor], -1)
+    return k, current_op, current_fusion
 
 
 def _columns_can_tell(
@@ -200,33 +238,51 @@ def _fusions(cls, name, pid, is_op_name, rows, is_op, fusion_offset) -> np.ndarr
 
 def _pair_ranges(builder, columns, cls, rows, kind, occurrence, start, end) -> bool:
     """Each range's end from its ``E`` (per tensor, the innermost open range), the sizes from the
-    operations' ``E`` args, and the ``E`` events with no range open; False if one is odd."""
+    operations' ``E`` args, and the ``E`` events with no range open; False if one is odd.
+
+    Worked in the order of a stable sort by tensor (file order within each), with the narrowest
+    integers that hold the values: at 100 MB of JSON this is 1.5 million events, and each int64
+    array of them costs 12 MB."""
     col = columns.columns
     events = np.flatnonzero((cls == _B) | (cls == _E))
     if not len(events):
         return True
-    step = np.where(cls[events] == _B, 1, -1)
-    tensors = col["pid"][events]
-    groups = _Groups(tensors)
-    total = groups.cumsum(step)
-    depth = total - groups.cummin(np.minimum(total, 0))  # open ranges after the event (an E with
-    before = groups.shift(depth, 0)  # none open changes nothing)
+    wide = np.int32 if len(cls) < 2**31 else np.int64  # event indices, depths and running sums
+    order = _stable_order(col["pid"][events])
+    events = events.astype(wide)[order]  # by tensor, then place in the file
+    del order
+    pids = col["pid"][events]
+    first = np.ones(len(events), bool)
+    first[1:] = pids[1:] != pids[:-1]
+    del pids
+    step = np.where(cls[events] == _B, 1, -1).astype(np.int8)
+    depth = _group_depth(step, first, wide)  # open ranges after each event, per tensor
+    before = np.empty_like(depth)  # ... and before it (an E with none open changes nothing)
+    before[0] = 0
+    before[1:] = depth[:-1]
+    before[first] = 0
     unmatched = (step < 0) & (before == 0)
     builder.unmatched_end = int(unmatched.sum())
-    keep = ~unmatched
     level = np.where(step > 0, depth, before)
+    del depth, before
+    group = np.cumsum(first, dtype=wide) - 1
+    del first
     # by tensor, then level, then place in the file: a range's B, then its E
-    key = groups.ids() * (int(level.max()) + 1) + level
-    order = _stable_order(key[keep])
-    kept, kept_step, kept_pid = events[keep][order], step[keep][order], tensors[keep][order]
-    level = level[keep][order]
-    pair = (
-        (kept_step[:-1] > 0)
-        & (kept_step[1:] < 0)
-        & (kept_pid[:-1] == kept_pid[1:])
-        & (level[:-1] == level[1:])
-    )
-    begins, ends = kept[:-1][pair], kept[1:][pair]
+    width, groups = int(level.max()) + 1, int(group[-1]) + 1
+    if groups * width >= 2**63:  # pragma: no cover - needs 2**31 events; the key would wrap
+        return False
+    key = group.astype(np.int64) * width + level
+    del group, level
+    keep = ~unmatched
+    events, step, key = events[keep], step[keep], key[keep]
+    del keep, unmatched
+    order = _stable_order(key)
+    events, step, key = events[order], step[order], key[order]
+    del order
+    pair = (step[:-1] > 0) & (step[1:] < 0) & (key[:-1] == key[1:])
+    del key, step
+    begins, ends = events[:-1][pair], events[1:][pair]
+    del events, pair
     row_of = np.searchsorted(rows, begins)
     ts = col["ts"]
     if (ts[ends] < start[row_of]).any():
@@ -241,6 +297,29 @@ def _pair_ranges(builder, columns, cls, rows, kind, occurrence, start, end) -> b
         return False
     builder.size_arrays = (col["pid"][op_ends], occurrence[op_rows], *sized)
     return True
+
+
+def _group_depth(step: np.ndarray, first: np.ndarray, dtype: type) -> np.ndarray:
+    """The running sum of ``step`` (+1/-1) within each group (runs that ``first`` starts), clamped
+    at 0 (a step below 0 is ignored), as ``dtype``."""
+    total = np.cumsum(step, dtype=dtype)
+    starts = np.flatnonzero(first)
+    base = np.zeros(len(starts), dtype)
+    base[1:] = total[starts[1:] - 1]
+    total -= np.repeat(base, np.diff(np.append(starts, len(step))))
+    del base
+    if total.min() >= 0:  # no group's sum goes below 0: nothing to clamp (the usual file)
+        return total
+    # minus the group's running minimum of min(sum, 0); each later group pushed far below the
+    # earlier ones (in int64: groups x spread < 2**63 for fewer than 2**31 events), so that no
+    # minimum crosses over
+    spread = 2 * (len(step) + 1)
+    offset = (np.cumsum(first, dtype=np.int64) - 1) * spread
+    low = np.minimum(total, 0).astype(np.int64) - offset
+    np.minimum.accumulate(low, out=low)
+    low += offset
+    del offset
+    return (total - low).astype(dtype)
 
 
 def _sizes(values: list, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]] | None:
