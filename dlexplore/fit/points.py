@@ -16,6 +16,7 @@ from .. import catalog
 from ..errors import DlexploreError
 from ..model.comm import normalize_algorithm, normalize_collective
 from ..model.compute import normalize_precision
+from ..model.step_grid import COMM_PARAMETERS
 
 #: The model's numeric parameters a point model can take per point (calibration fits these).
 PARAMETER_NAMES = (
@@ -31,28 +32,12 @@ PARAMETER_NAMES = (
     "kernel_time",
     "winograd_speedup",
     "flash_efficiency",
-    "tcp_efficiency",
-    "ps_efficiency",
-    "cycle_time",
-    "negotiation_time",
-    "host_bandwidth",
-    "server_bandwidth",
+    *COMM_PARAMETERS,
 )
 
 
 #: Parameters whose default is the same for every point (data/catalog/defaults.csv).
-GLOBAL_DEFAULTS = (
-    "memory_efficiency",
-    "kernel_time",
-    "winograd_speedup",
-    "flash_efficiency",
-    "tcp_efficiency",
-    "ps_efficiency",
-    "cycle_time",
-    "negotiation_time",
-    "host_bandwidth",
-    "server_bandwidth",
-)
+GLOBAL_DEFAULTS = PARAMETER_NAMES[PARAMETER_NAMES.index("memory_efficiency") :]
 
 
 #: Keywords that fill in a point's own setting only where the point does not give it.
