@@ -260,6 +260,45 @@ def test_a_truncated_gzip_file_is_named(tmp_path):
         decode_kineto(path)
 
 
+GZIP_FAULTS = {
+    # what is done to a sound .json.gz, and what the standard library's gzip says of it
+    "truncated": (lambda data: data[: len(data) // 2], "the gzip stream is truncated"),
+    # ISA-L reads bytes after the last member as a truncation; the standard library names them
+    "trailing bytes": (lambda data: data + b"xx", r"corrupt gzip data \(Not a gzipped file \(b'xx'\)\)"),
+    "bad checksum": (lambda data: data[:-8] + bytes(4) + data[-4:], r"corrupt gzip data \(CRC check failed"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(GZIP_FAULTS))
+@pytest.mark.parametrize("decompressor", ["isal", "zlib"])
+def test_gzip_faults_are_named_as_the_standard_library_names_them(tmp_path, monkeypatch, fault, decompressor):
+    """Whichever decompressor inflates the file, a fault is named, with its byte offset, in the
+    standard library's words."""
+    from dlexplore.traces import jsonchunks
+
+    if decompressor == "zlib":
+        monkeypatch.setattr(jsonchunks, "igzip", None)
+    else:
+        assert jsonchunks.igzip is not None, "isal is a core dependency: README's install has it"
+    path = tmp_path / "rank-0.json.gz"
+    write_kineto(path, 0.3, layers=4)
+    change, message = GZIP_FAULTS[fault]
+    path.write_bytes(change(path.read_bytes()))
+    with pytest.raises(DlexploreError, match=message) as error:
+        decode_kineto(path)
+    assert str(error.value).startswith(f"{path} (byte ")
+
+
+def test_isal_and_zlib_give_the_same_columns_on_every_real_trace(monkeypatch):
+    from dlexplore.traces import jsonchunks
+
+    assert jsonchunks.igzip is not None, "isal is a core dependency: README's install has it"
+    fast = {path: decode_kineto(path) for path in real_files()}
+    monkeypatch.setattr(jsonchunks, "igzip", None)
+    for path, columns in fast.items():
+        same(columns, decode_kineto(path))
+
+
 def test_odd_values_read_as_the_reference_reads_them(tmp_path):
     """What msgspec refuses (null times, bool or float ids, names as numbers, a '},{' inside a name
     that misleads the chunk cut) goes to the reference, so both paths agree."""
