@@ -133,3 +133,41 @@ def test_a_horovod_timeline_round_trips_through_the_cache(cache_dir, tmp_path):
     assert "cached_in" in again.meta
     assert first[0].filename == said_again[0].filename == __file__  # at the caller's line
     assert_same(again, fresh)
+
+
+def test_an_entry_reads_as_xarray_reads_its_netcdf(cache_dir):
+    """The reload reads an entry with h5py and every variable's attributes from one JSON attribute:
+    the same variables, values and attributes as ``xarray.open_dataset`` reads from the file."""
+    import json
+
+    import numpy as np
+    import xarray as xr
+
+    source = ROOT.parent / "shared" / "traces-real" / "pytorch"
+    # one with the allocator's events: their device names are stored as codes with their labels
+    path = (
+        source / "kineto__tb_plugin__samples__resnet50_num_workers_0__worker0.1623143089861.pt.trace.json.gz"
+    )
+    if not path.exists():
+        pytest.fail(f"{path} is missing: the real traces of shared/traces-real are needed")
+    with pytest.warns(UserWarning, match="the rank is unknown"):
+        load_trace(path, cache=True)
+    (entry,) = cache_dir.glob("*.nc")
+    variables, data_vars, attrs = trace_cache._read_entry(entry)
+    with xr.open_dataset(entry, engine="h5netcdf", mask_and_scale=False) as ds:
+        assert data_vars == [str(name) for name in ds.data_vars]
+        assert set(variables) == {str(name) for name in ds.variables} - {"event", "memory_event"}
+        assert {k: v for k, v in attrs.items()} == {k: v for k, v in ds.attrs.items()}
+        labelled = []
+        for name, variable in variables.items():
+            expected = ds.variables[name]
+            stored = dict(expected.attrs)
+            values = expected.values
+            if "dlexplore_labels" in stored:  # strings stored as codes: the reload gives the strings
+                labelled.append(name)
+                values = np.asarray(json.loads(stored.pop("dlexplore_labels")), dtype=object)[values]
+            stored.pop("_FillValue", None)
+            assert variable.dims == expected.dims, name
+            assert variable.attrs == stored, name
+            np.testing.assert_array_equal(variable.values, values, err_msg=name)
+    assert labelled == ["memory_device"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from .._io import atomic_path
 from ..errors import DlexploreError, InputFileError
 from .schema import COLUMNS, Trace, make_events
 
-__all__ = ["to_dataset", "from_dataset", "netcdf_encoding", "write_netcdf", "read"]
+__all__ = ["to_dataset", "from_dataset", "from_variables", "netcdf_encoding", "write_netcdf", "read"]
 
 _NO_STEP = -1
 _CATEGORIES_SUFFIX = "_categories"
@@ -107,16 +107,20 @@ def _memory_variables(memory: pd.DataFrame | None) -> dict[str, xr.Variable]:
     return out
 
 
-def _memory_table(ds: xr.Dataset) -> pd.DataFrame | None:
-    names = [n for n in ds.data_vars if str(n).startswith(_MEMORY_PREFIX)]
+def _memory_table(
+    variables: Mapping[str, xr.Variable], names: Sequence[str], copy: bool
+) -> pd.DataFrame | None:
+    names = [n for n in names if n.startswith(_MEMORY_PREFIX)]
     if not names:
         return None
     table = {}
     for name in names:
-        column = str(name)[len(_MEMORY_PREFIX) :]
-        values = _decode_nullable(ds, name) if _NA_ATTR in ds[name].attrs else ds[name].values
-        table[column] = values
-    frame = pd.DataFrame(table)
+        column = name[len(_MEMORY_PREFIX) :]
+        variable = variables[name]
+        table[column] = (
+            _decode_nullable(name, variable, copy) if _NA_ATTR in variable.attrs else variable.values
+        )
+    frame = pd.DataFrame(table, copy=copy)
     frame["device"] = frame["device"].astype(str).astype("category")
     return frame
 
@@ -150,22 +154,22 @@ def _encode_nullable(column: pd.Series) -> tuple[np.ndarray, int]:
     )
 
 
-def _decode_nullable(ds: xr.Dataset, name: Hashable) -> Any:
-    values = ds[name].values
+def _decode_nullable(name: str, variable: xr.Variable, copy: bool) -> Any:
+    values = variable.values
     if values.dtype.kind not in "iu":
         raise ValueError(f"column {name!r} marks missing values with {_NA_ATTR} but holds {values.dtype}")
-    return pd.arrays.IntegerArray(values.copy(), values == ds[name].attrs[_NA_ATTR])
+    return pd.arrays.IntegerArray(values.copy() if copy else values, values == variable.attrs[_NA_ATTR])
 
 
-def _decode_categorical(ds: xr.Dataset, name: Hashable) -> Any:
-    variable = ds[name]
+def _decode_categorical(name: str, variables: Mapping[str, xr.Variable]) -> Any:
+    variable = variables[name]
     label_name = variable.attrs["categories"]
-    if label_name not in ds.variables:
+    if label_name not in variables:
         raise ValueError(f"column {name!r} names its labels {label_name!r}, which is not in the file")
     codes = variable.values
     if codes.dtype.kind not in "iu":
         raise ValueError(f"column {name!r} holds {codes.dtype} codes; expected integers")
-    labels = [str(label) for label in ds[label_name].values]
+    labels = [str(label) for label in variables[label_name].values]
     return pd.Categorical.from_codes(codes.astype(np.int64), categories=pd.Index(labels))
 
 
@@ -199,36 +203,59 @@ def from_dataset(ds: xr.Dataset, origin: str = "dataset") -> Trace:
     missing = [name for name in ("rank", "stream", "name", "category", "start", "duration") if name not in ds]
     if missing or "event" not in ds.dims and ds.sizes:
         raise DlexploreError(f"{origin}: not a dlexplore trace (missing {missing or 'event dim'})")
+    variables = {str(name): variable for name, variable in ds.variables.items()}
+    return from_variables(variables, [str(name) for name in ds.data_vars], ds.attrs, origin)
+
+
+def from_variables(
+    variables: Mapping[str, xr.Variable],
+    data_vars: Sequence[str],
+    attrs: Mapping[str, Any],
+    origin: str = "dataset",
+    *,
+    copy: bool = True,
+) -> Trace:
+    """:func:`from_dataset` of a Dataset's parts: its variables (coordinates included), the names
+    of its data variables in order, and its attributes. For a reader that has the variables without
+    a Dataset (the trace cache reads its files with h5py): building one costs more than the rest of
+    a small reload. ``copy=False``: the trace holds the variables' arrays themselves (the caller's
+    own, used nowhere else)."""
+    missing = [
+        name for name in ("rank", "stream", "name", "category", "start", "duration") if name not in variables
+    ]
+    if missing:
+        raise DlexploreError(f"{origin}: not a dlexplore trace (missing {missing})")
     columns: dict[str, Any] = {}
-    for name in map(str, ds.data_vars):
+    for name in data_vars:
         if name.startswith(_MEMORY_PREFIX):
             continue
-        if "categories" in ds[name].attrs:
-            columns[name] = _decode_categorical(ds, name)
+        variable = variables[name]
+        if "categories" in variable.attrs:
+            columns[name] = _decode_categorical(name, variables)
             continue
-        if _NA_ATTR in ds[name].attrs:
-            columns[name] = _decode_nullable(ds, name)
+        if _NA_ATTR in variable.attrs:
+            columns[name] = _decode_nullable(name, variable, copy)
             continue
-        values: Any = ds[name].values
+        values: Any = variable.values
         if name == "step":  # straight to Int64 with its mask: a pd.NA per event is 30x slower
-            missing = values == _NO_STEP
-            values = pd.arrays.IntegerArray(np.where(missing, 0, values).astype(np.int64), missing)
+            missing_step = values == _NO_STEP
+            values = pd.arrays.IntegerArray(np.where(missing_step, 0, values).astype(np.int64), missing_step)
         columns[name] = values
-    events = make_events(columns)
+    events = make_events(columns, copy=copy)
     for name in events.columns:
-        dtype = ds[name].attrs.get("pandas_dtype")
+        dtype = variables[name].attrs.get("pandas_dtype")
         if dtype and str(events[name].dtype) != dtype:
             events[name] = _restore_dtype(events[name], str(dtype))
-    files = tuple(json.loads(ds.attrs.get("files", "[]")))
-    world = int(ds.attrs.get("world_size", -1))
-    meta = json.loads(ds.attrs.get("meta", "{}"))
+    files = tuple(json.loads(attrs.get("files", "[]")))
+    world = int(attrs.get("world_size", -1))
+    meta = json.loads(attrs.get("meta", "{}"))
     return Trace(
         events,
-        str(ds.attrs.get("format", "netcdf")),
+        str(attrs.get("format", "netcdf")),
         files,
         None if world < 0 else world,
         meta,
-        _memory_table(ds),
+        _memory_table(variables, data_vars, copy),
     )
 
 
