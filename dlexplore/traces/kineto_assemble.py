@@ -200,9 +200,11 @@ def _memory_table(files: list[RankFile], shift: np.ndarray) -> pd.DataFrame | No
             for k in ("ts", "Device Type", "Device Id", "Bytes", "Total Allocated", "Total Reserved", "Addr")
         )
         # a label per distinct (type, id): the allocator writes tens of thousands of events
-        pairs, inverse = np.unique(np.stack([kind, np.nan_to_num(device)]), axis=1, return_inverse=True)
-        names = [_DEVICE_TYPES.get(int(k), f"device{int(k)}") for k in pairs[0]]
-        distinct = [n if n == "cpu" else f"{n}:{int(d)}" for n, d in zip(names, pairs[1], strict=True)]
+        # (type, id) as one complex number: np.unique of pairs by rows sorts a structured view (15 of
+        # a 54 MB trace's 21 ms here), of complex numbers the plain way
+        pairs, inverse = np.unique(kind + 1j * np.nan_to_num(device), return_inverse=True)
+        names = [_DEVICE_TYPES.get(int(k), f"device{int(k)}") for k in pairs.real]
+        distinct = [n if n == "cpu" else f"{n}:{int(d)}" for n, d in zip(names, pairs.imag, strict=True)]
         labels = np.asarray(distinct, dtype=object)[inverse.ravel()]
         parts.append(
             pd.DataFrame(
