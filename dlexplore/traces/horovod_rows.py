@@ -196,14 +196,17 @@ def _metadata(builder: Builder, columns: HorovodColumns, cls: np.ndarray) -> boo
 def _operations(names: list[str], rname: np.ndarray, kind: np.ndarray) -> tuple[list[str], np.ndarray]:
     """The operation names (lower case, "" first, in order of first use) and each row's code."""
     named = np.flatnonzero((kind == OP) | (kind == NEGOTIATION))
+    # each (name, kind) once: a name's code times 2 plus whether the row is a negotiation
+    pair = rname[named].astype(np.int64) * 2 + (kind[named] == NEGOTIATION)
+    pairs, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
     text = [
-        names[c][len(_NEGOTIATE) :].lower() if k == NEGOTIATION else names[c].lower()
-        for c, k in zip(rname[named].tolist(), kind[named].tolist(), strict=True)
+        names[c >> 1][len(_NEGOTIATE) :].lower() if c & 1 else names[c >> 1].lower() for c in pairs.tolist()
     ]
-    ops = list(dict.fromkeys(["", *text]))
+    # in order of first use, as the builder meets them
+    ops = list(dict.fromkeys(["", *(text[j] for j in np.argsort(first, kind="stable").tolist())]))
     index = {v: i for i, v in enumerate(ops)}
     codes = np.zeros(len(rname), np.int64)
-    codes[named] = [index[t] for t in text]
+    codes[named] = np.array([index[t] for t in text], np.int64).reshape(-1)[inverse.reshape(-1)]
     return ops, codes
 
 
@@ -283,7 +286,9 @@ def _pair_ranges(builder, columns, cls, rows, kind, occurrence, start, end) -> b
     del key, step
     begins, ends = events[:-1][pair], events[1:][pair]
     del events, pair
-    row_of = np.searchsorted(rows, begins)
+    row_of = np.empty(len(cls), rows.dtype)  # event -> its row, a gather where a search was
+    row_of[rows] = np.arange(len(rows), dtype=rows.dtype)
+    row_of = row_of[begins]
     ts = col["ts"]
     if (ts[ends] < start[row_of]).any():
         return False
