@@ -13,8 +13,10 @@ drops a cut-off last event with a warning and names a corrupt one.
 
 Columns, one entry per event in file order: ``ph`` and ``name`` (codes into ``labels``, int32;
 ``ph`` int8 where there are fewer than 128 phases; "" where absent), ``pid`` (int64,
-:data:`~dlexplore.traces.kineto_columns.NO_INT` where absent), ``ts`` and ``dur`` (float64 µs,
-NaN where absent); ``args``: row -> the event's ``args`` as parsed.
+:data:`~dlexplore.traces.kineto_columns.NO_INT` where absent), ``ts`` (float64 µs, NaN where
+absent); ``dur`` (float64 µs, NaN where absent) has one entry per ``X`` event only, in file order
+(the only phase whose ``dur`` the reader uses: a full column would be 8 bytes an event for a few
+ticks); ``args``: row -> the event's ``args`` as parsed.
 A ``ph`` or ``name`` that is not a string, a ``pid`` that is not a 64-bit integer, a ``ts`` or
 ``dur`` that is not a finite number are errors naming the file, the event, its byte offset and line.
 
@@ -133,15 +135,14 @@ def _fast(piece: memoryview, labels: dict[str, Labels]) -> tuple[dict[str, np.nd
     n = len(events)
     get = attrgetter
     columns = {key: _codes(labels[key], events, key) for key in ("ph", "name")}
+    columns["ph"] = columns["ph"].astype(np.int8)  # six literals: a byte each until joined
     columns["pid"] = np.fromiter(map(get("pid"), events), np.int64, n)
     columns["ts"] = np.fromiter(map(get("ts"), events), np.float64, n)
     # ``dur`` is read where it is used (ticks), ``args`` where there are any (operation ends and
     # metadata): most events have neither, and a pass in Python over all of them costs a column.
     ticks = np.flatnonzero(columns["ph"] == labels["ph"].codes.get("X", -1)).tolist()
-    dur = columns["dur"] = np.full(n, np.nan)
-    if ticks:
-        dur[ticks] = [events[i].dur for i in ticks]
-    if np.isinf(columns["ts"]).any() or np.isinf(dur[ticks]).any():
+    dur = columns["dur"] = np.array([events[i].dur for i in ticks], np.float64).reshape(-1)
+    if np.isinf(columns["ts"]).any() or np.isinf(dur).any():
         raise ValueError("a time beyond a float")  # the reference decides
     given = np.fromiter(map(get("args"), events), object, n)
     carriers = given.nonzero()[0]  # the events with args (``{}`` among them: see _ArgTable)
@@ -194,7 +195,8 @@ def python_events(
     Raises ``_Bad(index in the list, message)`` for an event that cannot be read."""
     strings: dict[str, list[str]] = {"ph": [], "name": []}
     pid = np.full(len(events), NO_INT, np.int64)
-    times = {"ts": np.full(len(events), np.nan), "dur": np.full(len(events), np.nan)}
+    ts = np.full(len(events), np.nan)
+    dur: list[float] = []  # X events' only (module docstring)
     args = {}
     for i, event in enumerate(events):
         if type(event) is not dict:
@@ -211,6 +213,8 @@ def python_events(
             pid[i] = value
         for key in ("ts", "dur"):
             value = event.get(key)
+            if key == "dur" and event.get("ph") == "X" and value is None:
+                dur.append(math.nan)
             if value is None or (key == "dur" and event.get("ph") != "X"):
                 continue
             if type(value) is int:
@@ -219,11 +223,14 @@ def python_events(
                 finite = type(value) is float and math.isfinite(value)
             if not finite:
                 raise _Bad(i, f"{key!r} is {str(value)[:40]!r}; expected a time in µs (a finite number)")
-            times[key][i] = float(value)
+            if key == "ts":
+                ts[i] = float(value)
+            else:
+                dur.append(float(value))
         if event.get("args"):  # as the fast path: empty args are no args
             args[i] = event["args"]
     columns = {key: labels[key].encode_strings(values) for key, values in strings.items()}
-    columns.update(pid=pid, **times)
+    columns.update(pid=pid, ts=ts, dur=np.array(dur, np.float64).reshape(-1))
     return columns, args
 
 
@@ -307,33 +314,37 @@ class _ArgTable:
     def compact(self, args: dict[int, Any]) -> tuple[np.ndarray, np.ndarray]:
         """The rows and codes of one piece's args (row -> args: dicts as parsed, or the fast
         path's structs, each kept as the dict of its keys given; none given is no args)."""
-        codes, values = self.codes, self.values
         values_given = list(args.values())
+        rows = np.fromiter(args, np.int64, len(args))
         if values_given and msgspec is not None and isinstance(values_given[0], _Args):
-            keys: list[Any] = values_given  # frozen structs: hashed and compared by their fields
+            # frozen structs, hashed and compared by their fields: each distinct one looked up once
+            distinct = dict.fromkeys(values_given)
+            for value in distinct:
+                distinct[value] = self._code(value, value)
+            out = np.fromiter(map(distinct.__getitem__, values_given), np.int64, len(values_given))
         else:
             # Keyed by their JSON: exact where equality is not (1 == 1.0 == True, 0.0 == -0.0); a
             # value the encoder refuses (an int beyond 64 bits) or writes as null (inf) is kept apart.
             try:
-                keys = list(map(_ENCODE, values_given))
+                keys: list[Any] = list(map(_ENCODE, values_given))
             except Exception:  # noqa: BLE001
                 keys = [b"null"] * len(values_given)
-        out = np.empty(len(args), np.int64)
-        for j, key in enumerate(keys):
-            if type(key) is bytes and b"null" in key:
-                key = id(values_given[j])
-            code = codes.get(key)
-            if code is None:
-                value = values_given[j]
-                if type(key) is not bytes and type(key) is not int:  # a struct: its keys given
-                    value = {f: v for f in value.__struct_fields__ if (v := getattr(value, f)) is not _UNSET}
-                code = codes[key] = len(values) if value else -1
-                if value:
-                    values.append(value)
-            out[j] = code
-        rows = np.fromiter(args, np.int64, len(args))
+            out = np.empty(len(args), np.int64)
+            for j, key in enumerate(keys):
+                out[j] = self._code(id(values_given[j]) if b"null" in key else key, values_given[j])
         kept = out >= 0
         return (rows, out) if kept.all() else (rows[kept], out[kept])
+
+    def _code(self, key: Any, value: Any) -> int:
+        """The code of ``value`` (known by ``key``); -1 for a struct with no key given (``{}``)."""
+        code = self.codes.get(key)
+        if code is None:
+            if type(key) is not bytes and type(key) is not int:  # a struct: the dict of its keys given
+                value = {f: v for f in value.__struct_fields__ if (v := getattr(value, f)) is not _UNSET}
+            code = self.codes[key] = len(self.values) if value else -1
+            if value:
+                self.values.append(value)
+        return code
 
 
 def _join(

@@ -69,7 +69,7 @@ def rows_from_columns(columns: HorovodColumns, path: Path, fusion_offset: int) -
     start = ts[rows]
     end = np.full(len(rows), np.nan)
     ticks = rcls == _X
-    end[ticks] = start[ticks] + np.nan_to_num(dur[rows[ticks]])
+    end[ticks] = start[ticks] + np.nan_to_num(dur)  # dur: the X events', in order
     del ticks
     end[rcls == _I] = start[rcls == _I]
     del rcls
@@ -166,7 +166,7 @@ def _columns_can_tell(
         return False
     if "" in names and (name[row] == names.index("")).any():
         return False
-    ticks = dur[cls == _X]
+    ticks = dur  # the X events' only
     return not (np.isnan(ticks).any() or (ticks < 0).any() or (ticks >= 2.0**63).any())
 
 
