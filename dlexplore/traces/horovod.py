@@ -104,7 +104,7 @@ import pandas as pd
 from ..errors import DlexploreError, InputFileError
 from .horovod_builder import OPERATIONS, Builder
 from .horovod_decode import decode_horovod
-from .horovod_json import MAX_INFLATED_BYTES, event_chunks, read_data
+from .horovod_json import CHUNK, MAX_INFLATED_BYTES, event_chunks, read_data
 from .horovod_rows import rows_from_columns
 from .schema import Trace
 
@@ -113,7 +113,7 @@ __all__ = ["read", "fused_operations", "OPERATIONS", "MAX_INFLATED_BYTES"]
 FORMAT = "horovod"
 _DIGITS = re.compile(r"(\d+)")
 #: Bytes of JSON parsed at once (module-level so that tests can make chunks small).
-_CHUNK = 1 << 22
+_CHUNK = CHUNK
 
 
 def read(
