@@ -313,9 +313,12 @@ class Builder:
         fusion = np.frombuffer(self.fusion, dtype=np.int64)
         n = len(start)
 
-        label_category = np.array([category_of(lab) for lab in self.labels], dtype=np.int64)
+        # codes in the narrowest integers: each full-length int64 array is 8 bytes a row at the peak
+        label_category = np.array([category_of(lab) for lab in self.labels], dtype=np.int8)
         category = np.where(
-            kind == ACTIVITY, label_category[label], np.where(kind == NEGOTIATION, _OTHER, _ANNOTATION)
+            kind == ACTIVITY,
+            label_category[label],
+            np.where(kind == NEGOTIATION, np.int8(_OTHER), np.int8(_ANNOTATION)),
         )
         # The operation, its transfers and its copies move the tensor; waits and negotiations do not.
         carries = (kind == OP) | (category == _MEMCPY) | (category == _COMMUNICATION)
@@ -338,7 +341,7 @@ class Builder:
             for lab, c in zip(self.labels, label_category, strict=True)
         ]
         collective_names = list(dict.fromkeys(["", *collectives_of]))
-        collective_code = np.array([collective_names.index(c) for c in collectives_of], dtype=np.int64)
+        collective_code = np.array([collective_names.index(c) for c in collectives_of], dtype=np.int32)
         collective = np.where(category == _COMMUNICATION, collective_code[label], 0)
 
         ticks = ready_rank[ready_rank >= 0]
@@ -381,7 +384,7 @@ class Builder:
         sizes the file gave per tensor and occurrence, and the dtype names."""
         n = len(pid)
         size = np.full(n, np.nan)
-        dtype_codes = np.zeros(n, dtype=np.int64)
+        dtype_codes = np.zeros(n, dtype=np.int32)
         pids, occurrences, values, dcodes, dtypes = self.size_arrays or self._size_arrays()
         mine = (occurrences >= 0) & (occurrences < 1 << 32)
         if not mine.any():
@@ -515,7 +518,7 @@ def _ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         present = np.zeros(int(values.max()) + 2, bool)
         present[values + 1] = True
         place = np.cumsum(present) - 1
-        return np.flatnonzero(present) - 1, place[values + 1]
+        return np.flatnonzero(present) - 1, place.astype(np.int32)[values + 1]
     distinct = np.unique(values)
     return distinct, np.searchsorted(distinct, values)
 
