@@ -315,11 +315,8 @@ class Builder:
 
         # codes in the narrowest integers: each full-length int64 array is 8 bytes a row at the peak
         label_category = np.array([category_of(lab) for lab in self.labels], dtype=np.int8)
-        category = np.where(
-            kind == ACTIVITY,
-            label_category[label],
-            np.where(kind == NEGOTIATION, np.int8(_OTHER), np.int8(_ANNOTATION)),
-        )
+        category = np.where(kind == NEGOTIATION, np.int8(_OTHER), np.int8(_ANNOTATION))
+        category = np.where(kind == ACTIVITY, label_category[label], category)
         # The operation, its transfers and its copies move the tensor; waits and negotiations do not.
         carries = (kind == OP) | (category == _MEMCPY) | (category == _COMMUNICATION)
         size, dtype_codes, dtypes = self._sizes(pid, occurrence, carries)

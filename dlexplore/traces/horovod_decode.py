@@ -26,7 +26,11 @@ untyped parse of the same file): before pieces were framed in place and args kep
 (bare 0.10) at 10 MB and 2.89 s (bare 1.28) at 100 MB, peak RSS growth 6.5x and 4.5x the JSON
 (load average 1.7); after, 0.30 s (bare 0.11) and 2.33 s (bare 1.35), growth 5.2x and 4.0x (load
 average 4.0, so the two runs are not strictly comparable). In a warm process at 10 MB (CPU ms,
-best of 5): decode 104 -> 97, rows 59 -> 48, finish 24 -> 23.
+best of 5): decode 104 -> 97, rows 59 -> 48, finish 24 -> 23. Later, with args as a frozen struct
+(deduplicated by its hash, not its JSON), ``dur`` for ticks only, 256 KiB pieces, and the rows and
+table made with gathers and dense lookups where sorts and searches were: 100 MB 1.64 -> 1.44-1.53 s
+(bare 1.20-1.27), 10 MB 0.17 -> 0.15-0.16 s (bare 0.10-0.11); peak RSS growth 2.23 -> 1.90-1.94x
+and 2.86 -> 2.04-2.15x the JSON (load average 1.2-5, shared machine).
 """
 
 from __future__ import annotations

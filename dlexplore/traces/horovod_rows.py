@@ -202,8 +202,7 @@ def _operations(names: list[str], rname: np.ndarray, kind: np.ndarray) -> tuple[
     text = [
         names[c >> 1][len(_NEGOTIATE) :].lower() if c & 1 else names[c >> 1].lower() for c in pairs.tolist()
     ]
-    # in order of first use, as the builder meets them
-    ops = list(dict.fromkeys(["", *(text[j] for j in np.argsort(first, kind="stable").tolist())]))
+    ops = list(dict.fromkeys(["", *(text[j] for j in np.argsort(first).tolist())]))  # in order of use
     index = {v: i for i, v in enumerate(ops)}
     codes = np.zeros(len(rname), np.int64)
     codes[named] = np.array([index[t] for t in text], np.int64).reshape(-1)[inverse.reshape(-1)]
