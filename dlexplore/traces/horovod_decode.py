@@ -35,13 +35,14 @@ and 2.86 -> 2.04-2.15x the JSON (load average 1.2-5, shared machine).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 from dataclasses import dataclass, field
-from operator import attrgetter
+from operator import attrgetter, or_
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -110,21 +111,27 @@ if msgspec is not None:
         start_time_since_epoch_in_micros: int | float | msgspec.UnsetType = msgspec.UNSET
         sort_index: int | msgspec.UnsetType = msgspec.UNSET
 
-    _Event = msgspec.defstruct(
-        "_HorovodEvent",
-        [
-            # the phases Horovod writes, as literals: one shared string each, not one per event; a
-            # piece with another phase goes to the reference. In the order Horovod writes the keys.
-            ("ph", Literal["B", "E", "X", "i", "I", "M"], ""),
-            ("name", str, ""),
-            ("ts", float, math.nan),
-            ("pid", int, NO_INT),
-            ("dur", float, math.nan),
-            ("args", _Args | None, None),
-        ],
-        gc=False,
-    )
-    _DECODER = msgspec.json.Decoder(list[_Event])
+    # One struct per phase Horovod writes, told apart by ``"ph"`` (a tagged union): the phase is the
+    # struct's type, read without a string per event; a piece with another phase, or none, goes to
+    # the reference. Fields in the order Horovod writes the keys.
+    _KINDS = {
+        phase: msgspec.defstruct(
+            f"_Horovod{phase}{'_' if phase.islower() else ''}",
+            [
+                ("name", str, ""),
+                ("ts", float, math.nan),
+                ("pid", int, NO_INT),
+                ("dur", float, math.nan),
+                ("args", _Args | None, None),
+            ],
+            tag_field="ph",
+            tag=phase,
+            gc=False,
+        )
+        for phase in ("B", "E", "X", "i", "I", "M")
+    }
+    _PHASE_OF = {kind: phase for phase, kind in _KINDS.items()}
+    _DECODER = msgspec.json.Decoder(list[functools.reduce(or_, _KINDS.values())])  # type: ignore[misc]
     _ENCODE = msgspec.json.encode
     _UNSET: Any = msgspec.UNSET
 else:  # pragma: no cover - exercised where msgspec has no wheel
@@ -138,8 +145,7 @@ def _fast(piece: memoryview, labels: dict[str, Labels]) -> tuple[dict[str, np.nd
     events = _DECODER.decode(piece)
     n = len(events)
     get = attrgetter
-    columns = {key: _codes(labels[key], events, key) for key in ("ph", "name")}
-    columns["ph"] = columns["ph"].astype(np.int8)  # six literals: a byte each until joined
+    columns = {"ph": _phase_codes(labels["ph"], events), "name": _codes(labels["name"], events, "name")}
     columns["pid"] = np.fromiter(map(get("pid"), events), np.int64, n)
     columns["ts"] = np.fromiter(map(get("ts"), events), np.float64, n)
     # ``dur`` is read where it is used (ticks), ``args`` where there are any (operation ends and
@@ -159,6 +165,16 @@ def _codes(labels: Labels, events: list, key: str) -> np.ndarray:
         return np.fromiter(map(labels.codes.__getitem__, map(attrgetter(key), events)), np.int32, len(events))
     except KeyError:
         return labels.encode_strings(list(map(attrgetter(key), events)))
+
+
+def _phase_codes(labels: Labels, events: list) -> np.ndarray:
+    """The codes of the events' phases (their struct types), in a byte each while they fit."""
+    codes = {kind: labels.codes[phase] for kind, phase in _PHASE_OF.items() if phase in labels.codes}
+    dtype = np.int8 if len(labels.values) < 128 - len(_PHASE_OF) else np.int32
+    try:
+        return np.fromiter(map(codes.__getitem__, map(type, events)), dtype, len(events))
+    except KeyError:
+        return labels.encode_strings(list(map(_PHASE_OF.__getitem__, map(type, events)))).astype(dtype)
 
 
 def _standard(piece: memoryview, labels: dict[str, Labels]) -> Any:
