@@ -83,7 +83,7 @@ the step it starts in, events before step 0 (the initial broadcast) get <NA>. ``
 every step <NA>.
 
 Reading goes in stages, a module each: the bytes and the JSON array, terminated or not
-(:mod:`.horovod_json`); the events decoded straight into columns, 4 MB of JSON at a time
+(:mod:`.horovod_json`); the events decoded straight into columns, 256 KiB of JSON at a time
 (:mod:`.horovod_decode`: msgspec where installed, else the standard library); the rows made from
 the columns (:mod:`.horovod_rows`) or, for a file with an event to name, one event at a time by
 the reference (:mod:`.horovod_builder`), which also makes the table. Here: the options and ranks.

@@ -2,7 +2,7 @@
 
     columns = decode_horovod("timeline.json")      # HorovodColumns: ph, name, pid, ts, dur, args
 
-The file is split as :mod:`.horovod` splits it (a few MB of events at a time, between ``}`` and
+The file is split as :mod:`.horovod` splits it (256 KiB of events at a time, between ``}`` and
 ``,{"``; Horovod writes no ``]`` while it runs, or leaves a trailing comma or a cut-off last
 event). With msgspec each piece is decoded into structs of the five fields the reader uses plus
 the ``args`` of the events that have them (an operation's ``E``: dtype and shape; metadata:
@@ -27,10 +27,13 @@ untyped parse of the same file): before pieces were framed in place and args kep
 (load average 1.7); after, 0.30 s (bare 0.11) and 2.33 s (bare 1.35), growth 5.2x and 4.0x (load
 average 4.0, so the two runs are not strictly comparable). In a warm process at 10 MB (CPU ms,
 best of 5): decode 104 -> 97, rows 59 -> 48, finish 24 -> 23. Later, with args as a frozen struct
-(deduplicated by its hash, not its JSON), ``dur`` for ticks only, 256 KiB pieces, and the rows and
-table made with gathers and dense lookups where sorts and searches were: 100 MB 1.64 -> 1.44-1.53 s
-(bare 1.20-1.27), 10 MB 0.17 -> 0.15-0.16 s (bare 0.10-0.11); peak RSS growth 2.23 -> 1.90-1.94x
-and 2.86 -> 2.04-2.15x the JSON (load average 1.2-5, shared machine).
+(deduplicated by its hash, not its JSON), one struct per phase, ``dur`` for ticks only, 256 KiB
+pieces, and the rows and table made with gathers and dense lookups where sorts and searches were:
+100 MB 1.64 -> 1.44-1.59 s (bare 1.20-1.30: 0.7x -> 0.8x), 10 MB 0.17 -> 0.15-0.16 s (bare
+0.10-0.11); peak RSS growth 2.23 -> 1.83x and 2.86 -> 1.91x the JSON. What is left is mostly
+reading the fields out of the structs, one ``np.fromiter`` pass each (about 30 ns an event and
+field: more than msgspec's decoding of the structs themselves), so a load stays about 1.2x the bare
+parse (load average 1.2-5, shared machine).
 """
 
 from __future__ import annotations

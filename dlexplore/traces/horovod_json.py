@@ -135,7 +135,7 @@ def piece_end(data: bytearray, pos: int, stop: int) -> int:
 def event_chunks(
     data: bytearray, path: Path, info: dict[str, Any], chunk: int = CHUNK
 ) -> Iterator[list[Any]]:
-    """The array's events, a few MB of JSON at a time, at C speed while the JSON is sound.
+    """The array's events, 256 KiB of JSON at a time, at C speed while the JSON is sound.
 
     A chunk that does not parse sends the rest of the file to :func:`_scan`, event by event, to
     tell a cut-off end from corruption and to say where. ``info`` learns whether the array was
