@@ -60,8 +60,6 @@ except ImportError:  # pragma: no cover - exercised where msgspec has no wheel
 
 __all__ = ["HorovodColumns", "decode_horovod", "python_events"]
 
-_FIELDS = ("ph", "name", "pid", "ts", "dur")
-
 
 @dataclass
 class HorovodColumns:
