@@ -77,6 +77,34 @@ def test_a_cut_off_last_event_is_dropped_with_a_warning(tmp_path):
     assert any("is cut off" in message for message in caught)
 
 
+def test_args_horovod_does_not_write_decode_as_the_standard_library_reads_them(tmp_path):
+    """msgspec reads args as a struct of the keys Horovod writes: an unknown key, a number where a
+    string belongs, and empty args must still come out as json.loads gives them (or as none)."""
+    path = tmp_path / "timeline.json"
+    op = '{"ph": "B", "name": "ALLREDUCE", "ts": %d, "pid": 1}'
+    end = '{"ph": "E", "ts": %d, "pid": 1, "args": %s}'
+    args = [
+        '{"dtype": "float32", "shape": "[4]"}',
+        '{"shape": "[2, 2]", "dtype": "float32", "extra": [1, null]}',
+        '{"dtype": 7, "shape": "[4]"}',
+        "{}",
+        '{"sort_index": 3}',
+        '{"dtype": "float32", "shape": "[4]"}',
+    ]
+    events = [f"{op % (10 * i)},\n{end % (10 * i + 5, a)}" for i, a in enumerate(args)]
+    path.write_text("[\n" + ",\n".join(events) + "]")
+    # pieces of about one operation, so that msgspec decodes the sound ones itself
+    decoded = [decode_horovod(path, parser=parser, chunk=40) for parser in PARSERS]
+    assert all(columns.args == decoded[0].args for columns in decoded)
+    assert decoded[0].args == {
+        1: {"dtype": "float32", "shape": "[4]"},
+        3: {"shape": "[2, 2]", "dtype": "float32", "extra": [1, None]},
+        5: {"dtype": 7, "shape": "[4]"},
+        9: {"sort_index": 3},
+        11: {"dtype": "float32", "shape": "[4]"},
+    }
+
+
 @pytest.mark.parametrize("parser", PARSERS)
 def test_a_bad_pid_is_named_with_event_offset_and_line(tmp_path, parser):
     path = tmp_path / "timeline.json"

@@ -83,7 +83,7 @@ the step it starts in, events before step 0 (the initial broadcast) get <NA>. ``
 every step <NA>.
 
 Reading goes in stages, a module each: the bytes and the JSON array, terminated or not
-(:mod:`.horovod_json`); the events decoded straight into columns, 4 MB of JSON at a time
+(:mod:`.horovod_json`); the events decoded straight into columns, 256 KiB of JSON at a time
 (:mod:`.horovod_decode`: msgspec where installed, else the standard library); the rows made from
 the columns (:mod:`.horovod_rows`) or, for a file with an event to name, one event at a time by
 the reference (:mod:`.horovod_builder`), which also makes the table. Here: the options and ranks.
@@ -104,7 +104,7 @@ import pandas as pd
 from ..errors import DlexploreError, InputFileError
 from .horovod_builder import OPERATIONS, Builder
 from .horovod_decode import decode_horovod
-from .horovod_json import MAX_INFLATED_BYTES, event_chunks, read_data
+from .horovod_json import CHUNK, MAX_INFLATED_BYTES, event_chunks, read_data
 from .horovod_rows import rows_from_columns
 from .schema import Trace
 
@@ -113,7 +113,7 @@ __all__ = ["read", "fused_operations", "OPERATIONS", "MAX_INFLATED_BYTES"]
 FORMAT = "horovod"
 _DIGITS = re.compile(r"(\d+)")
 #: Bytes of JSON parsed at once (module-level so that tests can make chunks small).
-_CHUNK = 1 << 22
+_CHUNK = CHUNK
 
 
 def read(

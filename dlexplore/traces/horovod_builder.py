@@ -313,10 +313,10 @@ class Builder:
         fusion = np.frombuffer(self.fusion, dtype=np.int64)
         n = len(start)
 
-        label_category = np.array([category_of(lab) for lab in self.labels], dtype=np.int64)
-        category = np.where(
-            kind == ACTIVITY, label_category[label], np.where(kind == NEGOTIATION, _OTHER, _ANNOTATION)
-        )
+        # codes in the narrowest integers: each full-length int64 array is 8 bytes a row at the peak
+        label_category = np.array([category_of(lab) for lab in self.labels], dtype=np.int8)
+        category = np.where(kind == NEGOTIATION, np.int8(_OTHER), np.int8(_ANNOTATION))
+        category = np.where(kind == ACTIVITY, label_category[label], category)
         # The operation, its transfers and its copies move the tensor; waits and negotiations do not.
         carries = (kind == OP) | (category == _MEMCPY) | (category == _COMMUNICATION)
         size, dtype_codes, dtypes = self._sizes(pid, occurrence, carries)
@@ -331,15 +331,14 @@ class Builder:
         )
         ready_rank = np.where(kind == TICK, ready[label], -1)
 
-        pids = np.unique(pid)
+        pids, stream_codes = _ranks(pid)
         streams = [self.tensor_names.get(int(p), f"pid {p}") if p >= 0 else "cycles" for p in pids]
-        stream_codes = np.searchsorted(pids, pid)
         collectives_of = [
             normalize_collective_name(lab) if c == _COMMUNICATION else ""
             for lab, c in zip(self.labels, label_category, strict=True)
         ]
         collective_names = list(dict.fromkeys(["", *collectives_of]))
-        collective_code = np.array([collective_names.index(c) for c in collectives_of], dtype=np.int64)
+        collective_code = np.array([collective_names.index(c) for c in collectives_of], dtype=np.int32)
         collective = np.where(category == _COMMUNICATION, collective_code[label], 0)
 
         ticks = ready_rank[ready_rank >= 0]
@@ -382,28 +381,38 @@ class Builder:
         sizes the file gave per tensor and occurrence, and the dtype names."""
         n = len(pid)
         size = np.full(n, np.nan)
-        dtype_codes = np.zeros(n, dtype=np.int64)
+        dtype_codes = np.zeros(n, dtype=np.int32)
         pids, occurrences, values, dcodes, dtypes = self.size_arrays or self._size_arrays()
-        if len(pids):
-            # one int64 key per (tensor, occurrence): the tensor as its rank among the pids (a pid
-            # times 2**32 would wrap for pids from 2**31 on, which the file may hold)
-            _, tensor = np.unique(np.concatenate([pids, pid]), return_inverse=True)
-            tensor = tensor.ravel()
-            mine = (occurrences >= 0) & (occurrences < 1 << 32)
-            keys = (tensor[: len(pids)] * (1 << 32) + occurrences)[mine]
-            values, dcodes = values[mine], dcodes[mine]
-            # the last size given for a (tensor, occurrence) wins, as the dict of sizes did
-            keys, last = np.unique(keys[::-1], return_index=True)
-            values, dcodes = values[::-1][last], dcodes[::-1][last]
-            wanted = tensor[len(pids) :] * (1 << 32) + np.clip(occurrence, 0, (1 << 32) - 1)
-            at = np.minimum(np.searchsorted(keys, wanted), max(len(keys) - 1, 0))
-            hit = carries & (pid >= 0) & (occurrence >= 0) & (occurrence < 1 << 32)
-            if len(keys):
-                hit &= keys[at] == wanted
-            else:
-                hit[:] = False
-            size[hit] = values[at[hit]]
-            dtype_codes[hit] = dcodes[at[hit]]
+        mine = (occurrences >= 0) & (occurrences < 1 << 32)
+        if not mine.any():
+            return size, dtype_codes, dtypes
+        pids, occurrences, values, dcodes = pids[mine], occurrences[mine], values[mine], dcodes[mine]
+        # one int64 key per (tensor, occurrence): the tensor as its rank among the pids that have
+        # sizes (a pid times 2**32 would wrap for pids from 2**31 on, which the file may hold)
+        tensors = np.unique(pids)
+        keys = np.searchsorted(tensors, pids) * (1 << 32) + occurrences
+        # the last size given for a (tensor, occurrence) wins, as the dict of sizes did
+        keys, last = np.unique(keys[::-1], return_index=True)
+        values, dcodes = values[::-1][last], dcodes[::-1][last]
+        rows = np.flatnonzero(carries & (pid >= 0) & (occurrence >= 0) & (occurrence < 1 << 32))
+        tensor = np.minimum(np.searchsorted(tensors, pid[rows]), len(tensors) - 1)
+        rows, tensor = rows[tensors[tensor] == pid[rows]], tensor[tensors[tensor] == pid[rows]]
+        wanted = tensor * (1 << 32) + occurrence[rows]
+        width = int(occurrences.max()) + 1
+        if len(tensors) * width <= 2 * n + 4096:
+            # a dense table of (tensor, occurrence) -> place in ``keys``: a gather, not a search
+            table = np.full(len(tensors) * width, -1, np.int64)
+            table[(keys >> 32) * width + (keys & 0xFFFFFFFF)] = np.arange(len(keys))
+            inside = occurrence[rows] < width
+            rows, wanted = rows[inside], wanted[inside]
+            at = table[(wanted >> 32) * width + (wanted & 0xFFFFFFFF)]
+            hit = at >= 0
+        else:
+            at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+            hit = keys[at] == wanted
+        rows, at = rows[hit], at[hit]
+        size[rows] = values[at]
+        dtype_codes[rows] = dcodes[at]
         return size, dtype_codes, dtypes
 
     def _size_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]:
@@ -436,7 +445,12 @@ class Builder:
             return np.full(len(start), -1)
         most = max(self.count.values())
         per_step = [pid for pid, c in self.count.items() if c == most]
-        bounds = np.array([min(self.occurrence_start[pid][k] for pid in per_step) for k in range(most)])
+        # the earliest of each step's starts, as min() takes it (the first unless a later one is
+        # smaller), one tensor at a time over all steps
+        bounds = np.array(self.occurrence_start[per_step[0]][:most], dtype=np.float64)
+        for pid in per_step[1:]:
+            later = np.array(self.occurrence_start[pid][:most], dtype=np.float64)
+            bounds = np.where(later < bounds, later, bounds)
         bounds = np.maximum.accumulate(bounds * _US)
         return np.searchsorted(bounds, start, side="right") - 1
 
@@ -492,6 +506,18 @@ def _table(rank: int, keep: np.ndarray, full: dict[str, Any]) -> pd.DataFrame:
             columns[name] = value[rows]
         del value
     return make_events(columns, copy=False)  # the columns are this table's alone
+
+
+def _ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values (sorted) and each value's place among them: by counting where the values
+    are few small integers (tensor indices, -1 for markers), else by sorting."""
+    if len(values) and values.min() >= -1 and values.max() < 2 * len(values):
+        present = np.zeros(int(values.max()) + 2, bool)
+        present[values + 1] = True
+        place = np.cumsum(present) - 1
+        return np.flatnonzero(present) - 1, place.astype(np.int32)[values + 1]
+    distinct = np.unique(values)
+    return distinct, np.searchsorted(distinct, values)
 
 
 def _categorical(codes: np.ndarray, categories: list[str]) -> pd.Categorical:

@@ -2,7 +2,7 @@
 
     columns = decode_horovod("timeline.json")      # HorovodColumns: ph, name, pid, ts, dur, args
 
-The file is split as :mod:`.horovod` splits it (a few MB of events at a time, between ``}`` and
+The file is split as :mod:`.horovod` splits it (256 KiB of events at a time, between ``}`` and
 ``,{"``; Horovod writes no ``]`` while it runs, or leaves a trailing comma or a cut-off last
 event). With msgspec each piece is decoded into structs of the five fields the reader uses plus
 the ``args`` of the events that have them (an operation's ``E``: dtype and shape; metadata:
@@ -13,8 +13,10 @@ drops a cut-off last event with a warning and names a corrupt one.
 
 Columns, one entry per event in file order: ``ph`` and ``name`` (codes into ``labels``, int32;
 ``ph`` int8 where there are fewer than 128 phases; "" where absent), ``pid`` (int64,
-:data:`~dlexplore.traces.kineto_columns.NO_INT` where absent), ``ts`` and ``dur`` (float64 µs,
-NaN where absent); ``args``: row -> the event's ``args`` as parsed.
+:data:`~dlexplore.traces.kineto_columns.NO_INT` where absent), ``ts`` (float64 µs, NaN where
+absent); ``dur`` (float64 µs, NaN where absent) has one entry per ``X`` event only, in file order
+(the only phase whose ``dur`` the reader uses: a full column would be 8 bytes an event for a few
+ticks); ``args``: row -> the event's ``args`` as parsed.
 A ``ph`` or ``name`` that is not a string, a ``pid`` that is not a 64-bit integer, a ``ts`` or
 ``dur`` that is not a finite number are errors naming the file, the event, its byte offset and line.
 
@@ -24,18 +26,26 @@ untyped parse of the same file): before pieces were framed in place and args kep
 (bare 0.10) at 10 MB and 2.89 s (bare 1.28) at 100 MB, peak RSS growth 6.5x and 4.5x the JSON
 (load average 1.7); after, 0.30 s (bare 0.11) and 2.33 s (bare 1.35), growth 5.2x and 4.0x (load
 average 4.0, so the two runs are not strictly comparable). In a warm process at 10 MB (CPU ms,
-best of 5): decode 104 -> 97, rows 59 -> 48, finish 24 -> 23.
+best of 5): decode 104 -> 97, rows 59 -> 48, finish 24 -> 23. Later, with args as a frozen struct
+(deduplicated by its hash, not its JSON), one struct per phase, ``dur`` for ticks only, 256 KiB
+pieces, and the rows and table made with gathers and dense lookups where sorts and searches were:
+100 MB 1.64 -> 1.44-1.59 s (bare 1.20-1.30: 0.7x -> 0.8x), 10 MB 0.17 -> 0.15-0.16 s (bare
+0.10-0.11); peak RSS growth 2.23 -> 1.83x and 2.86 -> 1.91x the JSON. What is left is mostly
+reading the fields out of the structs, one ``np.fromiter`` pass each (about 30 ns an event and
+field: more than msgspec's decoding of the structs themselves), so a load stays about 1.2x the bare
+parse (load average 1.2-5, shared machine).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 from dataclasses import dataclass, field
-from operator import attrgetter
+from operator import attrgetter, or_
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -49,8 +59,6 @@ except ImportError:  # pragma: no cover - exercised where msgspec has no wheel
     msgspec = None
 
 __all__ = ["HorovodColumns", "decode_horovod", "python_events"]
-
-_FIELDS = ("ph", "name", "pid", "ts", "dur")
 
 
 @dataclass
@@ -92,23 +100,43 @@ class HorovodColumns:
 
 
 if msgspec is not None:
-    _Event = msgspec.defstruct(
-        "_HorovodEvent",
-        [
-            # the phases Horovod writes, as literals: one shared string each, not one per event; a
-            # piece with another phase goes to the reference
-            ("ph", Literal["B", "E", "X", "i", "I", "M"], ""),
-            ("name", str, ""),
-            ("pid", int, NO_INT),
-            ("ts", float, math.nan),
-            ("dur", float, math.nan),
-            ("args", Any, None),
-        ],
-        gc=False,
-    )
-    _DECODER = msgspec.json.Decoder(list[_Event])
+
+    class _Args(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
+        """The args Horovod writes: an operation's output tensor (``E``), a tensor's name or the
+        start time (``process_name``), ``process_sort_index``'s index. Any other key or type sends
+        the piece to the reference: a struct, not a dict per event, is a third of the decoding."""
+
+        dtype: str | msgspec.UnsetType = msgspec.UNSET
+        shape: str | msgspec.UnsetType = msgspec.UNSET
+        name: str | msgspec.UnsetType = msgspec.UNSET
+        start_time_since_epoch_in_micros: int | float | msgspec.UnsetType = msgspec.UNSET
+        sort_index: int | msgspec.UnsetType = msgspec.UNSET
+
+    # One struct per phase Horovod writes, told apart by ``"ph"`` (a tagged union): the phase is the
+    # struct's type, read without a string per event; a piece with another phase, or none, goes to
+    # the reference. Fields in the order Horovod writes the keys.
+    _KINDS = {
+        phase: msgspec.defstruct(
+            f"_Horovod{phase}{'_' if phase.islower() else ''}",
+            [
+                ("name", str, ""),
+                ("ts", float, math.nan),
+                ("pid", int, NO_INT),
+                ("dur", float, math.nan),
+                ("args", _Args | None, None),
+            ],
+            tag_field="ph",
+            tag=phase,
+            gc=False,
+        )
+        for phase in ("B", "E", "X", "i", "I", "M")
+    }
+    _PHASE_OF = {kind: phase for phase, kind in _KINDS.items()}
+    _DECODER = msgspec.json.Decoder(list[functools.reduce(or_, _KINDS.values())])  # type: ignore[misc]
     _ENCODE = msgspec.json.encode
+    _UNSET: Any = msgspec.UNSET
 else:  # pragma: no cover - exercised where msgspec has no wheel
+    _UNSET = object()
 
     def _ENCODE(value: Any) -> bytes:
         return json.dumps(value).encode()
@@ -118,19 +146,17 @@ def _fast(piece: memoryview, labels: dict[str, Labels]) -> tuple[dict[str, np.nd
     events = _DECODER.decode(piece)
     n = len(events)
     get = attrgetter
-    columns = {key: _codes(labels[key], events, key) for key in ("ph", "name")}
+    columns = {"ph": _phase_codes(labels["ph"], events), "name": _codes(labels["name"], events, "name")}
     columns["pid"] = np.fromiter(map(get("pid"), events), np.int64, n)
     columns["ts"] = np.fromiter(map(get("ts"), events), np.float64, n)
     # ``dur`` is read where it is used (ticks), ``args`` where there are any (operation ends and
     # metadata): most events have neither, and a pass in Python over all of them costs a column.
     ticks = np.flatnonzero(columns["ph"] == labels["ph"].codes.get("X", -1)).tolist()
-    dur = columns["dur"] = np.full(n, np.nan)
-    if ticks:
-        dur[ticks] = [events[i].dur for i in ticks]
-    if np.isinf(columns["ts"]).any() or np.isinf(dur[ticks]).any():
+    dur = columns["dur"] = np.array([events[i].dur for i in ticks], np.float64).reshape(-1)
+    if np.isinf(columns["ts"]).any() or np.isinf(dur).any():
         raise ValueError("a time beyond a float")  # the reference decides
     given = np.fromiter(map(get("args"), events), object, n)
-    carriers = given.nonzero()[0]  # C's truth test: None, {} and other empty args are no args
+    carriers = given.nonzero()[0]  # the events with args (``{}`` among them: see _ArgTable)
     return columns, dict(zip(carriers.tolist(), given[carriers].tolist(), strict=True))
 
 
@@ -140,6 +166,16 @@ def _codes(labels: Labels, events: list, key: str) -> np.ndarray:
         return np.fromiter(map(labels.codes.__getitem__, map(attrgetter(key), events)), np.int32, len(events))
     except KeyError:
         return labels.encode_strings(list(map(attrgetter(key), events)))
+
+
+def _phase_codes(labels: Labels, events: list) -> np.ndarray:
+    """The codes of the events' phases (their struct types), in a byte each while they fit."""
+    codes = {kind: labels.codes[phase] for kind, phase in _PHASE_OF.items() if phase in labels.codes}
+    dtype = np.int8 if len(labels.values) < 128 - len(_PHASE_OF) else np.int32
+    try:
+        return np.fromiter(map(codes.__getitem__, map(type, events)), dtype, len(events))
+    except KeyError:
+        return labels.encode_strings(list(map(_PHASE_OF.__getitem__, map(type, events)))).astype(dtype)
 
 
 def _standard(piece: memoryview, labels: dict[str, Labels]) -> Any:
@@ -180,7 +216,8 @@ def python_events(
     Raises ``_Bad(index in the list, message)`` for an event that cannot be read."""
     strings: dict[str, list[str]] = {"ph": [], "name": []}
     pid = np.full(len(events), NO_INT, np.int64)
-    times = {"ts": np.full(len(events), np.nan), "dur": np.full(len(events), np.nan)}
+    ts = np.full(len(events), np.nan)
+    dur: list[float] = []  # X events' only (module docstring)
     args = {}
     for i, event in enumerate(events):
         if type(event) is not dict:
@@ -197,6 +234,8 @@ def python_events(
             pid[i] = value
         for key in ("ts", "dur"):
             value = event.get(key)
+            if key == "dur" and event.get("ph") == "X" and value is None:
+                dur.append(math.nan)
             if value is None or (key == "dur" and event.get("ph") != "X"):
                 continue
             if type(value) is int:
@@ -205,11 +244,14 @@ def python_events(
                 finite = type(value) is float and math.isfinite(value)
             if not finite:
                 raise _Bad(i, f"{key!r} is {str(value)[:40]!r}; expected a time in µs (a finite number)")
-            times[key][i] = float(value)
+            if key == "ts":
+                ts[i] = float(value)
+            else:
+                dur.append(float(value))
         if event.get("args"):  # as the fast path: empty args are no args
             args[i] = event["args"]
     columns = {key: labels[key].encode_strings(values) for key, values in strings.items()}
-    columns.update(pid=pid, **times)
+    columns.update(pid=pid, ts=ts, dur=np.array(dur, np.float64).reshape(-1))
     return columns, args
 
 
@@ -291,25 +333,39 @@ class _ArgTable:
         self.values: list[Any] = []
 
     def compact(self, args: dict[int, Any]) -> tuple[np.ndarray, np.ndarray]:
-        """The rows and codes of one piece's args (row -> args)."""
-        codes, values = self.codes, self.values
+        """The rows and codes of one piece's args (row -> args: dicts as parsed, or the fast
+        path's structs, each kept as the dict of its keys given; none given is no args)."""
         values_given = list(args.values())
-        # Keyed by their JSON: exact where equality is not (1 == 1.0 == True, 0.0 == -0.0); a value
-        # the encoder refuses (an int beyond 64 bits) or writes as null (inf) is kept apart.
-        try:
-            keys: list[Any] = list(map(_ENCODE, values_given))
-        except Exception:  # noqa: BLE001
-            keys = [b"null"] * len(values_given)
-        out = np.empty(len(args), np.int64)
-        for j, key in enumerate(keys):
-            if b"null" in key:
-                key = id(values_given[j])
-            code = codes.get(key)
-            if code is None:
-                code = codes[key] = len(values)
-                values.append(values_given[j])
-            out[j] = code
-        return np.fromiter(args, np.int64, len(args)), out
+        rows = np.fromiter(args, np.int64, len(args))
+        if values_given and msgspec is not None and isinstance(values_given[0], _Args):
+            # frozen structs, hashed and compared by their fields: each distinct one looked up once
+            distinct = dict.fromkeys(values_given)
+            for value in distinct:
+                distinct[value] = self._code(value, value)
+            out = np.fromiter(map(distinct.__getitem__, values_given), np.int64, len(values_given))
+        else:
+            # Keyed by their JSON: exact where equality is not (1 == 1.0 == True, 0.0 == -0.0); a
+            # value the encoder refuses (an int beyond 64 bits) or writes as null (inf) is kept apart.
+            try:
+                keys: list[Any] = list(map(_ENCODE, values_given))
+            except Exception:  # noqa: BLE001
+                keys = [b"null"] * len(values_given)
+            out = np.empty(len(args), np.int64)
+            for j, key in enumerate(keys):
+                out[j] = self._code(id(values_given[j]) if b"null" in key else key, values_given[j])
+        kept = out >= 0
+        return (rows, out) if kept.all() else (rows[kept], out[kept])
+
+    def _code(self, key: Any, value: Any) -> int:
+        """The code of ``value`` (known by ``key``); -1 for a struct with no key given (``{}``)."""
+        code = self.codes.get(key)
+        if code is None:
+            if type(key) is not bytes and type(key) is not int:  # a struct: the dict of its keys given
+                value = {f: v for f in value.__struct_fields__ if (v := getattr(value, f)) is not _UNSET}
+            code = self.codes[key] = len(self.values) if value else -1
+            if value:
+                self.values.append(value)
+        return code
 
 
 def _join(

@@ -35,10 +35,11 @@ def rows_from_columns(columns: HorovodColumns, path: Path, fusion_offset: int) -
     None where the builder must read the file itself (module docstring)."""
     col = columns.columns
     ph_labels, names = columns.labels["ph"], columns.labels["name"]
-    cls = np.asarray([_CLASS.get(p, _SKIP) for p in ph_labels] or [_SKIP], np.int8)[col["ph"]]
+    classes = np.asarray([_CLASS.get(p, _SKIP) for p in ph_labels] or [_SKIP], np.int8)
+    cls = classes[col["ph"]]
     pid, ts, dur, name = col["pid"], col["ts"], col["dur"], col["name"]
-    row = (cls == _B) | (cls == _X) | (cls == _I)
-    if not _columns_can_tell(cls, row, pid, ts, dur, name, names):
+    row = np.isin(classes, (_B, _X, _I))[col["ph"]]  # a gather by phase code, not a test per class
+    if _UNSURE in classes or not _columns_can_tell(classes, col["ph"], row, pid, ts, dur, name, names):
         return None
     builder = Builder(path, fusion_offset)
     if not _metadata(builder, columns, cls):
@@ -69,7 +70,7 @@ def rows_from_columns(columns: HorovodColumns, path: Path, fusion_offset: int) -
     start = ts[rows]
     end = np.full(len(rows), np.nan)
     ticks = rcls == _X
-    end[ticks] = start[ticks] + np.nan_to_num(dur[rows[ticks]])
+    end[ticks] = start[ticks] + np.nan_to_num(dur)  # dur: the X events', in order
     del ticks
     end[rcls == _I] = start[rcls == _I]
     del rcls
@@ -147,7 +148,8 @@ def _per_tensor(
 
 
 def _columns_can_tell(
-    cls: np.ndarray,
+    classes: np.ndarray,
+    ph: np.ndarray,
     row: np.ndarray,
     pid: np.ndarray,
     ts: np.ndarray,
@@ -155,18 +157,18 @@ def _columns_can_tell(
     name: np.ndarray,
     names: list[str],
 ) -> bool:
-    """False where the builder must read the file (module docstring): an unsure phase, a time that
-    is missing or out of range, a range without its ``pid``, a row without a name, a bad tick."""
-    if (cls == _UNSURE).any():
+    """False where the builder must read the file (module docstring): a time that is missing or out
+    of range, a range without its ``pid``, a row without a name, a bad tick (``classes``: the class
+    of each phase code ``ph`` holds)."""
+    bad = ~(np.abs(ts) < 2.0**63)  # NaN too; metadata need no time
+    if bad.any() and (bad & (classes != _M)[ph]).any():
         return False
-    timed = cls != _M
-    if np.isnan(ts[timed]).any() or (np.abs(ts[timed]) >= 2.0**63).any():
+    missing = pid == NO_INT  # a marker needs no pid
+    if missing.any() and (missing & np.isin(classes, (_B, _E, _X))[ph]).any():
         return False
-    if (pid[(cls == _B) | (cls == _E) | (cls == _X)] == NO_INT).any():
+    if "" in names and ((name == names.index("")) & row).any():
         return False
-    if "" in names and (name[row] == names.index("")).any():
-        return False
-    ticks = dur[cls == _X]
+    ticks = dur  # the X events' only
     return not (np.isnan(ticks).any() or (ticks < 0).any() or (ticks >= 2.0**63).any())
 
 
@@ -196,14 +198,16 @@ def _metadata(builder: Builder, columns: HorovodColumns, cls: np.ndarray) -> boo
 def _operations(names: list[str], rname: np.ndarray, kind: np.ndarray) -> tuple[list[str], np.ndarray]:
     """The operation names (lower case, "" first, in order of first use) and each row's code."""
     named = np.flatnonzero((kind == OP) | (kind == NEGOTIATION))
+    # each (name, kind) once: a name's code times 2 plus whether the row is a negotiation
+    pair = rname[named].astype(np.int64) * 2 + (kind[named] == NEGOTIATION)
+    pairs, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
     text = [
-        names[c][len(_NEGOTIATE) :].lower() if k == NEGOTIATION else names[c].lower()
-        for c, k in zip(rname[named].tolist(), kind[named].tolist(), strict=True)
+        names[c >> 1][len(_NEGOTIATE) :].lower() if c & 1 else names[c >> 1].lower() for c in pairs.tolist()
     ]
-    ops = list(dict.fromkeys(["", *text]))
+    ops = list(dict.fromkeys(["", *(text[j] for j in np.argsort(first).tolist())]))  # in order of use
     index = {v: i for i, v in enumerate(ops)}
     codes = np.zeros(len(rname), np.int64)
-    codes[named] = [index[t] for t in text]
+    codes[named] = np.array([index[t] for t in text], np.int64).reshape(-1)[inverse.reshape(-1)]
     return ops, codes
 
 
@@ -248,14 +252,15 @@ def _pair_ranges(builder, columns, cls, rows, kind, occurrence, start, end) -> b
     if not len(events):
         return True
     wide = np.int32 if len(cls) < 2**31 else np.int64  # event indices, depths and running sums
-    order = _stable_order(col["pid"][events])
+    pids = _narrow(col["pid"][events])
+    order = np.argsort(pids, kind="stable")  # a radix sort where the pids fit in 16 bits
     events = events.astype(wide)[order]  # by tensor, then place in the file
+    pids = pids[order]
     del order
-    pids = col["pid"][events]
     first = np.ones(len(events), bool)
     first[1:] = pids[1:] != pids[:-1]
     del pids
-    step = np.where(cls[events] == _B, 1, -1).astype(np.int8)
+    step = np.where(cls[events] == _B, np.int8(1), np.int8(-1))
     depth = _group_depth(step, first, wide)  # open ranges after each event, per tensor
     before = np.empty_like(depth)  # ... and before it (an E with none open changes nothing)
     before[0] = 0
@@ -283,7 +288,9 @@ def _pair_ranges(builder, columns, cls, rows, kind, occurrence, start, end) -> b
     del key, step
     begins, ends = events[:-1][pair], events[1:][pair]
     del events, pair
-    row_of = np.searchsorted(rows, begins)
+    row_of = np.empty(len(cls), rows.dtype)  # event -> its row, a gather where a search was
+    row_of[rows] = np.arange(len(rows), dtype=rows.dtype)
+    row_of = row_of[begins]
     ts = col["ts"]
     if (ts[ends] < start[row_of]).any():
         return False
@@ -344,17 +351,23 @@ def _sizes(values: list, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, lis
 def _stable_order(keys: np.ndarray) -> np.ndarray:
     """``np.argsort(keys, kind="stable")``, as a radix sort where the keys fit in 16 bits (tensor
     indices and nesting levels do): O(n), where a merge sort of int64 is O(n log n)."""
+    return np.argsort(_narrow(keys), kind="stable")
+
+
+def _narrow(keys: np.ndarray) -> np.ndarray:
+    """``keys`` as uint16 where they fit (equal where equal, in the same order), else as they are."""
     if len(keys) and keys.min() >= 0 and keys.max() < 1 << 16:
-        keys = keys.astype(np.uint16)
-    return np.argsort(keys, kind="stable")
+        return keys.astype(np.uint16)
+    return keys
 
 
 class _Groups:
-    """Group-wise running sums, minima, shifts and forward fills over values in file order, grouped
-    by tensor (as pandas' groupby does, with one stable sort shared by all of them)."""
+    """Group-wise running sums and forward fills over values in file order, grouped by tensor (as
+    pandas' groupby does, with one stable sort shared by all of them)."""
 
     def __init__(self, keys: np.ndarray):
-        self.order = _stable_order(keys)
+        keys = _narrow(keys)
+        self.order = np.argsort(keys, kind="stable")
         ordered = keys[self.order]
         self.first = np.ones(len(ordered), bool)
         self.first[1:] = ordered[1:] != ordered[:-1]
@@ -365,28 +378,10 @@ class _Groups:
         out[self.order] = values
         return out
 
-    def ids(self) -> np.ndarray:
-        """A dense group number per value (in the order of the keys)."""
-        return self._back(np.cumsum(self.first) - 1)
-
     def cumsum(self, values: np.ndarray) -> np.ndarray:
         total = np.cumsum(values[self.order])
         base = np.where(self.start > 0, total[self.start - 1], 0)
         return self._back(total - base)
-
-    def cummin(self, values: np.ndarray) -> np.ndarray:
-        # each later group pushed far below the earlier ones, so that no minimum crosses over
-        v = values[self.order]
-        spread = 2 * (int(np.abs(v).max()) + 1) if len(v) else 1
-        offset = (np.cumsum(self.first) - 1) * spread
-        return self._back(np.minimum.accumulate(v - offset) + offset)
-
-    def shift(self, values: np.ndarray, fill: int) -> np.ndarray:
-        v = values[self.order]
-        out = np.empty_like(v)
-        out[1:] = v[:-1]
-        out[self.first] = fill
-        return self._back(out)
 
     def ffill(self, values: np.ndarray, fill: int) -> np.ndarray:
         """The latest value >= 0 at or before each place in its group, else ``fill``."""
