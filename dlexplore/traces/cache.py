@@ -225,9 +225,8 @@ def _load(entry: Path, index: dict[str, Any]) -> tuple[Trace, list[tuple[type, s
         if entry.with_suffix(_SUM).read_text() != _checksum(entry):
             raise ValueError("checksum differs")
         variables, data_vars, attrs = _read_entry(entry)
-        trace = from_variables(
-            variables, data_vars, attrs, str(entry), copy=False
-        )  # arrays fresh from the file
+        # copy=False: the arrays are fresh from the file, held by nothing else
+        trace = from_variables(variables, data_vars, attrs, str(entry), copy=False)
         order = [c for c, _ in json.loads(attrs["dlexplore_columns"])]
         events = trace.events[order]
         events.attrs = _decode_meta(json.loads(attrs["dlexplore_event_attrs"]))

@@ -33,6 +33,7 @@ __all__ = ["to_dataset", "from_dataset", "from_variables", "netcdf_encoding", "w
 _NO_STEP = -1
 _CATEGORIES_SUFFIX = "_categories"
 _CHUNK_EVENTS = 1 << 16
+_REQUIRED = ("rank", "stream", "name", "category", "start", "duration")  # the event table's own
 _NA_ATTR = "na_value"  # the integer that stands for <NA> in a nullable integer or boolean column
 
 
@@ -200,7 +201,7 @@ def _restore_dtype(column: pd.Series, dtype: str) -> pd.Series:
 
 def from_dataset(ds: xr.Dataset, origin: str = "dataset") -> Trace:
     """The :class:`Trace` that :func:`to_dataset` made (``origin`` names it in errors)."""
-    missing = [name for name in ("rank", "stream", "name", "category", "start", "duration") if name not in ds]
+    missing = [name for name in _REQUIRED if name not in ds]
     if missing or "event" not in ds.dims and ds.sizes:
         raise DlexploreError(f"{origin}: not a dlexplore trace (missing {missing or 'event dim'})")
     variables = {str(name): variable for name, variable in ds.variables.items()}
@@ -220,9 +221,7 @@ def from_variables(
     a Dataset (the trace cache reads its files with h5py): building one costs more than the rest of
     a small reload. ``copy=False``: the trace holds the variables' arrays themselves (the caller's
     own, used nowhere else)."""
-    missing = [
-        name for name in ("rank", "stream", "name", "category", "start", "duration") if name not in variables
-    ]
+    missing = [name for name in _REQUIRED if name not in variables]
     if missing:
         raise DlexploreError(f"{origin}: not a dlexplore trace (missing {missing})")
     columns: dict[str, Any] = {}
