@@ -8,17 +8,29 @@ If the child does not finish, crashes or fails, the file is refused with an
 :class:`~dlexplore.errors.InputFileError`; the caller's process never touches it.
 
 The limit is ``DLEXPLORE_HDF5_PROBE_SECONDS`` (s, default 10) plus 1 s per 10 MB of file, so a
-slow disk or a large trace is not mistaken for a hang. The child costs about 0.2 s (starting Python
-and importing h5py) plus one extra read of the file.
+slow disk or a large trace is not mistaken for a hang.
+
+The child is kept between probes (:class:`_Worker`): starting Python and importing h5py costs about
+0.2 s, paid by the first probe of a process, while a probe by the waiting child costs one extra read
+of the file (a few ms for a small one). A child that hangs or crashes is killed and replaced; a file
+it fails to read leaves it serving, since h5py closes what it opened as the exception unwinds, and a
+child that dies while a file is read after others (its idle limit reached, or damage left behind by
+an earlier file) is replaced and the file read again once, so that a sound file is not refused for
+what another did. Probes from several threads at once do not wait for each other: whoever finds the
+child busy starts a child of its own for that one file.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import queue
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 from .errors import InputFileError
 
@@ -28,11 +40,20 @@ ENV_SECONDS = "DLEXPLORE_HDF5_PROBE_SECONDS"
 BASE_SECONDS = 10.0  # limit for a small file (s)
 BYTES_PER_SECOND = 10e6  # allowance for reading a large one (B/s)
 
-# Runs in the child with the path as argv[1]; the file is data, never code. It reads what xarray's
-# h5netcdf backend will: every object's attributes and values (h5py), then every group, dimension
-# and variable as h5netcdf resolves them (dimension-scale references included).
-_PROBE = r"""
-import sys
+# Runs in the child: one request per line on stdin, ``[path, seconds]`` as JSON (the path is data,
+# never code), one reply per line, ``{"ok": true}`` or ``{"error": the exception's last line}``. It
+# reads what xarray's h5netcdf backend will: every object's attributes and values (h5py), then every
+# group, dimension and variable as h5netcdf resolves them (dimension-scale references included).
+# SIGALRM keeps its default action, ending the process: the alarm bounds a probe even when the
+# caller is gone (killed while it waited) and the loop in HDF5 holds the GIL, and it ends a child
+# left idle for IDLE_SECONDS.
+_WORKER = r"""
+import json, math, os, signal, sys, traceback
+
+replies = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)  # nothing the C library prints can fall between two replies
+alarm = getattr(signal, "alarm", lambda seconds: None)
+
 import h5py
 import h5netcdf
 
@@ -42,24 +63,153 @@ def walk(name, obj):
     if isinstance(obj, h5py.Dataset):
         obj[()]
 
-path = sys.argv[1]
-with h5py.File(path, "r") as raw:
-    for key in raw.attrs:
-        raw.attrs[key]
-    raw.visititems(walk)
-
 def group(g):
     dict(g.attrs)
     dict(g.dimensions)
     for variable in g.variables.values():
         dict(variable.attrs)
-        variable.dimensions  # the values were read above, through h5py
+        variable.dimensions  # the values were read through h5py
     for child in g.groups.values():
         group(child)
 
-with h5netcdf.File(path, "r") as nc:
-    group(nc)
+def probe(path):
+    with h5py.File(path, "r") as raw:
+        for key in raw.attrs:
+            raw.attrs[key]
+        raw.visititems(walk)
+    with h5netcdf.File(path, "r") as nc:
+        group(nc)
+
+idle = int(sys.argv[1])
+while True:
+    alarm(idle)
+    line = sys.stdin.readline()
+    if not line:
+        break
+    path, seconds = json.loads(line)
+    alarm(math.ceil(seconds) + 2)
+    try:
+        probe(path)
+        reply = {"ok": True}
+    except Exception as err:
+        reply = {"error": traceback.format_exception_only(type(err), err)[-1].strip()}
+    alarm(0)
+    replies.write(json.dumps(reply) + "\n")
+    replies.flush()
 """
+
+#: Seconds a waiting child lives without a request before it ends itself (POSIX; elsewhere it
+#: lives as long as this process).
+IDLE_SECONDS = 300
+
+
+class _Worker:
+    """A child process that probes files one at a time, and the thread that reads its replies."""
+
+    def __init__(self) -> None:
+        # -P (3.11+) keeps the current folder off sys.path, so no stray h5py.py there is imported.
+        flags = ["-P"] if sys.version_info >= (3, 11) else []
+        self.proc = subprocess.Popen(
+            [sys.executable, *flags, "-c", _WORKER, str(IDLE_SECONDS)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            encoding="utf-8",
+        )
+        self.replies: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self.probes = 0
+        threading.Thread(target=self._read, args=(self.proc.stdout, self.replies), daemon=True).start()
+
+    @staticmethod
+    def _read(stream: Any, replies: queue.SimpleQueue[str | None]) -> None:
+        try:
+            for line in stream:
+                replies.put(line)
+        finally:
+            replies.put(None)  # the child is gone
+
+    def ask(self, path: Path, limit: float) -> dict[str, Any]:
+        """The child's reply for ``path``: ``{"ok": True}``, ``{"error": reason}``, ``{"timeout":
+        True}`` (no reply within ``limit`` s; the child is then killed) or ``{"exit": status}``."""
+        self.probes += 1
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(json.dumps([str(path), limit]) + "\n")
+            self.proc.stdin.flush()
+            line = self.replies.get(timeout=limit)
+        except queue.Empty:
+            self.close()
+            return {"timeout": True}
+        except OSError:  # the child had ended (its idle limit): a broken pipe
+            line = None
+        except BaseException:
+            self.close()  # interrupted while the child reads: its next reply would be this file's
+            raise
+        if line is None:
+            return {"exit": self.close()}
+        return json.loads(line)
+
+    def close(self) -> int:
+        """End the child; its exit status (negative: the signal that ended it)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        status = self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()  # type: ignore[union-attr]
+            except OSError:
+                pass
+        return status
+
+
+_worker: _Worker | None = None
+_worker_lock = threading.Lock()
+
+
+def _forget_worker() -> None:
+    # A forked child shares the parent's pipes to the worker, and the lock may have been held by a
+    # thread that does not exist in it: it starts its own worker.
+    global _worker, _worker_lock
+    _worker, _worker_lock = None, threading.Lock()
+
+
+def _close_worker() -> None:
+    """End the kept child now (the next probe starts another)."""
+    global _worker
+    with _worker_lock:
+        if _worker is not None:
+            _worker.close()
+            _worker = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_worker)
+
+
+def _ask(path: Path, limit: float) -> dict[str, Any]:
+    """Probe ``path`` in the kept child, or in a child of its own when another thread is using it."""
+    global _worker
+    if not _worker_lock.acquire(blocking=False):
+        single = _Worker()
+        try:
+            return single.ask(path, limit)
+        finally:
+            single.close()
+    try:
+        for _attempt in range(2):
+            if _worker is None or _worker.proc.poll() is not None:
+                _worker = _Worker()
+            served = _worker.probes
+            reply = _worker.ask(path, limit)
+            if "ok" in reply or "error" in reply:
+                return reply
+            _worker = None
+            if "exit" not in reply or served == 0:
+                return reply
+        return reply
+    finally:
+        _worker_lock.release()
 
 
 #: Files that passed the probe, by :func:`_fingerprint`; cleared when it reaches _PASSED_MAX entries.
@@ -114,36 +264,25 @@ def probe_hdf5(path: str | os.PathLike, what: str = "netCDF") -> None:
     if identity in _PASSED:
         return
     limit = probe_seconds(source)
-    # -P (3.11+) keeps the current folder off sys.path, so no stray h5py.py there is imported.
-    flags = ["-P"] if sys.version_info >= (3, 11) else []
-    try:
-        done = subprocess.run(
-            [sys.executable, *flags, "-c", _PROBE, str(source)],
-            capture_output=True,
-            text=True,
-            timeout=limit,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
+    reply = _ask(source, limit)
+    if "timeout" in reply:
         shown = f"{limit:.0f}" if limit >= 10 else f"{limit:.2g}"
         raise InputFileError(
             source,
             f"cannot be read as {what}: HDF5 did not finish reading it in "
             f"{shown} s (a damaged file can make it loop forever; raise "
             f"{ENV_SECONDS} if the file is sound and the disk is slow)",
-        ) from None
-    if done.returncode == 0:
+        )
+    if "ok" in reply:
         if identity is not None:
             if len(_PASSED) >= _PASSED_MAX:
                 _PASSED.clear()
             _PASSED.add(identity)
         return
-    lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
-    if done.returncode < 0:
-        reason = f"HDF5 crashed reading it (signal {-done.returncode})"
-    elif lines:
-        reason = lines[-1].strip()
+    if "error" in reply:
+        reason = reply["error"] or "the reader failed"
+    elif reply["exit"] < 0:
+        reason = f"HDF5 crashed reading it (signal {-reply['exit']})"
     else:
-        reason = f"the reader exited with status {done.returncode}"
+        reason = f"the reader exited with status {reply['exit']}"
     raise InputFileError(source, f"cannot be read as {what} ({reason})")

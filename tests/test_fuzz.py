@@ -18,12 +18,12 @@ import importlib.util
 import re
 import shutil
 import sqlite3
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from _hdf5_loop import HDF5_LOOP, hdf5_hangs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -73,6 +73,7 @@ def seeds(tmp_path_factory):
 def test_reader_survives_hypothesis(reader, seeds, tmp_path_factory):
     folder = tmp_path_factory.mktemp(f"hypothesis-{reader}")
     count = iter(range(1 << 30))
+    harness.warm_up(reader, seeds[reader][0])  # imported here once, not in every forked example
 
     # Derandomized, so CI runs the same examples every time; no example database is kept.
     @settings(
@@ -351,40 +352,13 @@ def test_nsys_payload_row_without_event_id(tmp_path):
     harness.READERS["nsys"](path)  # the payload is skipped; the events still load
 
 
-#: Case 166 of the netCDF fuzzer (seed 7), kept as a file: one flipped bit in an object header makes
-#: HDF5 2.0.0 (h5py 3.16.0) loop forever in C while it reads an attribute. Kept rather than rebuilt,
-#: because the mutation lands elsewhere when the seed's bytes change (another h5netcdf, another path).
-HDF5_LOOP = ROOT / "tests" / "data" / "fuzz" / "hdf5-attribute-loop.nc"
-
-_READ_ATTRIBUTES = """
-import sys, h5py
-with h5py.File(sys.argv[1], "r") as f:
-    [f.attrs[k] for k in f.attrs]
-    f.visititems(lambda name, obj: [obj.attrs[k] for k in obj.attrs])
-"""
-
-
-def _hdf5_hangs(path: Path, seconds: float = 5.0) -> bool:
-    """Whether this machine's HDF5, used directly (no dlexplore), fails to read ``path`` in time."""
-    try:
-        subprocess.run(
-            [sys.executable, "-c", _READ_ATTRIBUTES, str(path)],
-            capture_output=True,
-            timeout=seconds,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return True
-    return False
-
-
 def test_netcdf_hdf5_hang_is_refused_in_bounded_time(tmp_path):
     # The alarm cannot interrupt a loop inside HDF5, so the file is read first in a child process
     # under a time limit. Whether this HDF5 loops on the file is checked here, not assumed: a later
     # HDF5 may read it and fail cleanly, and then the refusal must say so instead.
     path = tmp_path / "case166.nc"
     shutil.copyfile(HDF5_LOOP, path)
-    hangs = _hdf5_hangs(path)
+    hangs = hdf5_hangs()
     started = time.perf_counter()
     outcome, detail = harness.run_isolated("netcdf", path, timeout_s=6.0, kill_after_s=20.0)
     assert outcome == "error", detail
@@ -397,11 +371,12 @@ def test_netcdf_hdf5_hang_is_refused_in_bounded_time(tmp_path):
 
 
 def test_netcdf_probe_time_limit_refuses_and_names_the_file(tmp_path, monkeypatch, seeds):
-    # A limit no child can meet (starting Python alone takes longer) exercises the timeout path on
-    # any HDF5: the probe is killed and the file refused, naming it and the limit.
+    # A limit no new child can meet (starting Python alone takes longer) exercises the timeout path
+    # on any HDF5: the probe is killed and the file refused, naming it and the limit.
     from dlexplore import _hdf5, store
 
     monkeypatch.setattr(_hdf5, "_PASSED", set())  # these bytes may have passed in an earlier test
+    _hdf5._close_worker()  # a child kept from an earlier probe might read this small file in time
     path = tmp_path / "sound.nc"
     shutil.copyfile(seeds["netcdf"][0], path)
     monkeypatch.setenv("DLEXPLORE_HDF5_PROBE_SECONDS", "0.001")
@@ -438,7 +413,7 @@ def test_netcdf_store_refuses_the_same_file(tmp_path, monkeypatch, seeds):
 
     path = tmp_path / "case166.nc"
     shutil.copyfile(HDF5_LOOP, path)
-    hangs = _hdf5_hangs(path)
+    hangs = hdf5_hangs()
     monkeypatch.setenv("DLEXPLORE_HDF5_PROBE_SECONDS", "2")
     expected = "did not finish reading it in 2 s" if hangs else "cannot be read as netCDF \\("
     with pytest.raises(DlexploreError, match=expected):

@@ -1,0 +1,169 @@
+"""The hang-proof netCDF read (:mod:`dlexplore._hdf5`) keeps its child process between probes.
+
+The child reads file after file, a file it fails on included; one that hangs is killed and replaced;
+one left idle ends itself, and so does one whose caller was killed while HDF5 looped; a forked
+process and a second thread get children of their own. Real files throughout: a netCDF trace from
+the test data, a truncated copy of it, and the file HDF5 loops on (``_hdf5_loop``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from _hdf5_loop import HDF5_LOOP, hdf5_hangs
+
+from dlexplore import _hdf5
+from dlexplore.errors import InputFileError
+
+SOUND = Path(__file__).resolve().parent / "data" / "traces" / "netcdf" / "horovod-timeline-v1.nc"
+POSIX_ALARM = pytest.mark.skipif(not hasattr(signal, "alarm"), reason="the child's time bound is SIGALRM")
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """No file has passed, and no child is kept, before and after the test."""
+    monkeypatch.setattr(_hdf5, "_PASSED", set())
+    _hdf5._close_worker()
+    yield
+    _hdf5._close_worker()
+
+
+def probe(path: Path) -> int:
+    """Probe ``path`` as a file this process has not read, and return the kept child's pid."""
+    _hdf5._PASSED.clear()
+    _hdf5.probe_hdf5(path)
+    return _hdf5._worker.proc.pid
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False
+
+
+def ends_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_one_child_reads_file_after_file_the_one_it_fails_on_included(fresh, tmp_path):
+    broken = tmp_path / "half.nc"
+    broken.write_bytes(SOUND.read_bytes()[:5000])
+    first = probe(SOUND)
+    with pytest.raises(
+        InputFileError, match=r"half\.nc: cannot be read as netCDF \(OSError: .*truncated file"
+    ):
+        _hdf5.probe_hdf5(broken)
+    assert _hdf5._worker.proc.pid == first
+    assert probe(SOUND) == first
+    # and it takes a few ms, where a new child takes 0.2 s to start Python and import h5py
+    started = time.perf_counter()
+    probe(SOUND)
+    assert time.perf_counter() - started < 0.15
+
+
+def test_a_child_that_hangs_is_killed_and_the_next_file_gets_another(fresh, tmp_path, monkeypatch):
+    loop = tmp_path / "loop.nc"
+    shutil.copyfile(HDF5_LOOP, loop)
+    hangs = hdf5_hangs()
+    first = probe(SOUND)
+    monkeypatch.setenv(_hdf5.ENV_SECONDS, "1")
+    expected = "did not finish reading it in 1 s" if hangs else r"cannot be read as netCDF \("
+    with pytest.raises(InputFileError, match=expected):
+        _hdf5.probe_hdf5(loop)
+    monkeypatch.delenv(_hdf5.ENV_SECONDS)
+    if hangs:
+        assert _hdf5._worker is None and not alive(first)
+        assert probe(SOUND) != first
+    else:
+        assert probe(SOUND) == first
+
+
+@POSIX_ALARM
+def test_an_idle_child_ends_itself_and_the_next_probe_starts_another(fresh, monkeypatch):
+    monkeypatch.setattr(_hdf5, "IDLE_SECONDS", 1)
+    first = probe(SOUND)
+    assert ends_within(first, 10)
+    second = probe(SOUND)
+    assert second != first and alive(second)
+
+
+@POSIX_ALARM
+def test_the_child_ends_when_its_caller_is_killed_while_hdf5_loops(tmp_path):
+    loop = tmp_path / "loop.nc"
+    shutil.copyfile(HDF5_LOOP, loop)
+    script = (
+        "import sys\n"
+        "from dlexplore import _hdf5\n"
+        "_hdf5._worker = _hdf5._Worker()\n"
+        "print(_hdf5._worker.proc.pid, flush=True)\n"
+        "_hdf5.probe_hdf5(sys.argv[1])\n"
+    )
+    env = {**os.environ, _hdf5.ENV_SECONDS: "1"}  # the child's own bound: ceil(1 + size / 10 MB) + 2 s
+    caller = subprocess.Popen(
+        [sys.executable, "-c", script, str(loop)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    child = int(caller.stdout.readline())
+    time.sleep(0.5)  # the request is on its way or being read
+    caller.kill()
+    caller.wait()
+    caller.stdout.close()
+    assert ends_within(child, 10)
+
+
+def test_a_forked_process_probes_with_a_child_of_its_own(fresh):
+    first = probe(SOUND)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the forked process
+        try:
+            os.write(write, str(probe(SOUND)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read) as reply:
+        theirs = int(reply.read())
+    assert theirs != first
+    assert probe(SOUND) == first  # the parent's child was not disturbed
+
+
+def test_a_probe_does_not_wait_for_another_thread(fresh, tmp_path, monkeypatch):
+    if not hdf5_hangs():
+        pytest.skip("this HDF5 reads the looping file and fails cleanly: no probe to wait for")
+    loop = tmp_path / "loop.nc"
+    shutil.copyfile(HDF5_LOOP, loop)
+    probe(SOUND)
+    monkeypatch.setenv(_hdf5.ENV_SECONDS, "4")
+    refused: list[BaseException] = []
+
+    def hang() -> None:
+        try:
+            _hdf5.probe_hdf5(loop)
+        except InputFileError as err:
+            refused.append(err)
+
+    other = threading.Thread(target=hang)
+    other.start()
+    time.sleep(0.5)  # the kept child is looping on the other thread's file
+    started = time.perf_counter()
+    _hdf5._PASSED.clear()
+    _hdf5.probe_hdf5(SOUND)  # in a child of its own: a new Python, not a 4 s wait
+    assert time.perf_counter() - started < 3
+    assert other.is_alive()
+    other.join()
+    assert len(refused) == 1 and "did not finish reading it in 4 s" in str(refused[0])
