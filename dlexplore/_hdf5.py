@@ -22,6 +22,7 @@ child busy starts a child of its own for that one file.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
@@ -183,6 +184,7 @@ def _close_worker() -> None:
             _worker = None
 
 
+atexit.register(_close_worker)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_worker)
 

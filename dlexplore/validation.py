@@ -21,7 +21,7 @@ every layer, the model included, can use it.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -59,25 +59,26 @@ MAX_BATCH = 2**30
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 
 
-def _as_array(name: str, value: Any, what: str) -> np.ndarray:
+def _as_array(name: str, value: Any, expected: Callable[[], str]) -> np.ndarray:
+    # ``expected`` is called only for an error: its text costs more than a valid value's check
     if value is None or isinstance(value, (str, bytes, bool, np.bool_)):
-        raise InvalidValueError(name, value, what)
+        raise InvalidValueError(name, value, expected())
     try:
         arr = np.asarray(value, dtype=float)
     except (TypeError, ValueError):
-        raise InvalidValueError(name, value, what) from None
+        raise InvalidValueError(name, value, expected()) from None
     if arr.size == 0:
-        raise InvalidValueError(name, value, what, note="the sequence is empty")
+        raise InvalidValueError(name, value, expected(), note="the sequence is empty")
     if isinstance(value, np.ndarray) and value.dtype.kind != "O":
         # a typed array's dtype says it all (a boolean array is no number), with no per-item look,
         # which would cost a Python object per element of a large sweep
         if value.dtype.kind not in "iuf":
-            raise InvalidValueError(name, value, what)
+            raise InvalidValueError(name, value, expected())
     elif arr.ndim > 0:
         # a list holding booleans or strings that numpy turned into numbers
         for item in np.asarray(value, dtype=object).ravel():
             if isinstance(item, (str, bytes, bool, np.bool_)) or item is None:
-                raise InvalidValueError(name, value, what)
+                raise InvalidValueError(name, value, expected())
     return arr
 
 
@@ -114,10 +115,30 @@ def number(
     ``strict_min`` excludes ``minimum`` itself; ``integer`` asks for whole numbers (returned as
     ints); ``allow_inf`` accepts ``+inf`` (a bucket "as large as the model", say).
     """
-    kind = "a whole number" if integer else "a number"
-    bounds = _range_text(minimum, maximum, strict_min)
-    what = f"{kind}{' of ' + units if units else ''}" + (f" {bounds}" if bounds else "")
-    arr = _as_array(name, value, what)
+    if (
+        type(value) is float
+        or type(value) is int  # exactly: a bool is an int, and no number
+        or (isinstance(value, (np.ndarray, np.generic)) and value.ndim == 0 and value.dtype.kind in "iuf")
+    ):
+        # A model evaluation checks some 45 scalar parameters: a check in plain floats costs a
+        # tenth of numpy's on 0-d arrays (a calibration evaluates the model thousands of times).
+        v = float(value)
+        if (
+            v == v
+            and (v != math.inf or allow_inf)
+            and v != -math.inf
+            and (minimum is None or (v > minimum if strict_min else v >= minimum))
+            and (maximum is None or v <= maximum)
+            and (not integer or not math.isfinite(v) or v == math.floor(v))
+        ):
+            return int(v) if integer else v
+
+    def expected() -> str:
+        kind = "a whole number" if integer else "a number"
+        bounds = _range_text(minimum, maximum, strict_min)
+        return f"{kind}{' of ' + units if units else ''}" + (f" {bounds}" if bounds else "")
+
+    arr = _as_array(name, value, expected)
     bad = np.isnan(arr) | (np.isinf(arr) & ~(allow_inf & (arr > 0)))
     if minimum is not None:
         bad |= (arr <= minimum) if strict_min else (arr < minimum)
@@ -130,7 +151,7 @@ def number(
         first = arr[bad].ravel()[0]
         shown = float(first)
         note = f"in {describe(value)}" if arr.size > 1 else ""
-        raise InvalidValueError(name, shown, what, note=note)
+        raise InvalidValueError(name, shown, expected(), note=note)
     return _out(value, arr, integer)
 
 

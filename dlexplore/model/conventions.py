@@ -17,7 +17,15 @@ import xarray as xr
 from .._version import __version__
 from ..errors import DlexploreError
 
-__all__ = ["VARIABLES", "as_dataarray", "is_sweep", "finish_dataset", "PREDICTED_SOURCE", "bare"]
+__all__ = [
+    "VARIABLES",
+    "as_dataarray",
+    "sweep_values",
+    "is_sweep",
+    "finish_dataset",
+    "PREDICTED_SOURCE",
+    "bare",
+]
 
 PREDICTED_SOURCE = f"predicted: dlexplore {__version__} analytical model"
 
@@ -109,11 +117,24 @@ def is_sweep(value: object) -> bool:
 def as_dataarray(name: str, value: object) -> xr.DataArray:
     """``value`` as a 0-d DataArray (scalar) or a 1-D DataArray along dimension ``name``."""
     if isinstance(value, xr.DataArray) and value.dims:
-        if value.dims != (name,):
-            raise DlexploreError(f"{name}: expected a 1-D sweep along {name!r}, got dims {value.dims}")
+        sweep_values(name, value)
         return value
     if not is_sweep(value):
         return xr.DataArray(value, coords={name: value})
+    values = sweep_values(name, value)
+    return xr.DataArray(values, dims=name, coords={name: values})
+
+
+def sweep_values(name: str, value: object) -> np.ndarray:
+    """The values of the sweep ``value`` along ``name`` (what :func:`as_dataarray` holds), checked:
+    1-D, not empty, no value twice (a DataArray: along ``name``).
+
+    Without a DataArray, whose index costs 0.5 ms: a calibration evaluates the model thousands of
+    times, each with its own sweeps."""
+    if isinstance(value, xr.DataArray) and value.dims:
+        if value.dims != (name,):
+            raise DlexploreError(f"{name}: expected a 1-D sweep along {name!r}, got dims {value.dims}")
+        return value.values
     values = np.asarray(value)
     if values.ndim != 1:
         raise DlexploreError(f"{name}: expected a scalar or a 1-D sequence, got shape {values.shape}")
@@ -121,7 +142,7 @@ def as_dataarray(name: str, value: object) -> xr.DataArray:
         raise DlexploreError(f"{name}: the sweep is empty")
     if len(np.unique(values)) != values.size:
         raise DlexploreError(f"{name}: the sweep repeats values {values.tolist()}")
-    return xr.DataArray(values, dims=name, coords={name: values})
+    return values
 
 
 def bare(value: Any) -> Any:

@@ -10,7 +10,7 @@ import xarray as xr
 
 from .. import validation
 from ..errors import DlexploreError
-from .conventions import as_dataarray, is_sweep
+from .conventions import is_sweep, sweep_values
 
 #: Parameters evaluated as vectorised sweeps (each becomes a dimension when given as a sequence),
 #: in the order their dimensions appear in the result.
@@ -100,7 +100,7 @@ class Grid:
 
     def __init__(self, values: dict[str, object]):
         self.dims = [name for name in NUMERIC_PARAMETERS if is_sweep(values[name])]
-        self.coords = {name: as_dataarray(name, values[name]).values for name in self.dims}
+        self.coords = {name: sweep_values(name, values[name]) for name in self.dims}
         self.shape = tuple(len(self.coords[d]) for d in self.dims)
         self.arrays: dict[str, np.ndarray] = {}
         for name in NUMERIC_PARAMETERS:
