@@ -120,15 +120,18 @@ class _Worker:
         )
         self.replies: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         self.probes = 0
-        threading.Thread(target=self._read, args=(self.proc.stdout, self.replies), daemon=True).start()
+        threading.Thread(target=self._read, args=(self.proc, self.replies), daemon=True).start()
 
     @staticmethod
-    def _read(stream: Any, replies: queue.SimpleQueue[str | None]) -> None:
+    def _read(proc: subprocess.Popen, replies: queue.SimpleQueue[str | None]) -> None:
         try:
-            for line in stream:
+            for line in proc.stdout:  # type: ignore[union-attr]
                 replies.put(line)
+        except (OSError, ValueError):  # the pipe was closed under the thread by close()
+            pass
         finally:
             replies.put(None)  # the child is gone
+            proc.wait()  # and reaped when it ends by itself (idle), not left a zombie
 
     def ask(self, path: Path, limit: float) -> dict[str, Any]:
         """The child's reply for ``path``: ``{"ok": True}``, ``{"error": reason}``, ``{"timeout":

@@ -45,10 +45,14 @@ def probe(path: Path) -> int:
 
 def alive(pid: int) -> bool:
     try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
-    except FileNotFoundError:
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return False
+    try:
+        with open(f"/proc/{pid}/stat") as stat:  # Linux: a zombie has ended, not yet reaped
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return True
 
 
 def ends_within(pid: int, seconds: float) -> bool:
