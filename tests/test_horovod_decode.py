@@ -185,3 +185,76 @@ def test_without_msgspec_the_reader_gives_the_same_table(tmp_path):
         here = load_trace(source, format="horovod")
     pd.testing.assert_frame_equal(without.events, here.events)
     assert without.meta == here.meta
+
+
+# What is done to a sound .json.gz timeline, and what the standard library's gzip says of it.
+HOROVOD_GZIP_FAULTS = {
+    "truncated": (
+        lambda data: data[: len(data) // 2],
+        r"corrupt or truncated gzip data \(Compressed file ended",
+    ),
+    # ISA-L reads bytes after the last member as a truncation; the standard library names them
+    "trailing bytes": (
+        lambda data: data + b"xx",
+        r"corrupt or truncated gzip data \(Not a gzipped file \(b'xx'\)\)",
+    ),
+    "bad checksum": (
+        lambda data: data[:-8] + bytes(4) + data[-4:],
+        r"corrupt or truncated gzip data \(CRC check",
+    ),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(HOROVOD_GZIP_FAULTS))
+@pytest.mark.parametrize("decompressor", ["isal", "zlib"])
+def test_gzip_faults_of_a_timeline_are_named_as_the_standard_library_names_them(
+    tmp_path, monkeypatch, fault, decompressor
+):
+    from dlexplore.traces import horovod_json
+
+    if decompressor == "zlib":
+        monkeypatch.setattr(horovod_json, "igzip", None)
+    else:
+        assert horovod_json.igzip is not None, "isal is a core dependency: README's install has it"
+    path = tmp_path / "timeline.json.gz"
+    change, message = HOROVOD_GZIP_FAULTS[fault]
+    path.write_bytes(change((HOROVOD / "timeline-cycles.json.gz").read_bytes()))
+    with pytest.raises(InputFileError, match=message) as error:
+        decode_horovod(path)
+    assert str(error.value).startswith(str(path))
+
+
+@pytest.mark.parametrize("members", [1, 3])
+def test_isal_and_zlib_inflate_a_timeline_to_the_same_bytes(tmp_path, monkeypatch, members):
+    """One gzip member (the trailer gives the size) and several (it gives the last one's only)."""
+    import gzip
+
+    from dlexplore.traces import horovod_json
+
+    text = gzip.decompress((HOROVOD / "timeline-cycles.json.gz").read_bytes())
+    path = tmp_path / "timeline.json.gz"
+    parts = [text[i * len(text) // members : (i + 1) * len(text) // members] for i in range(members)]
+    path.write_bytes(b"".join(gzip.compress(part) for part in parts))
+    fast = horovod_json.read_data(path)
+    monkeypatch.setattr(horovod_json, "igzip", None)
+    assert fast == horovod_json.read_data(path) == text
+
+
+def test_a_gzip_timeline_reads_under_an_address_space_limit():
+    """Asking the gzip reader for up to 16 GiB at once made it allocate 16 GiB first: every .json.gz
+    timeline was refused as "more than fits in memory" under ``ulimit -v`` or without overcommit."""
+    import subprocess
+
+    source = HOROVOD / "timeline-cycles.json.gz"
+    code = (
+        "import resource, warnings\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))\n"
+        "warnings.simplefilter('ignore')\n"
+        "from dlexplore.traces import horovod\n"
+        f"print(len(horovod.read([{str(source)!r}]).events))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert int(done.stdout) == len(load_trace(source, format="horovod").events) > 0
