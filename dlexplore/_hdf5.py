@@ -54,9 +54,16 @@ import json, math, os, signal, sys, traceback
 replies = os.fdopen(os.dup(1), "w")
 os.dup2(2, 1)  # nothing the C library prints can fall between two replies
 alarm = getattr(signal, "alarm", lambda seconds: None)
+if hasattr(signal, "SIGALRM"):  # inherited ignored or blocked, it would bound nothing
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
 
-import h5py
-import h5netcdf
+try:
+    import h5py
+    import h5netcdf
+    broken = None
+except Exception as err:  # every request is answered with why, rather than an exit with no words
+    broken = traceback.format_exception_only(type(err), err)[-1].strip()
 
 def walk(name, obj):
     for key in obj.attrs:
@@ -90,8 +97,9 @@ while True:
     path, seconds = json.loads(line)
     alarm(math.ceil(seconds) + 2)
     try:
-        probe(path)
-        reply = {"ok": True}
+        if not broken:
+            probe(path)
+        reply = {"error": broken} if broken else {"ok": True}
     except Exception as err:
         reply = {"error": traceback.format_exception_only(type(err), err)[-1].strip()}
     alarm(0)
@@ -120,6 +128,7 @@ class _Worker:
         )
         self.replies: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         self.probes = 0
+        self.environment = _environment()
         threading.Thread(target=self._read, args=(self.proc, self.replies), daemon=True).start()
 
     @staticmethod
@@ -137,10 +146,14 @@ class _Worker:
         """The child's reply for ``path``: ``{"ok": True}``, ``{"error": reason}``, ``{"timeout":
         True}`` (no reply within ``limit`` s; the child is then killed) or ``{"exit": status}``."""
         self.probes += 1
+        request = (json.dumps([str(path), limit]) + "\n").encode()
         try:
             assert self.proc.stdin is not None
-            self.proc.stdin.write(json.dumps([str(path), limit]) + "\n")
-            self.proc.stdin.flush()
+            # unbuffered: a fork from another thread must not copy a request left in a buffer,
+            # which the copy would send again when it ends
+            descriptor = self.proc.stdin.fileno()
+            while request:
+                request = request[os.write(descriptor, request) :]
             line = self.replies.get(timeout=limit)
         except queue.Empty:
             self.close()
@@ -150,7 +163,11 @@ class _Worker:
         except BaseException:
             self.close()  # interrupted while the child reads: its next reply would be this file's
             raise
-        if line is None:
+        if line is None:  # the child ended; its replies closed just before it exits
+            try:
+                self.proc.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                pass
             return {"exit": self.close()}
         return json.loads(line)
 
@@ -167,6 +184,12 @@ class _Worker:
         return status
 
 
+def _environment() -> dict[str, str]:
+    """The environment a child reads files in (``HDF5_USE_FILE_LOCKING``, ``HDF5_PLUGIN_PATH``,
+    ``PYTHONPATH``...), but the probe's limit, which each request carries."""
+    return {k: v for k, v in os.environ.items() if k != ENV_SECONDS}
+
+
 _worker: _Worker | None = None
 _worker_lock = threading.Lock()
 
@@ -174,6 +197,8 @@ _worker_lock = threading.Lock()
 def _forget_worker() -> None:
     # A forked child shares the parent's pipes to the worker, and the lock may have been held by a
     # thread that does not exist in it: it starts its own worker.
+    # Its copies are left as they are: the reader thread, gone in the fork, held the lock of the
+    # stdout reader, so closing it here would wait forever.
     global _worker, _worker_lock
     _worker, _worker_lock = None, threading.Lock()
 
@@ -203,13 +228,20 @@ def _ask(path: Path, limit: float) -> dict[str, Any]:
             single.close()
     try:
         for _attempt in range(2):
-            if _worker is None or _worker.proc.poll() is not None:
-                _worker = _Worker()
-            served = _worker.probes
-            reply = _worker.ask(path, limit)
+            # Taken out while it reads: however the wait below is interrupted, no child that may
+            # still owe a reply is left for the next probe.
+            worker, _worker = _worker, None
+            if worker is not None and (
+                worker.proc.poll() is not None or worker.environment != _environment()
+            ):
+                worker.close()  # ended, or started before the environment HDF5 reads was changed
+                worker = None
+            worker = worker or _Worker()
+            served = worker.probes
+            reply = worker.ask(path, limit)
             if "ok" in reply or "error" in reply:
+                _worker = worker
                 return reply
-            _worker = None
             if "exit" not in reply or served == 0:
                 return reply
         return reply
@@ -269,7 +301,7 @@ def probe_hdf5(path: str | os.PathLike, what: str = "netCDF") -> None:
     if identity in _PASSED:
         return
     limit = probe_seconds(source)
-    reply = _ask(source, limit)
+    reply = _ask(Path(os.path.abspath(source)), limit)  # the kept child has its own working folder
     if "timeout" in reply:
         shown = f"{limit:.0f}" if limit >= 10 else f"{limit:.2g}"
         raise InputFileError(

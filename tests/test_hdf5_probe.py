@@ -171,3 +171,41 @@ def test_a_probe_does_not_wait_for_another_thread(fresh, tmp_path, monkeypatch):
     assert other.is_alive()
     other.join()
     assert len(refused) == 1 and "did not finish reading it in 4 s" in str(refused[0])
+
+
+def test_a_relative_path_is_read_where_the_caller_is_not_where_the_child_started(
+    fresh, tmp_path, monkeypatch
+):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    shutil.copyfile(SOUND, tmp_path / "a" / "trace.nc")
+    (tmp_path / "b" / "trace.nc").write_bytes(SOUND.read_bytes()[:5000])
+    monkeypatch.chdir(tmp_path / "a")
+    first = probe(Path("trace.nc"))
+    monkeypatch.chdir(tmp_path / "b")  # a notebook's %cd
+    with pytest.raises(
+        InputFileError, match=r"trace\.nc: cannot be read as netCDF \(OSError: .*truncated file"
+    ):
+        _hdf5.probe_hdf5("trace.nc")
+    assert _hdf5._worker.proc.pid == first
+
+
+def test_a_changed_environment_gets_a_child_that_reads_it(fresh, tmp_path, monkeypatch):
+    """HDF5 reads its environment (HDF5_USE_FILE_LOCKING=FALSE is the cure for NFS locks), and
+    Python its PYTHONPATH: a child started before a change would not see it. Here an h5netcdf that
+    cannot be imported shows the new child's environment, and its error is told, not lost."""
+    first = probe(SOUND)
+    monkeypatch.setenv(_hdf5.ENV_SECONDS, "9")  # the limit travels with each request: no new child
+    assert probe(SOUND) == first
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "h5netcdf.py").write_text("raise ImportError('h5netcdf cannot be imported here')\n")
+    monkeypatch.setenv("PYTHONPATH", str(shadow))
+    _hdf5._PASSED.clear()
+    with pytest.raises(
+        InputFileError, match=r"cannot be read as netCDF \(ImportError: h5netcdf cannot be imported"
+    ):
+        _hdf5.probe_hdf5(SOUND)
+    assert not alive(first)
+    monkeypatch.delenv("PYTHONPATH")
+    assert probe(SOUND) not in (first,)
