@@ -36,6 +36,11 @@ INFLATE_BLOCK = 1 << 26
 #: timelines compress 10-20x, while the trailer of a truncated or damaged file is any 4 bytes, and
 #: the buffer is zero-filled (resident) when made.
 TRUSTED_RATIO = 64
+#: Inflated to compressed bytes beyond which a .json.gz is refused as a gzip bomb once it passes
+#: :data:`BOMB_FLOOR` bytes: five times what timelines compress to (10-20x), and a bomb is refused after a
+#: fraction of a second rather than when memory runs out (B/B, B).
+BOMB_RATIO = 100
+BOMB_FLOOR = 1 << 28
 #: Bytes of JSON parsed at once: the parsed objects of one chunk are all that is held in memory
 #: besides the text and the compact columns. 256 KiB: a 4 MB chunk's decoded structs were 1.2x the
 #: JSON of a 10 MB timeline (peak growth 2.58x -> 1.78x) and left the caches (decode 733 -> 695 ms
@@ -120,7 +125,8 @@ def _inflate(raw: BinaryIO, path: Path, opener: Any) -> bytearray:
     The buffer is filled a block at a time: asking a gzip reader for everything at once (``read(n)``
     with a bound) makes it allocate ``n`` bytes first, and a bound of 16 GiB failed on every machine
     with less memory to promise (an address-space limit, or no overcommit)."""
-    hint = _inflated_size(raw)
+    size, hint = _inflated_size(raw)
+    bound = min(MAX_INFLATED_BYTES, max(BOMB_FLOOR, BOMB_RATIO * size))
     try:
         out = bytearray(hint)
     except MemoryError:
@@ -135,29 +141,35 @@ def _inflate(raw: BinaryIO, path: Path, opener: Any) -> bytearray:
         del out[filled:]  # fewer bytes than the trailer said: a fault, which the reads below find
         while block := stream.read(INFLATE_BLOCK):  # more: several members, or a size past 4 GiB
             out += block
-            if len(out) > MAX_INFLATED_BYTES:
+            if len(out) > bound:
                 raise InputFileError(
                     path,
-                    f"the gzip data inflates to more than {MAX_INFLATED_BYTES} bytes; "
-                    "expected a Horovod timeline (decompress it and read the .json)",
+                    (
+                        f"the gzip data inflates to more than {MAX_INFLATED_BYTES} bytes"
+                        if bound == MAX_INFLATED_BYTES
+                        else f"the gzip data inflates to more than {BOMB_RATIO} times its {size} bytes "
+                        "(a gzip bomb?)"
+                    )
+                    + "; expected a Horovod timeline (decompress it and read the .json)",
                 )
     return out
 
 
-def _inflated_size(raw: BinaryIO) -> int:
-    """The size the gzip trailer gives (the last member's, modulo 4 GiB); 0 where the file cannot be
-    measured or the size is beyond :data:`TRUSTED_RATIO` times the file's."""
+def _inflated_size(raw: BinaryIO) -> tuple[int, int]:
+    """The file's size, and the size its gzip trailer gives (the last member's, modulo 4 GiB); 0
+    where the file cannot be measured or the stated size is beyond :data:`TRUSTED_RATIO` times the
+    file's (B)."""
+    size = stated = 0
     try:
         size = raw.seek(0, os.SEEK_END)
-        if size < 18:  # a gzip header and trailer
-            return 0
-        raw.seek(-4, os.SEEK_END)
-        stated = int.from_bytes(raw.read(4), "little")
+        if size >= 18:  # a gzip header and trailer
+            raw.seek(-4, os.SEEK_END)
+            stated = int.from_bytes(raw.read(4), "little")
     except OSError:
-        return 0
+        pass
     finally:
         raw.seek(0)
-    return stated if stated <= min(TRUSTED_RATIO * size, MAX_INFLATED_BYTES) else 0
+    return size, stated if stated <= min(TRUSTED_RATIO * size, MAX_INFLATED_BYTES) else 0
 
 
 def _decode(data: bytes, path: Path) -> str:
