@@ -73,11 +73,7 @@ def test_one_child_reads_file_after_file_the_one_it_fails_on_included(fresh, tmp
     ):
         _hdf5.probe_hdf5(broken)
     assert _hdf5._worker.proc.pid == first
-    assert probe(SOUND) == first
-    # and it takes a few ms, where a new child takes 0.2 s to start Python and import h5py
-    started = time.perf_counter()
-    probe(SOUND)
-    assert time.perf_counter() - started < 0.15
+    assert probe(SOUND) == first  # how much this saves: benchmarks/bench_netcdf_probe.py
 
 
 def test_a_child_that_hangs_is_killed_and_the_next_file_gets_another(fresh, tmp_path, monkeypatch):
@@ -164,11 +160,9 @@ def test_a_probe_does_not_wait_for_another_thread(fresh, tmp_path, monkeypatch):
     other = threading.Thread(target=hang)
     other.start()
     time.sleep(0.5)  # the kept child is looping on the other thread's file
-    started = time.perf_counter()
     _hdf5._PASSED.clear()
     _hdf5.probe_hdf5(SOUND)  # in a child of its own: a new Python, not a 4 s wait
-    assert time.perf_counter() - started < 3
-    assert other.is_alive()
+    assert other.is_alive()  # the other thread's child is still looping: this probe did not wait
     other.join()
     assert len(refused) == 1 and "did not finish reading it in 4 s" in str(refused[0])
 
