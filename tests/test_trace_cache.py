@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from dlexplore.traces import cache as trace_cache
-from dlexplore.traces import load_trace
+from dlexplore.traces import cache_entry, load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -58,6 +58,8 @@ def test_a_reload_reads_the_cache_and_gives_the_same_trace(cache_dir, trace_file
     assert_same(again, fresh)
     assert isinstance(next(iter(again.meta["ranks"])), int)  # integer keys survive
     assert again.breakdown().equals(fresh.breakdown())
+    again.events.loc[0, "duration"] = 1.5  # raises where an array is read-only
+    assert again.events["duration"].iloc[0] == 1.5
 
 
 def test_the_key_is_the_content(cache_dir, trace_file, tmp_path):
@@ -83,6 +85,44 @@ def test_a_damaged_entry_is_dropped_and_the_trace_parsed_again(cache_dir, trace_
     assert "cached_in" not in again.meta
     assert_same(again, load_trace(trace_file, cache=False))
     assert "cached_in" in load_trace(trace_file, cache=True).meta
+
+
+def _rewrite_sidecar(entry, change):
+    import json
+
+    sidecar = entry.with_suffix(cache_entry.SIDECAR)
+    found = json.loads(sidecar.read_text())
+    change(found)
+    sidecar.write_text(json.dumps(found))
+
+
+def test_a_sidecar_that_places_an_array_outside_the_entry_drops_it(cache_dir, trace_file):
+    """The sidecar is not covered by the checksum: an array it places past the file's end is
+    damage like any other (the entry dropped, the trace parsed again), not a short array."""
+    load_trace(trace_file, cache=True)
+    (entry,) = cache_dir.glob("*.nc")
+    size = entry.stat().st_size
+
+    def past_the_end(found):
+        found["layout"]["arrays"]["start"][0] = size - 8
+
+    _rewrite_sidecar(entry, past_the_end)
+    again = load_trace(trace_file, cache=True)
+    assert "cached_in" not in again.meta
+    assert_same(again, load_trace(trace_file, cache=False))
+    assert "cached_in" in load_trace(trace_file, cache=True).meta
+
+
+def test_an_entry_without_a_layout_reloads_through_h5py(cache_dir, trace_file):
+    """Where the sidecar records no places (an array HDF5 did not keep in one run), the reload
+    reads the file with h5py and gives the same trace."""
+    fresh = load_trace(trace_file, cache=False)
+    load_trace(trace_file, cache=True)
+    (entry,) = cache_dir.glob("*.nc")
+    _rewrite_sidecar(entry, lambda found: found.update(layout=None))
+    again = load_trace(trace_file, cache=True)
+    assert again.meta["cached_in"] == str(entry)
+    assert_same(again, fresh)
 
 
 def test_the_cache_keeps_under_its_size_bound(cache_dir, trace_file, monkeypatch):
@@ -135,9 +175,12 @@ def test_a_horovod_timeline_round_trips_through_the_cache(cache_dir, tmp_path):
     assert_same(again, fresh)
 
 
-def test_an_entry_reads_as_xarray_reads_its_netcdf(cache_dir):
-    """The reload reads an entry with h5py and every variable's attributes from one JSON attribute:
-    the same variables, values and attributes as ``xarray.open_dataset`` reads from the file."""
+@pytest.mark.parametrize("read", [cache_entry.read_entry, cache_entry.read_entry_h5py], ids=["bytes", "h5py"])
+def test_an_entry_reads_as_xarray_reads_its_netcdf(cache_dir, read):
+    """The reload takes the arrays from the file's bytes at the places its sidecar records (or,
+    where it records none, reads them with h5py), and every variable's attributes from one JSON
+    attribute: the same variables, values and attributes as ``xarray.open_dataset`` reads from the
+    file."""
     import json
 
     import numpy as np
@@ -153,7 +196,7 @@ def test_an_entry_reads_as_xarray_reads_its_netcdf(cache_dir):
     with pytest.warns(UserWarning, match="the rank is unknown"):
         load_trace(path, cache=True)
     (entry,) = cache_dir.glob("*.nc")
-    variables, data_vars, attrs = trace_cache._read_entry(entry)
+    variables, data_vars, attrs = read(entry)
     with xr.open_dataset(entry, engine="h5netcdf", mask_and_scale=False) as ds:
         assert data_vars == [str(name) for name in ds.data_vars]
         assert set(variables) == {str(name) for name in ds.variables} - {"event", "memory_event"}

@@ -3,7 +3,8 @@
 :func:`~dlexplore.traces.load_trace` keeps the :class:`~dlexplore.traces.schema.Trace` of a large
 trace set as a netCDF file (:mod:`.netcdf`'s layout, uncompressed: about 44 bytes per event) and,
 next time the same bytes are loaded with the same reader and options, reads that back instead of
-the JSON.
+the JSON (:mod:`.cache_entry`: the arrays straight from the file's bytes, at the places a sidecar
+file records).
 
 * **Where**: ``$DLEXPLORE_CACHE_DIR`` if set, else the user's cache folder
   (``$XDG_CACHE_HOME/dlexplore/traces``, ``~/.cache/dlexplore/traces``; ``~/Library/Caches`` on
@@ -31,11 +32,9 @@ import functools
 import hashlib
 import inspect
 import json
-import mmap
 import os
 import sys
 import warnings
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,22 +44,18 @@ import xarray as xr
 
 from .._io import atomic_path
 from .._version import __version__
+from .cache_entry import LABELS, SIDECAR, read_entry, write_entry
 from .netcdf import from_variables, to_dataset
 from .schema import Trace, as_paths
 
-try:
-    from isal.isal_zlib import crc32 as _crc32
-except ImportError:  # pragma: no cover - exercised where isal has no wheel
-    _crc32 = zlib.crc32
-
 __all__ = ["cache_dir", "clear_cache", "cached", "json_bytes", "MIN_JSON_BYTES"]
 
-LAYOUT = 3  #: bump when what an entry holds changes
+LAYOUT = 4  #: bump when what an entry holds changes
 #: Beside each entry: its CRC-32 (against damage, not tampering: 2.5x faster to check than BLAKE2b
-#: with zlib's, 12x with ISA-L's; 1 of a 54 MB trace's 23 ms reload here). Layout 1 wrote BLAKE2b
-#: beside it, as ``.b2``; layout 3 added every variable's attributes as one (``dlexplore_attrs``).
-_SUM, _OLD_SUM = ".crc32", ".b2"
-_LABELS = "dlexplore_labels"  # on a string variable stored as codes: its labels (JSON)
+#: with zlib's, 12x with ISA-L's) and, from layout 4, where its arrays lie (:mod:`.cache_entry`).
+#: Layout 1 wrote BLAKE2b beside it, as ``.b2``; layouts 2 and 3 the CRC-32 alone, as ``.crc32``
+#: (layout 3 added every variable's attributes as one, ``dlexplore_attrs``).
+_SIDECARS = (SIDECAR, ".crc32", ".b2")
 MIN_JSON_BYTES = 16 * 2**20  #: smallest trace set cached by default (bytes of JSON)
 _DEFAULT_MAX_BYTES = 4 * 2**30
 _INDEX = "hashes.json"
@@ -84,11 +79,15 @@ def clear_cache() -> int:
     folder = cache_dir()
     entries = list(folder.glob("*.nc")) if folder.is_dir() else []
     for entry in entries:
-        entry.unlink(missing_ok=True)
-        entry.with_suffix(_SUM).unlink(missing_ok=True)
-        entry.with_suffix(_OLD_SUM).unlink(missing_ok=True)
+        _remove(entry)
     (folder / _INDEX).unlink(missing_ok=True)
     return len(entries)
+
+
+def _remove(entry: Path) -> None:
+    entry.unlink(missing_ok=True)
+    for suffix in _SIDECARS:
+        entry.with_suffix(suffix).unlink(missing_ok=True)
 
 
 def json_bytes(path: Path) -> int:
@@ -180,16 +179,6 @@ def _decode_meta(value: Any) -> Any:
     return value
 
 
-def _checksum(path: Path) -> str:
-    """CRC-32 of a file, by ISA-L where installed (a core dependency; the same value as zlib's,
-    5x faster: 0.4 against 2.5 ms for a 54 MB trace's 12 MB entry)."""
-    with open(path, "rb") as handle:
-        if not os.fstat(handle.fileno()).st_size:
-            return f"{0:08x}"
-        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            return f"{_crc32(mapped):08x}"
-
-
 def _store(trace: Trace, entry: Path, index: dict[str, Any], caught: list[tuple[type, str]]) -> None:
     ds = to_dataset(trace)
     ds.attrs["dlexplore_warnings"] = json.dumps([[c.__name__, m] for c, m in caught])
@@ -201,30 +190,24 @@ def _store(trace: Trace, entry: Path, index: dict[str, Any], caught: list[tuple[
     for name, variable in list(ds.data_vars.items()):
         if variable.dtype.kind in "UO":  # a string per row (the memory table's device): as codes
             labels, codes = np.unique(variable.values.astype(str), return_inverse=True)
-            attrs = {**variable.attrs, _LABELS: json.dumps(labels.tolist())}
+            attrs = {**variable.attrs, LABELS: json.dumps(labels.tolist())}
             ds[name] = xr.Variable(variable.dims, codes.astype(np.int32), attrs)
     # every variable's attributes in one: a reload reads one attribute instead of ~100 (h5py reads
     # each for about 50 us, a quarter of a small trace's reload)
     ds.attrs["dlexplore_attrs"] = json.dumps(
         {str(k): _encode_meta(dict(v.attrs)) for k, v in ds.variables.items()}, default=str
     )
-    with atomic_path(entry) as tmp:
-        # uncompressed: 5x faster to write than zlib (0.05 vs 0.25 s CPU for 216k events) and faster
-        # to read, for 44 instead of 4 bytes per event; the size bound keeps the folder in check
-        ds.to_netcdf(tmp, engine="h5netcdf")
-        # the checksum goes beside the entry, not into the shared index: processes that fill the
-        # cache at once (Dask workers) would lose each other's index updates
-        with atomic_path(entry.with_suffix(_SUM)) as sidecar:
-            sidecar.write_text(_checksum(tmp))
+    # uncompressed (44 instead of 4 bytes per event; the size bound keeps the folder in check); the
+    # checksum and the arrays' places go beside the entry, not into the shared index: processes
+    # that fill the cache at once (Dask workers) would lose each other's index updates
+    write_entry(ds, entry)
 
 
 def _load(entry: Path, index: dict[str, Any]) -> tuple[Trace, list[tuple[type, str]]] | None:
     """The trace of a cache entry and the warnings its first load gave, or None (and the entry
     deleted) if it cannot be trusted."""
     try:
-        if entry.with_suffix(_SUM).read_text() != _checksum(entry):
-            raise ValueError("checksum differs")
-        variables, data_vars, attrs = _read_entry(entry)
+        variables, data_vars, attrs = read_entry(entry)
         # copy=False: the arrays are fresh from the file, held by nothing else
         trace = from_variables(variables, data_vars, attrs, str(entry), copy=False)
         order = [c for c, _ in json.loads(attrs["dlexplore_columns"])]
@@ -235,63 +218,8 @@ def _load(entry: Path, index: dict[str, Any]) -> tuple[Trace, list[tuple[type, s
         os.utime(entry)  # recently used: evicted last
         return dataclasses.replace(trace, events=events, meta=meta), caught  # other fields as stored
     except Exception:  # noqa: BLE001 - a damaged entry is dropped, the trace parsed again
-        entry.unlink(missing_ok=True)
-        entry.with_suffix(_SUM).unlink(missing_ok=True)
+        _remove(entry)
         return None
-
-
-_NETCDF_INTERNALS = {
-    "CLASS",
-    "NAME",
-    "DIMENSION_LIST",
-    "REFERENCE_LIST",
-    "_Netcdf4Dimid",
-    "_Netcdf4Coordinates",
-    "_FillValue",
-    "_NCProperties",
-}
-
-
-def _attrs(attrs: Any) -> dict[str, Any]:
-    out = {}
-    for key in attrs.keys():
-        if key in _NETCDF_INTERNALS:
-            continue  # before reading it: dimension lists are object references, slow to read
-        value = attrs[key]
-        if getattr(value, "size", 0) == 1 and hasattr(value, "item"):  # netCDF attributes are arrays
-            value = value.item()
-        if isinstance(value, bytes):
-            value = value.decode()
-        out[key] = value
-    return out
-
-
-def _read_entry(entry: Path) -> tuple[dict[str, xr.Variable], list[str], dict[str, Any]]:
-    """An entry (written by :func:`_store`) read with h5py, as the variables, the names of the data
-    variables and the attributes of its Dataset: its own layout needs none of what
-    ``xarray.open_dataset`` sets up on first use (0.7 s in a fresh process here, against 0.02 s),
-    nor a Dataset built (:func:`~.netcdf.from_variables`)."""
-    import h5py
-
-    variables: dict[str, xr.Variable] = {}
-    data_vars: list[str] = []
-    with h5py.File(entry, "r") as handle:
-        known = json.loads(handle.attrs["dlexplore_dims"])  # no dimension scales to resolve (slow)
-        stored_attrs = json.loads(handle.attrs["dlexplore_attrs"])
-        for name, data in handle.items():
-            if name not in known:
-                continue  # a bare dimension (netCDF-4 keeps one per dimension without coordinates)
-            values = data.asstr()[()] if data.dtype.kind == "O" else data[()]
-            dims = tuple(known[name])
-            attrs = dict(stored_attrs[name])
-            if _LABELS in attrs:
-                values = np.asarray(json.loads(attrs.pop(_LABELS)), dtype=object)[values]
-            # fastpath: the arrays are already numpy's (otherwise xarray passes strings through pandas)
-            variables[name] = xr.Variable(dims, values, attrs, fastpath=True)
-            if dims != (name,):
-                data_vars.append(name)
-        attrs = _attrs(handle.attrs)
-    return variables, data_vars, attrs
 
 
 def _evict(folder: Path, keep: Path) -> None:
@@ -303,9 +231,7 @@ def _evict(folder: Path, keep: Path) -> None:
             break
         if entry != keep:
             total -= entry.stat().st_size
-            entry.unlink(missing_ok=True)
-            entry.with_suffix(_SUM).unlink(missing_ok=True)
-            entry.with_suffix(_OLD_SUM).unlink(missing_ok=True)
+            _remove(entry)
 
 
 def _recorded(
