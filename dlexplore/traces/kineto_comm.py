@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import json
 import math
+from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -153,10 +155,12 @@ class CommArgs:
         "src",
         "dst",
         "peer_rank",
+        "blank",
     )
 
     def __init__(self, row: int, args: dict[str, Any]):
         self.row = row
+        self.blank = not args  # says nothing but where it is: its name may still name a collective
         if not args:  # a call without these arguments (its presence still counts)
             self.bytes = self.collective = self.in_nelems = self.out_nelems = self.dtype = None
             self.group_size = self.group = self.group_ranks = self.dims = self.types = None
@@ -201,6 +205,9 @@ class CommArgs:
 
     def collective_name(self) -> str:
         return normalize_collective_name(str(self.collective)) if self.collective is not None else ""
+
+
+_NO_ARGS = CommArgs(-1, {})  # a host op without arguments (its name may still say the collective)
 
 
 @dataclass
@@ -281,7 +288,9 @@ def number(value: Any) -> float:
 
 def message_bytes(info: CommArgs) -> float:
     """nccl-tests' message size: the larger buffer, elements x dtype size (NaN if unknown)."""
-    size = DTYPE_BYTES.get(str(info.dtype)) if info.dtype is not None else None
+    if info.dtype is None:
+        return math.nan
+    size = DTYPE_BYTES.get(str(info.dtype))
     counts = [c for c in (number(info.in_nelems), number(info.out_nelems)) if not math.isnan(c)]
     if size is None or not counts:
         return math.nan
@@ -367,23 +376,34 @@ def resolve_communication(
         out.nbytes[copies[0]] = copies[1]
     comm = columns.category == CATEGORIES.index("communication")
     kernels = comm & columns.cats.table(lambda c: c in kernel_cats)[columns.cat] if n else comm
-    names = columns.names.values
     by_row: dict[int, CommArgs] = {}
-    is_copy = columns.cats.table(lambda c: c in copy_cats)
-    for info in infos:
-        row = info.row
-        if is_copy[columns.cat[row]]:
+    infos = list(infos)
+    rows = np.fromiter((info.row for info in infos), np.int64, len(infos))
+    # what each info's row is, as Python scalars (numpy's scalar indexing is the loop's main cost)
+    is_copy = columns.cats.table(lambda c: c in copy_cats)[columns.cat[rows]].tolist()
+    name_kind = [1 if v.startswith("gloo:") else 2 if v == RPC else 0 for v in columns.names.values]
+    facts = zip(
+        infos,
+        rows.tolist(),
+        is_copy,
+        columns.name[rows].tolist(),
+        comm[rows].tolist(),
+        columns.collective[rows].tolist(),
+        strict=True,
+    )
+    for info, row, copy, name, communication, collective_code in facts:
+        if copy:
             out.nbytes[row] = number(info.bytes)
             continue
         by_row[row] = info
-        name = names[columns.name[row]]
-        if comm[row] and name.startswith("gloo:") and columns.collective[row] > 0:
-            collective = COLLECTIVES[columns.collective[row] - 1]
+        kind = name_kind[name]
+        if communication and kind == 1 and collective_code > 0:
+            collective = COLLECTIVES[collective_code - 1]
             out.nbytes[row] = gloo_bytes(info, collective, world_size)
             dtype = info.types[0] if isinstance(info.types, list) and info.types else None
             if isinstance(dtype, str):
                 out.dtype[row] = out.dtypes.code(dtype)
-        elif name == RPC:
+        elif kind == 2:
             out.describe(row, info, info.collective_name())
     done = np.zeros(n, dtype=bool)
     for row in np.flatnonzero(kernels).tolist():
@@ -414,7 +434,7 @@ def _apply(out: CommColumns, columns: EventColumns, row: int, sources: list[tupl
         collective = COLLECTIVES[columns.collective[row] - 1] if columns.collective[row] else ""
     if collective:
         columns.collective[row] = _COLL_INDEX[collective]
-    agreeing = [info for info, c in named if c in (collective, "")]
+    agreeing = [info for info, c in named if c in (collective, "") and not info.blank]
     nbytes = next((b for s in agreeing if not math.isnan(b := message_bytes(s))), math.nan)
     if math.isnan(nbytes):
         tensors = [b for s in agreeing for b in _tensor_bytes(s)]
@@ -425,13 +445,24 @@ def _apply(out: CommColumns, columns: EventColumns, row: int, sources: list[tupl
         out.describe(row, source, collective)
 
 
-def _host_sources(columns: EventColumns, by_row: dict[int, CommArgs]) -> dict[tuple[int, int], tuple]:
-    """Host communication ops per (rank, stream): rows, starts, ends, priorities (sorted by start)."""
+@dataclass
+class _HostOps:
+    """The host communication ops of one thread, sorted by start (Python lists: read one at a time)."""
+
+    rows: list[int]
+    starts: list[float]
+    ends: list[float]
+    priorities: list[int]
+    rpc: frozenset[int]  # the rows of record_param_comms (priority 0)
+
+
+def _host_sources(columns: EventColumns, by_row: dict[int, CommArgs]) -> dict[tuple[int, int], _HostOps]:
+    """Host communication ops per (rank, stream)."""
     names = columns.names.values
     priority_of_name = np.array([_priority(v) for v in names] or [-1], dtype=np.int8)
     priority = priority_of_name[columns.name] if len(columns.name) else np.zeros(0, np.int8)
     rows = np.flatnonzero((priority >= 0) & ~columns.on_device)
-    groups: dict[tuple[int, int], tuple] = {}
+    groups: dict[tuple[int, int], _HostOps] = {}
     if not len(rows):
         return groups
     frame = pd.DataFrame(
@@ -444,7 +475,11 @@ def _host_sources(columns: EventColumns, by_row: dict[int, CommArgs]) -> dict[tu
     ).sort_values("start", kind="stable")
     for (rank, stream), part in frame.groupby(["rank", "stream"], sort=False):
         r = part["row"].to_numpy()
-        groups[(int(rank), int(stream))] = (r, columns.start[r], columns.end[r], priority[r])
+        rows_list, priorities = r.tolist(), priority[r].tolist()
+        rpc = frozenset(row for row, p in zip(rows_list, priorities, strict=True) if p == 0)
+        groups[(int(rank), int(stream))] = _HostOps(
+            rows_list, columns.start[r].tolist(), columns.end[r].tolist(), priorities, rpc
+        )
     return groups
 
 
@@ -478,22 +513,29 @@ def _link_by_launch(
     key = key[~key.index.duplicated()]
     found = key.reindex(pd.MultiIndex.from_arrays([columns.rank[rows], columns.corr[rows]])).to_numpy()
     sources = _host_sources(columns, by_row)
-    names = columns.names.values
-    for row, launch in zip(rows.tolist(), found.tolist(), strict=True):
-        if launch != launch:  # NaN: no launch event
-            continue
-        launch = int(launch)
-        group = sources.get((int(columns.rank[launch]), int(columns.stream[launch])))
+    linked = found == found  # NaN: no launch event
+    rows, launch = rows[linked].tolist(), found[linked].astype(np.int64)
+    # per kernel, Python scalars: numpy's scalar indexing costs more than the searches themselves
+    places = zip(
+        rows,
+        columns.rank[launch].tolist(),
+        columns.stream[launch].tolist(),
+        columns.start[launch].tolist(),
+        columns.end[launch].tolist(),
+        strict=True,
+    )
+    for row, rank, stream, start, end in places:
+        group = sources.get((rank, stream))
         if group is None:
             continue
-        enclosing = _enclosing(group, columns.start[launch], columns.end[launch])
+        enclosing = _enclosing(group, start, end)
         if not enclosing:
             continue
-        ordered = sorted(enclosing, key=lambda item: item[0])  # by priority, innermost first within
-        chosen = [(r, by_row.get(r) or CommArgs(r, {})) for _, r in ordered]
         chosen = [
-            (r, info) for r, info in chosen if names[columns.name[r]] != RPC or info.collective_name()
-        ]  # not "wait", "barrier"
+            (r, by_row.get(r, _NO_ARGS)) for _, r in sorted(enclosing, key=_PRIORITY)
+        ]  # by priority, innermost first within
+        chosen = [(r, info) for r, info in chosen if r not in group.rpc or info.collective_name()]
+        # (a record_param_comms without a collective: "wait", "barrier")
         if own := by_row.get(row):
             chosen.insert(0, (row, own))
         if chosen:
@@ -501,15 +543,18 @@ def _link_by_launch(
             done[row] = True
 
 
-def _enclosing(group: tuple, start: float, end: float) -> list[tuple[int, int]]:
+_PRIORITY = itemgetter(0)
+
+
+def _enclosing(group: _HostOps, start: float, end: float) -> list[tuple[int, int]]:
     """(priority, row) of the host comm ops that enclose [start, end], innermost first."""
-    rows, starts, ends, priorities = group
-    last = int(np.searchsorted(starts, start, side="right"))
-    found = []
-    for i in range(last - 1, max(last - 1 - _ENCLOSING_LOOKBACK, -1), -1):
-        if ends[i] >= end:
-            found.append((int(priorities[i]), int(rows[i])))
-    return found
+    last = bisect_right(group.starts, start)
+    ends, rows, priorities = group.ends, group.rows, group.priorities
+    return [
+        (priorities[i], rows[i])
+        for i in range(last - 1, max(last - 1 - _ENCLOSING_LOOKBACK, -1), -1)
+        if ends[i] >= end
+    ]
 
 
 def _link_by_order(
