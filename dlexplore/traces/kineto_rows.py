@@ -307,14 +307,22 @@ class RankFile:
         self.copy_rows = np.flatnonzero(plain)
         self.copy_bytes = c.columns["bytes"][rows[plain]]
         self.comm: list[CommArgs] = []
-        for i in np.flatnonzero(sized & ~plain).tolist():
-            row = int(rows[i])
-            index = int(self._event(row))
+        picked = np.flatnonzero(sized & ~plain)
+        chosen = rows[picked]
+        # Python scalars for the loop: numpy's scalar indexing per event costs more than the rest
+        each = zip(
+            picked.tolist(),
+            chosen.tolist(),
+            self._event(chosen).tolist(),
+            c.columns["bytes"][chosen].tolist(),
+            strict=True,
+        )
+        for i, row, index, size in each:
             args = dict(c.comm.get(row, ()))
             if index in notes:
                 args["bytes"] = notes[index]
-            elif not np.isnan(c.columns["bytes"][row]):
-                args["bytes"] = float(c.columns["bytes"][row])
+            elif size == size:  # not NaN
+                args["bytes"] = size
             if not args and row not in with_args:
                 continue
             info = CommArgs(i, args)
