@@ -135,6 +135,17 @@ def test_the_cache_keeps_under_its_size_bound(cache_dir, trace_file, monkeypatch
     assert len(entries) == 1 and entries[0] != first
 
 
+def test_clear_cache_leaves_nothing_behind(cache_dir, trace_file):
+    """Every entry, its sidecar, the index, and a sidecar whose entry an older dlexplore deleted
+    (it knew only its own sidecar's suffix)."""
+    load_trace(trace_file, cache=True)
+    assert {p.suffix for p in cache_dir.iterdir()} == {".nc", ".json"}  # entry, sidecar, index
+    (cache_dir / "0123abcd.crc32").write_text("00000000")
+    (cache_dir / "4567ef01.json").write_text("{}")
+    assert trace_cache.clear_cache() == 1
+    assert not list(cache_dir.iterdir())
+
+
 def test_by_default_only_large_sets_are_cached(cache_dir, trace_file, monkeypatch):
     load_trace(trace_file)
     assert not list(cache_dir.glob("*.nc"))

@@ -81,6 +81,9 @@ def clear_cache() -> int:
     for entry in entries:
         _remove(entry)
     (folder / _INDEX).unlink(missing_ok=True)
+    for suffix in _SIDECARS if folder.is_dir() else ():  # any whose entry another version deleted
+        for orphan in folder.glob(f"*{suffix}"):
+            orphan.unlink(missing_ok=True)
     return len(entries)
 
 
