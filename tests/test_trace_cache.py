@@ -87,26 +87,60 @@ def test_a_damaged_entry_is_dropped_and_the_trace_parsed_again(cache_dir, trace_
     assert "cached_in" in load_trace(trace_file, cache=True).meta
 
 
-def _rewrite_sidecar(entry, change):
+def _rewrite_layout(entry, change=None, *, text=None, checksum=True):
+    """Change the layout an entry's sidecar records (``change`` edits it in place, or ``text``
+    replaces it); with ``checksum`` its CRC-32 is made to match (what a writer's mistake would
+    give), without it the change is damage the CRC-32 must find."""
     import json
+    import zlib
 
     sidecar = entry.with_suffix(cache_entry.SIDECAR)
     found = json.loads(sidecar.read_text())
-    change(found)
+    if text is None:
+        layout = json.loads(found["layout"])
+        change(layout)
+        text = json.dumps(layout)
+    found["layout"] = text
+    if checksum:
+        found["crc32"] = f"{zlib.crc32(found['layout'].encode(), zlib.crc32(entry.read_bytes())):08x}"
     sidecar.write_text(json.dumps(found))
 
 
-def test_a_sidecar_that_places_an_array_outside_the_entry_drops_it(cache_dir, trace_file):
-    """The sidecar is not covered by the checksum: an array it places past the file's end is
-    damage like any other (the entry dropped, the trace parsed again), not a short array."""
+def _shift_start(layout):
+    layout["arrays"]["start"][0] += 8  # inside the file: the next event's start, a plausible number
+
+
+def _start_past_the_end(layout):
+    layout["arrays"]["start"][0] = 1 << 40
+
+
+def _start_with_a_negative_shape(layout):
+    layout["arrays"]["start"][2] = [-1]
+
+
+def _relabel(layout):
+    labels = layout["strings"]["name_categories"]
+    labels[0] = labels[0] + "X"
+
+
+@pytest.mark.parametrize(
+    "change, checksum",
+    [
+        (_shift_start, False),
+        (_relabel, False),
+        (_start_past_the_end, True),
+        (_start_with_a_negative_shape, True),
+    ],
+    ids=["shifted-start", "relabelled", "past-the-end", "negative-shape"],
+)
+def test_a_layout_that_does_not_add_up_drops_the_entry(cache_dir, trace_file, change, checksum):
+    """The layout is covered by the entry's CRC-32 (a shifted array or a changed label would be
+    silently wrong numbers); one whose CRC-32 matches but that places an array outside the file or
+    gives it a negative size is refused too. Either way the entry is dropped and the trace parsed
+    again, never read short or wrong."""
     load_trace(trace_file, cache=True)
     (entry,) = cache_dir.glob("*.nc")
-    size = entry.stat().st_size
-
-    def past_the_end(found):
-        found["layout"]["arrays"]["start"][0] = size - 8
-
-    _rewrite_sidecar(entry, past_the_end)
+    _rewrite_layout(entry, change, checksum=checksum)
     again = load_trace(trace_file, cache=True)
     assert "cached_in" not in again.meta
     assert_same(again, load_trace(trace_file, cache=False))
@@ -115,11 +149,11 @@ def test_a_sidecar_that_places_an_array_outside_the_entry_drops_it(cache_dir, tr
 
 def test_an_entry_without_a_layout_reloads_through_h5py(cache_dir, trace_file):
     """Where the sidecar records no places (an array HDF5 did not keep in one run), the reload
-    reads the file with h5py and gives the same trace."""
+    reads the bytes it checked with h5py and gives the same trace."""
     fresh = load_trace(trace_file, cache=False)
     load_trace(trace_file, cache=True)
     (entry,) = cache_dir.glob("*.nc")
-    _rewrite_sidecar(entry, lambda found: found.update(layout=None))
+    _rewrite_layout(entry, text="null")
     again = load_trace(trace_file, cache=True)
     assert again.meta["cached_in"] == str(entry)
     assert_same(again, fresh)
@@ -135,15 +169,19 @@ def test_the_cache_keeps_under_its_size_bound(cache_dir, trace_file, monkeypatch
     assert len(entries) == 1 and entries[0] != first
 
 
-def test_clear_cache_leaves_nothing_behind(cache_dir, trace_file):
+def test_clear_cache_removes_its_own_files_only(cache_dir, trace_file):
     """Every entry, its sidecar, the index, and a sidecar whose entry an older dlexplore deleted
-    (it knew only its own sidecar's suffix)."""
+    (it knew only its own sidecar's suffix); not the user's files, where ``DLEXPLORE_CACHE_DIR``
+    names a folder that holds traces."""
     load_trace(trace_file, cache=True)
-    assert {p.suffix for p in cache_dir.iterdir()} == {".nc", ".json"}  # entry, sidecar, index
-    (cache_dir / "0123abcd.crc32").write_text("00000000")
-    (cache_dir / "4567ef01.json").write_text("{}")
+    assert len(list(cache_dir.iterdir())) == 3  # entry, sidecar, index
+    (cache_dir / f"{'0a' * 20}.crc32").write_text("00000000")
+    (cache_dir / f"{'1b' * 20}{cache_entry.SIDECAR}").write_text("{}")
+    users = ["rank-0.pt.trace.json", "notes.json", "run.nc", f"{'2c' * 20}.json.gz"]
+    for name in users:
+        (cache_dir / name).write_text("the user's")
     assert trace_cache.clear_cache() == 1
-    assert not list(cache_dir.iterdir())
+    assert sorted(p.name for p in cache_dir.iterdir()) == sorted(users)
 
 
 def test_by_default_only_large_sets_are_cached(cache_dir, trace_file, monkeypatch):

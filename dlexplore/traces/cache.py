@@ -33,6 +33,7 @@ import hashlib
 import inspect
 import json
 import os
+import re
 import sys
 import warnings
 from collections.abc import Callable
@@ -56,6 +57,9 @@ LAYOUT = 4  #: bump when what an entry holds changes
 #: Layout 1 wrote BLAKE2b beside it, as ``.b2``; layouts 2 and 3 the CRC-32 alone, as ``.crc32``
 #: (layout 3 added every variable's attributes as one, ``dlexplore_attrs``).
 _SIDECARS = (SIDECAR, ".crc32", ".b2")
+#: What the cache's own files are named: the key (BLAKE2b, 20 bytes in hex) and a suffix. Nothing
+#: else in the folder is touched: ``$DLEXPLORE_CACHE_DIR`` may name a folder that holds traces.
+_OWN = re.compile(r"[0-9a-f]{40}(\.nc|" + "|".join(re.escape(s) for s in _SIDECARS) + ")")
 MIN_JSON_BYTES = 16 * 2**20  #: smallest trace set cached by default (bytes of JSON)
 _DEFAULT_MAX_BYTES = 4 * 2**30
 _INDEX = "hashes.json"
@@ -77,14 +81,21 @@ def cache_dir() -> Path:
 def clear_cache() -> int:
     """Delete every cache entry; the number deleted."""
     folder = cache_dir()
-    entries = list(folder.glob("*.nc")) if folder.is_dir() else []
+    entries = _entries(folder)
     for entry in entries:
         _remove(entry)
     (folder / _INDEX).unlink(missing_ok=True)
-    for suffix in _SIDECARS if folder.is_dir() else ():  # any whose entry another version deleted
-        for orphan in folder.glob(f"*{suffix}"):
+    for orphan in folder.iterdir() if folder.is_dir() else ():  # sidecars another version left
+        if _OWN.fullmatch(orphan.name):
             orphan.unlink(missing_ok=True)
     return len(entries)
+
+
+def _entries(folder: Path) -> list[Path]:
+    """The cache's entries in ``folder`` (its own, by name)."""
+    if not folder.is_dir():
+        return []
+    return [p for p in folder.glob("*.nc") if _OWN.fullmatch(p.name)]
 
 
 def _remove(entry: Path) -> None:
@@ -227,7 +238,7 @@ def _load(entry: Path, index: dict[str, Any]) -> tuple[Trace, list[tuple[type, s
 
 def _evict(folder: Path, keep: Path) -> None:
     limit = int(os.environ.get("DLEXPLORE_CACHE_MAX_BYTES") or _DEFAULT_MAX_BYTES)
-    entries = sorted(folder.glob("*.nc"), key=lambda p: p.stat().st_mtime)
+    entries = sorted(_entries(folder), key=lambda p: p.stat().st_mtime)
     total = sum(p.stat().st_size for p in entries)
     for entry in entries:
         if total <= limit:

@@ -3,25 +3,27 @@ file that says where in the netCDF file each array lies.
 
 The netCDF file is what :func:`~.netcdf.to_dataset` makes of the trace, written by xarray
 uncompressed, so HDF5 keeps every numeric array as one contiguous run of bytes: any netCDF reader
-(``xarray.open_dataset``) reads it. The sidecar holds the file's CRC-32 and, for each array, its
-byte offset, dtype and shape, with the few strings (category labels) and the Dataset's attributes.
-A reload reads the file once into memory, checks the CRC-32 over those bytes and makes every array
-a view of them: no HDF5 library call at all. Through h5py the same reload spent 6.4 of its 10.4 ms
-(a 10 MB trace, 29 objects: h5py's lookups of each object and its attributes); the arrays alone
-take 0.3 ms to read.
+(``xarray.open_dataset``) reads it. The sidecar holds the layout: for each array its byte offset,
+dtype and shape, with the few strings (category labels) and the Dataset's attributes; and one
+CRC-32 over the file's bytes followed by the layout's text, so damage to either is found. A reload
+reads the file once into memory, checks the CRC-32 and copies each array out of those bytes (a
+copy, not a view: HDF5 places 8-byte arrays at 4-byte offsets, and a view would keep the whole
+file's bytes alive): no HDF5 library call at all. Through h5py the same reload spent 6.4 of its
+10.4 ms (a 10 MB trace, 29 objects: h5py's lookups of each object and its attributes).
 
-Where a dataset is not one contiguous run (a future xarray chunking what it writes) the sidecar
-says so and the reload reads the file with h5py, as before. The sidecar is trusted only as far as
-its checksum goes: a view that falls outside the file's bytes raises, and :mod:`.cache` then drops
-the entry and parses the trace again.
+Where a dataset is not one contiguous run (a future xarray chunking what it writes) the layout
+says so and the reload reads the bytes already checked with h5py. Anything that does not add up
+(an array outside the file, a negative size) raises, and :mod:`.cache` then drops the entry and
+parses the trace again.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import xarray as xr
@@ -36,7 +38,7 @@ except ImportError:  # pragma: no cover - exercised where isal has no wheel
 __all__ = ["SIDECAR", "LABELS", "write_entry", "read_entry", "read_entry_h5py"]
 
 #: The sidecar's suffix (replacing the entry's ``.nc``).
-SIDECAR = ".json"
+SIDECAR = ".layout.json"
 #: On a string variable stored as codes: its labels (JSON).
 LABELS = "dlexplore_labels"
 
@@ -60,9 +62,15 @@ def write_entry(ds: xr.Dataset, entry: Path) -> None:
         # lets a reload take the arrays straight from the file's bytes
         ds.to_netcdf(tmp, engine="h5netcdf")
         data = tmp.read_bytes()
-        sidecar = {"crc32": f"{_crc32(data):08x}", "layout": _layout(tmp, len(data))}
+        layout = json.dumps(_layout(tmp, len(data)))
+        sidecar = {"crc32": _checksum(data, layout), "layout": layout}
         with atomic_path(entry.with_suffix(SIDECAR)) as side:
             side.write_text(json.dumps(sidecar))
+
+
+def _checksum(data: bytes | bytearray, layout: str) -> str:
+    """CRC-32 of the entry's bytes and then the layout's text (ISA-L's where installed: 5x zlib's)."""
+    return f"{_crc32(layout.encode(), _crc32(data)):08x}"
 
 
 def _layout(path: Path, size: int) -> dict[str, Any] | None:
@@ -97,14 +105,14 @@ def read_entry(entry: Path) -> tuple[dict[str, xr.Variable], list[str], dict[str
     written by :func:`write_entry`; raises (``ValueError``, ``OSError``, ...) on any damage."""
     sidecar = json.loads(entry.with_suffix(SIDECAR).read_text())
     with open(entry, "rb") as handle:
-        data = bytearray(os.fstat(handle.fileno()).st_size)  # writable: the arrays are the trace's
+        data = bytearray(os.fstat(handle.fileno()).st_size)
         if handle.readinto(data) != len(data):
             raise ValueError("the entry changed while it was read")
-    if f"{_crc32(data):08x}" != sidecar["crc32"]:
+    if _checksum(data, sidecar["layout"]) != sidecar["crc32"]:
         raise ValueError("checksum differs")
-    layout = sidecar.get("layout")
+    layout = json.loads(sidecar["layout"])
     if layout is None:
-        return read_entry_h5py(entry)
+        return read_entry_h5py(io.BytesIO(data))
     attrs = layout["attrs"]
     known = json.loads(attrs["dlexplore_dims"])
     stored_attrs = json.loads(attrs["dlexplore_attrs"])
@@ -115,21 +123,20 @@ def read_entry(entry: Path) -> tuple[dict[str, xr.Variable], list[str], dict[str
             offset, dtype, shape = layout["arrays"][name]
             dtype = np.dtype(dtype)
             count = int(np.prod(shape))
-            if offset < 0 or offset + count * dtype.itemsize > len(data):
-                raise ValueError(f"{name} lies outside the entry")
-            values = np.frombuffer(data, dtype, count, offset).reshape(shape)
-            if offset % dtype.itemsize:  # unaligned: numpy's loops would take the slow path
-                values = values.copy()
+            if min(shape, default=0) < 0 or offset < 0 or offset + count * dtype.itemsize > len(data):
+                raise ValueError(f"{name} does not lie inside the entry")
+            values = np.frombuffer(data, dtype, count, offset).reshape(shape).copy()
         else:
             values = np.asarray(layout["strings"][name], dtype=object)
         _add(variables, data_vars, name, values, tuple(known[name]), dict(stored_attrs[name]))
     return variables, data_vars, attrs
 
 
-def read_entry_h5py(entry: Path) -> tuple[dict[str, xr.Variable], list[str], dict[str, Any]]:
-    """:func:`read_entry` through h5py (where the sidecar has no layout): its own layout needs none
-    of what ``xarray.open_dataset`` sets up on first use (0.7 s in a fresh process here, against
-    0.02 s), nor a Dataset built (:func:`~.netcdf.from_variables`)."""
+def read_entry_h5py(entry: Path | BinaryIO) -> tuple[dict[str, xr.Variable], list[str], dict[str, Any]]:
+    """:func:`read_entry` through h5py (where the sidecar has no layout; ``entry`` a path or the
+    bytes already checked, as a file object): its own layout needs none of what
+    ``xarray.open_dataset`` sets up on first use (0.7 s in a fresh process here, against 0.02 s),
+    nor a Dataset built (:func:`~.netcdf.from_variables`)."""
     import h5py
 
     variables: dict[str, xr.Variable] = {}
