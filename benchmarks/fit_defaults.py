@@ -1,10 +1,11 @@
 """Fit the model's default efficiencies and overheads to the bundled published measurements.
 
-Writes ``data/catalog/defaults.csv``, the defaults every uncalibrated prediction uses, so that they
-are the best the shipped data can give rather than round figures:
+Writes ``data/catalog/defaults.csv`` and ``data/catalog/gemm_fitted.csv``, the defaults every
+uncalibrated prediction uses, so that they are the best the shipped data can give rather than round
+figures:
 
-    python benchmarks/fit_defaults.py            # fit and write data/catalog/defaults.csv
-    python benchmarks/fit_defaults.py --check    # exit 1 if the committed file is not what the fit gives
+    python benchmarks/fit_defaults.py            # fit and write both files
+    python benchmarks/fit_defaults.py --check    # exit 1 if a committed file is not what the fit gives
 
 Method (``dlexplore.calibrate`` on every bundled training table at once, ``measured.concat``):
 
@@ -13,10 +14,16 @@ Method (``dlexplore.calibrate`` on every bundled training table at once, ``measu
   ``ps_efficiency`` and ``negotiation_time`` (communication; only the Horovod tables inform them);
 - a parameter the points do not determine (not identifiable, or a standard error above half its
   value) keeps its prior, a published figure named below, and the others are fitted again;
-- not fitted: the GEMM plateau of each GPU (``compute_efficiency``: published GEMM measurements,
-  ``data/catalog/gemm.csv``), the links' efficiencies (NCCL's own per-link figures,
-  ``networks.csv``), Horovod's cycle time (its documented default) and the flash-attention
-  efficiency (FlashAttention-2's published range): the bundled tables cannot inform them.
+- the GEMM plateau (``compute_efficiency``) of each GPU and precision that bundled hybrid (LLM)
+  tables measured, fitted to all their rows at once (``data/catalog/gemm_fitted.csv``), with the
+  defaults fitted above and starting from the published plateau (``data/catalog/gemm.csv``), so that
+  the fit depends on neither committed file; a table's missing setup columns take the hybrid
+  calibration's own defaults (micro-batch 1, no sequence parallelism, ...). Other GPUs keep the
+  published plateau (the training tables cannot separate it from the memory efficiency and the
+  Winograd saving), and the training tables are fitted with the plateaus as committed;
+- not fitted: the links' efficiencies (NCCL's own per-link figures, ``networks.csv``), Horovod's
+  cycle time (its documented default) and the flash-attention efficiency (FlashAttention-2's
+  published range): the bundled tables cannot inform them.
 
 Nothing is fitted to one point, and nothing to ``../shared/reference/narayanan2021-table1.csv``
 (development data the project is judged beyond). The file records, per bundled table, the MAPE the
@@ -28,18 +35,31 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 import dlexplore as dlx
 from dlexplore._io import atomic_open
 from dlexplore.catalog.defaults import DEFAULTS_COLUMNS
+from dlexplore.catalog.gemm import FITTED_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "data" / "catalog" / "defaults.csv"
+PLATEAUS = ROOT / "data" / "catalog" / "gemm_fitted.csv"
+#: What the hybrid calibration assumes where a table does not say (:mod:`dlexplore.fit.hybrid`),
+#: for a column that another table of the same GPU has.
+HYBRID_UNSAID = {
+    "micro_batch": 1,
+    "sequence_parallel": "no",
+    "schedule": "1f1b",
+    "virtual_stages": 1,
+    "zero": 0,
+}
 UNDETERMINED = 0.5  # a standard error above this share of the value: the data do not determine it
 
 
@@ -188,6 +208,110 @@ def fit(names: list[str]) -> tuple[dict[str, tuple[float, float, str]], dict[str
     return values, mape
 
 
+def _hybrid_rows() -> pd.DataFrame:
+    """Every bundled hybrid table's rows with ``table`` (its name) and ``peak`` (the GPU's peak at
+    the row's precision: fp16 and bf16 rows of one GPU are fitted together)."""
+    frames = []
+    for name in dlx.measured.available_hybrid():
+        frame = dlx.measured.to_frame(dlx.measured.load(name)).assign(table=name)
+        frame["peak"] = [
+            dlx.catalog.gpu(g).peak_flops(p) for g, p in zip(frame["gpu"], frame["precision"], strict=True)
+        ]
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _combined_table(part: pd.DataFrame, folder: Path) -> Path:
+    """The rows of several hybrid tables as one measurement CSV (what a table does not say filled
+    in as the calibration assumes it; their step time, which every table here measures)."""
+    columns = [c for c in part.columns if c not in ("table", "peak", "setup", "tflops_per_gpu")]
+    missing = [c for c in columns if part[c].isna().any() and c not in ("source",)]
+    unknown = [c for c in missing if c not in HYBRID_UNSAID]
+    if unknown or part["step_time"].isna().any():
+        raise SystemExit(
+            f"fit_defaults: the hybrid tables {sorted(set(part['table']))} cannot be fitted "
+            f"together: no default for {unknown or ['step_time']}"
+        )
+    filled = part[columns].fillna({c: HYBRID_UNSAID[c] for c in missing})
+    for c in ("micro_batch", "virtual_stages", "zero"):
+        if c in filled:
+            filled[c] = filled[c].astype(int)
+    path = folder / "bundled-hybrid.csv"
+    path.write_text(
+        "# name: bundled-hybrid\n# title: the bundled hybrid tables of one GPU together\n"
+        "# source: data/measured/hybrid\n" + filled.to_csv(index=False),
+        encoding="utf-8",
+    )
+    return path
+
+
+def fit_plateaus(values: dict[str, tuple[float, float, str]]) -> list[dict]:
+    """The GEMM plateau of each GPU and 16-bit peak that bundled hybrid tables measured (module
+    docstring): rows of ``gemm_fitted.csv`` with the in-sample MAPE of each table."""
+    rows = _hybrid_rows()
+    if rows.empty:
+        return []
+    compute = {n: values[n][0] for n in ("memory_efficiency", "kernel_time", "flash_efficiency")}
+    out = []
+    for (gpu, _), part in rows.groupby(["gpu", "peak"], sort=True):
+        precision = str(part["precision"].iloc[0])
+        start = dlx.catalog.gemm_efficiency(gpu, precision).value  # the published plateau
+        with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            table = dlx.measured.read_csv(_combined_table(part, Path(folder)))
+            cal = dlx.calibrate(
+                table, params=["compute_efficiency"], level=None, compute_efficiency=start, **compute
+            )
+        fitted = cal.params.set_index("name").loc["compute_efficiency"]
+        value, stderr = float(fitted["value"]), float(fitted["stderr"])
+        if not bool(fitted["identifiable"]) or not stderr <= UNDETERMINED * value:
+            continue  # the published plateau stands
+        errors = np.abs(cal.points["error"].to_numpy(dtype=float))
+        tables = part["table"].to_numpy()
+        counts = ", ".join(f"{t} ({int((tables == t).sum())})" for t in dict.fromkeys(tables))
+        out.append(
+            {
+                "gpu": gpu,
+                "precision": precision,
+                "efficiency": value,
+                "stderr": stderr,
+                "points": len(part),
+                "source": f"fitted by benchmarks/fit_defaults.py to the bundled hybrid tables {counts}; "
+                f"the published plateau {start:.3g}",
+                "mape": {t: float(np.mean(errors[tables == t])) for t in dict.fromkeys(tables)},
+            }
+        )
+    return out
+
+
+def render_plateaus(plateaus: list[dict]) -> str:
+    lines = [
+        "# GEMM plateaus fitted to bundled training runs, by benchmarks/fit_defaults.py: do not edit.",
+        "# dlexplore.calibrate of the hybrid model's compute_efficiency (the fraction of peak that",
+        "# large GEMMs reach) on every bundled hybrid (LLM) table of the GPU at that precision (or one",
+        "# with the same peak), jointly (least squares on log(predicted/measured));",
+        "# dlexplore.catalog.gemm_plateau uses them before the published figures of gemm.csv.",
+        "# MAPE of the uncalibrated model with the fitted plateau, per table (in-sample):",
+        *(
+            f"#   {p['gpu']} {p['precision']}, {t}: {100 * m:.1f}%"
+            for p in plateaus
+            for t, m in p["mape"].items()
+        ),
+        ",".join(FITTED_COLUMNS),
+    ]
+    for p in plateaus:
+        cells = [
+            p["gpu"],
+            p["precision"],
+            f"{p['efficiency']:.6g}",
+            f"{p['stderr']:.3g}",
+            str(p["points"]),
+            p["source"],
+        ]
+        lines.append(",".join(f'"{c}"' if "," in c else c for c in cells))
+    return "\n".join(lines) + "\n"
+
+
 def render(values: dict[str, tuple[float, float, str]], mape: dict[str, float]) -> str:
     lines = [
         "# dlexplore model defaults, written by benchmarks/fit_defaults.py: do not edit by hand.",
@@ -217,22 +341,25 @@ def main(argv: list[str] | None = None) -> int:
         "--check", action="store_true", help="compare with the committed file instead of writing it"
     )
     parser.add_argument("-o", "--output", type=Path, default=OUTPUT)
+    parser.add_argument("--plateaus", type=Path, default=PLATEAUS, help="where the fitted GEMM plateaus go")
     args = parser.parse_args(argv)
     values, mape = fit(training_tables())
-    text = render(values, mape)
+    outputs = {args.output: render(values, mape), args.plateaus: render_plateaus(fit_plateaus(values))}
     if args.check:
-        old = args.output.read_text(encoding="utf-8") if args.output.is_file() else ""
-        if old != text:
-            print(
-                f"{args.output} is not what the fit gives: run python benchmarks/fit_defaults.py",
-                file=sys.stderr,
-            )
-            return 1
-        print(f"{args.output} is up to date")
-        return 0
-    with atomic_open(args.output, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    print(text)
+        stale = [
+            path
+            for path, text in outputs.items()
+            if (path.read_text(encoding="utf-8") if path.is_file() else "") != text
+        ]
+        for path in stale:
+            print(f"{path} is not what the fit gives: run python benchmarks/fit_defaults.py", file=sys.stderr)
+        if not stale:
+            print(f"{', '.join(map(str, outputs))} are up to date")
+        return 1 if stale else 0
+    for path, text in outputs.items():
+        with atomic_open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        print(text)
     return 0
 
 

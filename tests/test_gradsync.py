@@ -126,8 +126,49 @@ def test_defaults_file_says_where_each_value_comes_from():
     assert all(np.isfinite(d.stderr) for d in fitted) and all(math.isnan(d.stderr) for d in held)
 
 
+def _fitted_rows() -> dict[tuple[str, str], tuple[float, float]]:
+    import csv
+
+    path = ROOT / "data" / "catalog" / "gemm_fitted.csv"
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = csv.DictReader(line for line in handle if not line.startswith("#"))
+        return {(r["gpu"], r["precision"]): (float(r["efficiency"]), float(r["stderr"])) for r in rows}
+
+
+@pytest.mark.parametrize(
+    ("gpu", "precision", "rule"),
+    [
+        ("A100-80GB", "fp16", "fitted to bundled training runs on this GPU"),
+        ("A100-80GB", "bf16", "on this GPU, at fp16"),  # the same peak
+        ("A100-80GB", "tf32", "on this GPU, at fp16"),  # the same tensor cores
+        ("A100-40GB", "bf16", "on a Ampere GPU, at fp16"),
+    ],
+)
+def test_the_models_plateau_is_the_one_fitted_to_bundled_runs(gpu, precision, rule):
+    """Where the bundled LLM tables measured a GPU, its 16-bit plateau is the fitted one (as
+    data/catalog/gemm_fitted.csv records it), below the tuned library's published best, and the
+    model's default compute efficiency is that plateau."""
+    value, stderr = _fitted_rows()[("A100-80GB", "fp16")]
+    found = dlx.catalog.gemm_plateau(gpu, precision)
+    assert found.value == value and rule in found.rule and "korthikanti" in found.source
+    assert (
+        0 < stderr < value < dlx.catalog.gemm_efficiency(gpu, precision).value == pytest.approx(267.9 / 312)
+    )
+    ds = dlx.predict(workload="resnet50", gpu=gpu, gpus=1, batch_size=64, precision=precision)
+    assert float(ds.compute_efficiency) == value
+
+
+@pytest.mark.parametrize(
+    ("gpu", "precision"), [("V100-16GB", "fp16"), ("H100-SXM", "bf16"), ("P100", "fp32")]
+)
+def test_a_gpu_no_bundled_run_measured_keeps_its_published_plateau(gpu, precision):
+    assert not any(g == gpu for g, _ in _fitted_rows())
+    assert dlx.catalog.gemm_plateau(gpu, precision) == dlx.catalog.gemm_efficiency(gpu, precision)
+
+
 def test_fit_defaults_reproduces_the_committed_file():
-    """The defaults are what benchmarks/fit_defaults.py fits to the bundled tables (about 20 s)."""
+    """The defaults and the fitted GEMM plateaus are what benchmarks/fit_defaults.py fits to the
+    bundled tables (about 20 s)."""
     result = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "fit_defaults.py"), "--check"],
         cwd=ROOT,

@@ -8,7 +8,7 @@ variable, a list of files separated by ``os.pathsep``) without editing the packa
 
 from ._types import GPU, PRECISIONS, Layer, Link, StorageTier, Workload
 from .defaults import ModelDefault, model_default, model_defaults
-from .gemm import GemmEfficiency, gemm_efficiency, gemm_measurements
+from .gemm import GemmEfficiency, fitted_plateaus, gemm_efficiency, gemm_measurements, gemm_plateau
 from .hardware import GPUS, NETWORKS, STORAGE, gpu, gpus, network, networks, storage, storages
 from .user import load_file
 from .workloads import WORKLOADS, transformer, with_sequence, workload, workloads
@@ -36,6 +36,8 @@ __all__ = [
     "load_file",
     "gemm_efficiency",
     "gemm_measurements",
+    "gemm_plateau",
+    "fitted_plateaus",
     "GemmEfficiency",
     "model_defaults",
     "model_default",

@@ -14,6 +14,16 @@ GEMM efficiency curve, :mod:`dlexplore.model.operators`), with the rule that cho
    the vector units, as on the P100).
 
 The best row wins where there are several: the measurements are of tuned libraries at good shapes.
+
+**The model's plateau** (:func:`gemm_plateau`, what an uncalibrated prediction uses) is, where
+``benchmarks/fit_defaults.py`` could fit one, the plateau that the bundled measurements of whole
+training runs on that GPU imply (``data/catalog/gemm_fitted.csv``: a calibration of the hybrid
+model's ``compute_efficiency`` on every bundled LLM table of the GPU at that precision, with its
+standard error), else the published figure above. A tuned library's best GEMM is not what a
+training run's GEMMs reach: the A100's published 0.86 of peak (CUDA 12.1, 2023) against 0.69 fitted
+to Megatron-LM's and DeepSpeed's runs of 2021-2022. A fitted value serves the GPU it was fitted on
+and the GPUs of its architecture, at its precision, those with the same peak (fp16, bf16), and the
+others on the same kind of unit (TF32 on the tensor cores), as the published rules do.
 """
 
 from __future__ import annotations
@@ -32,11 +42,21 @@ from ._types import GPU, PRECISIONS
 from .hardware import GPUS
 from .hardware import gpu as _gpu
 
-__all__ = ["LARGE_GEMM_FLOPS", "GemmEfficiency", "gemm_measurements", "gemm_efficiency", "unit_kind"]
+__all__ = [
+    "LARGE_GEMM_FLOPS",
+    "GemmEfficiency",
+    "gemm_measurements",
+    "gemm_efficiency",
+    "gemm_plateau",
+    "fitted_plateaus",
+    "unit_kind",
+]
 
 #: A product of at least this many FLOPs (2 m n k) counts as large: its kernel overhead is negligible.
 LARGE_GEMM_FLOPS = 1e11
 _COLUMNS = ("gpu", "precision", "m", "n", "k", "tflops", "source")
+#: The columns of ``gemm_fitted.csv`` (written by ``benchmarks/fit_defaults.py``).
+FITTED_COLUMNS = ("gpu", "precision", "efficiency", "stderr", "points", "source")
 
 
 @dataclass(frozen=True)
@@ -93,6 +113,14 @@ def unit_kind(device: GPU, precision: str) -> str:
     if precision == "fp32":
         return "vector"
     return "matrix" if device.peak_flops(precision) > 2 * device.fp32_tflops * 1e12 else "vector"
+
+
+def _runs_on(device: GPU, precision: str) -> str | None:
+    """:func:`unit_kind`, or None for a precision the device lacks."""
+    try:
+        return unit_kind(device, precision)
+    except Exception:  # noqa: BLE001 - a precision the device lacks
+        return None
 
 
 def _same_peak(device: GPU, precision: str) -> list[str]:
@@ -154,3 +182,72 @@ def gemm_efficiency(device: GPU | str, precision: str) -> GemmEfficiency:
         f"median of the published {kind}-unit GEMMs ({len(same)} rows)",
         "; ".join(sorted(set(same["gpu"] + " " + same["precision"]))),
     )
+
+
+@cache
+def fitted_plateaus() -> pd.DataFrame:
+    """The plateaus fitted to bundled training runs (``data/catalog/gemm_fitted.csv``): ``gpu``,
+    ``precision``, ``efficiency`` (fraction of peak), ``stderr``, ``points`` (measurements fitted)
+    and ``source`` (the tables)."""
+    path = data_dir() / "catalog" / "gemm_fitted.csv"
+    if not path.is_file():
+        return pd.DataFrame(columns=list(FITTED_COLUMNS))
+    with open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.reader(line for line in handle if not line.lstrip().startswith("#"))
+        header = tuple(h.strip() for h in next(reader))
+        if header != FITTED_COLUMNS:
+            raise InputFileError(path, f"expected the columns {', '.join(FITTED_COLUMNS)}, got {header}")
+        rows = []
+        for number, cells in enumerate(reader, 2):
+            if not any(c.strip() for c in cells):
+                continue
+            row = dict(zip(FITTED_COLUMNS, (c.strip() for c in cells), strict=True))
+            try:
+                efficiency, stderr, points = (
+                    float(row["efficiency"]),
+                    float(row["stderr"]),
+                    int(row["points"]),
+                )
+            except ValueError:
+                raise InputFileError(
+                    path, "expected numbers in efficiency, stderr, points", line=number
+                ) from None
+            if not 0 < efficiency <= 1:
+                raise InputFileError(path, f"efficiency {efficiency} is not a fraction of peak", line=number)
+            rows.append(
+                {
+                    **row,
+                    "gpu": _gpu(row["gpu"]).name,
+                    "efficiency": efficiency,
+                    "stderr": stderr,
+                    "points": points,
+                }
+            )
+    return pd.DataFrame(rows, columns=list(FITTED_COLUMNS))
+
+
+@cache
+def gemm_plateau(device: GPU | str, precision: str) -> GemmEfficiency:
+    """The plateau an uncalibrated prediction uses: fitted to bundled runs where there is one for
+    ``device`` (or a GPU of its architecture) at ``precision`` or a precision with the same peak,
+    else :func:`gemm_efficiency`'s published figure (module docstring)."""
+    device = _gpu(device)
+    fitted = fitted_plateaus()
+    if len(fitted):
+        kind = unit_kind(device, precision)
+        same_peak = _same_peak(device, precision)
+        same_unit = [p for p in PRECISIONS if p not in same_peak and _runs_on(device, p) == kind]
+        siblings = [g.name for g in GPUS if device.architecture and g.architecture == device.architecture]
+        for scope, where in (([device.name], "this GPU"), (siblings, f"a {device.architecture} GPU")):
+            for precisions in (same_peak, same_unit):
+                rows = fitted[fitted["gpu"].isin(scope) & fitted["precision"].isin(precisions)]
+                if len(rows):
+                    row = rows.iloc[0]
+                    at = f", at {row['precision']}" if row["precision"] != precision else ""
+                    return GemmEfficiency(
+                        float(row["efficiency"]),
+                        f"fitted to bundled training runs on {where}{at} (+- {row['stderr']:.2g}, "
+                        f"{row['points']} points)",
+                        f"{row['gpu']} {row['precision']}: {row['source']}",
+                    )
+    return gemm_efficiency(device, precision)

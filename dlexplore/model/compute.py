@@ -18,7 +18,7 @@ from collections.abc import Mapping
 import numpy as np
 import numpy.typing as npt
 
-from ..catalog import GPU, PRECISIONS, gemm_efficiency, model_default
+from ..catalog import GPU, PRECISIONS, gemm_plateau, model_default
 from ..catalog.gemm import unit_kind
 from ..errors import DlexploreError
 from .operators import Operators, operator_times
@@ -95,13 +95,14 @@ def normalize_precision(precision: str) -> str:
 
 
 def default_compute_efficiency(precision: str, gpu: GPU | str | None = None) -> float:
-    """The default fraction of peak that large GEMMs reach: from the published GEMM measurements of
-    ``gpu`` (:func:`dlexplore.catalog.gemm_efficiency`); without a GPU, the whole-step round
-    figure of :data:`DEFAULT_COMPUTE_EFFICIENCY` (the model before per-operator compute)."""
+    """The default fraction of peak that large GEMMs reach on ``gpu``: fitted to the bundled
+    training runs on it, else from its published GEMM measurements
+    (:func:`dlexplore.catalog.gemm_plateau`); without a GPU, the whole-step round figure of
+    :data:`DEFAULT_COMPUTE_EFFICIENCY` (the model before per-operator compute)."""
     precision = normalize_precision(precision)
     if gpu is None:
         return DEFAULT_COMPUTE_EFFICIENCY[precision]
-    return gemm_efficiency(gpu, precision).value
+    return gemm_plateau(gpu, precision).value
 
 
 def compute_defaults(gpu: GPU | str, precision: str) -> dict[str, float]:

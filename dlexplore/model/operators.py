@@ -7,8 +7,8 @@ per kernel (:func:`operator_times`)::
     t = max(F / (e_gemm * peak), bytes / (e_mem * memory bandwidth)) + t_kernel
 
 ``F`` the kernel's FLOPs, ``peak`` the GPU's dense peak at the training precision, ``e_gemm`` the
-fraction of it that large GEMMs reach (``compute_efficiency``; default from published GEMM
-measurements, :func:`dlexplore.catalog.gemm_efficiency`), ``e_mem`` the fraction of the memory
+fraction of it that large GEMMs reach (``compute_efficiency``; default fitted to bundled training
+runs or from published GEMM measurements, :func:`dlexplore.catalog.gemm_plateau`), ``e_mem`` the fraction of the memory
 bandwidth that streaming kernels reach (``memory_efficiency``), ``t_kernel`` the fixed time of one
 kernel (launch, pipeline fill and drain: ``kernel_time``). The fixed time makes GEMM efficiency a
 curve of size: a product of ``F`` FLOPs reaches ``e_gemm F / (F + e_gemm peak t_kernel)`` of peak,

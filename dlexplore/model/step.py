@@ -133,9 +133,9 @@ def predict(
         ``sgd``, ``momentum`` or ``adam``: sets optimizer-state memory and update traffic.
     compute_efficiency:
         Fraction of peak FLOP/s that large GEMMs and convolutions reach (the plateau of the GEMM
-        efficiency curve, :mod:`dlexplore.model.operators`); default from published GEMM
-        measurements of the GPU (or its architecture) at the precision,
-        :func:`dlexplore.catalog.gemm_efficiency`.
+        efficiency curve, :mod:`dlexplore.model.operators`); default fitted to the bundled
+        training runs on the GPU (or its architecture) at the precision where there are any, else
+        from published GEMM measurements, :func:`dlexplore.catalog.gemm_plateau`.
     memory_efficiency, kernel_time, winograd_speedup, flash_efficiency:
         The rest of the per-operator compute model: the fraction of memory bandwidth that
         memory-bound kernels reach, the fixed time of one kernel (s), the FLOP saving of
