@@ -316,7 +316,8 @@ def _add_data_parallel_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--compute-efficiency",
         type=numbers(),
-        help="fraction of peak FLOP/s large GEMMs reach (default: published GEMM measurements of the GPU)",
+        help="fraction of peak FLOP/s large GEMMs reach (default: fitted to bundled runs on the GPU, else "
+        "its published GEMM measurements)",
     )
     p.add_argument(
         "--memory-efficiency", type=numbers(), help="fraction of memory bandwidth memory-bound kernels reach"

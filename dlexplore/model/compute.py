@@ -107,7 +107,7 @@ def default_compute_efficiency(precision: str, gpu: GPU | str | None = None) -> 
 
 def compute_defaults(gpu: GPU | str, precision: str) -> dict[str, float]:
     """Default of every :data:`COMPUTE_PARAMETERS` entry for ``gpu`` at ``precision``: the GEMM
-    plateau from published GEMM measurements, the others from
+    plateau (fitted to bundled runs, else published GEMM measurements), the others from
     :func:`dlexplore.catalog.model_defaults`."""
     out = {"compute_efficiency": default_compute_efficiency(precision, gpu)}
     for name in COMPUTE_PARAMETERS[1:]:
