@@ -8,11 +8,12 @@ per kernel (:func:`operator_times`)::
 
 ``F`` the kernel's FLOPs, ``peak`` the GPU's dense peak at the training precision, ``e_gemm`` the
 fraction of it that large GEMMs reach (``compute_efficiency``; default fitted to bundled training
-runs or from published GEMM measurements, :func:`dlexplore.catalog.gemm_plateau`), ``e_mem`` the fraction of the memory
-bandwidth that streaming kernels reach (``memory_efficiency``), ``t_kernel`` the fixed time of one
-kernel (launch, pipeline fill and drain: ``kernel_time``). The fixed time makes GEMM efficiency a
-curve of size: a product of ``F`` FLOPs reaches ``e_gemm F / (F + e_gemm peak t_kernel)`` of peak,
-so small products are far from peak. Memory-bound kernels have ``F = 0``.
+runs or from published GEMM measurements, :func:`dlexplore.catalog.gemm_plateau`), ``e_mem`` the
+fraction of the memory bandwidth that streaming kernels reach (``memory_efficiency``), ``t_kernel``
+the fixed time of one kernel (launch, pipeline fill and drain: ``kernel_time``). The fixed time
+makes GEMM efficiency a curve of size: a product of ``F`` FLOPs reaches
+``e_gemm F / (F + e_gemm peak t_kernel)`` of peak, so small products are far from peak.
+Memory-bound kernels have ``F = 0``.
 
 Matrix products (``2 m n k`` FLOPs, operands ``m x k`` and ``k x n``, output ``m x n``, ``b``
 samples in the micro-batch so ``m = rows per sample x b``):
