@@ -20,7 +20,8 @@ Method (``dlexplore.calibrate`` on every bundled training table at once, ``measu
   the fit depends on neither committed file; a table's missing setup columns take the hybrid
   calibration's own defaults (micro-batch 1, no sequence parallelism, ...). Other GPUs keep the
   published plateau (the training tables cannot separate it from the memory efficiency and the
-  Winograd saving), and the training tables are fitted with the plateaus as committed;
+  Winograd saving); the training tables are fitted with the published plateaus, and a fitted
+  plateau their GPUs would take is refused (the two fits would have to be made together);
 - not fitted: the links' efficiencies (NCCL's own per-link figures, ``networks.csv``), Horovod's
   cycle time (its documented default) and the flash-attention efficiency (FlashAttention-2's
   published range): the bundled tables cannot inform them.
@@ -251,6 +252,7 @@ def fit_plateaus(values: dict[str, tuple[float, float, str]]) -> list[dict]:
     rows = _hybrid_rows()
     if rows.empty:
         return []
+    # (the hybrid model has no convolutions: the Winograd saving does not enter)
     compute = {n: values[n][0] for n in ("memory_efficiency", "kernel_time", "flash_efficiency")}
     out = []
     for (gpu, _), part in rows.groupby(["gpu", "peak"], sort=True):
@@ -282,6 +284,20 @@ def fit_plateaus(values: dict[str, tuple[float, float, str]]) -> list[dict]:
             }
         )
     return out
+
+
+def _separate(names: list[str], plateaus: list[dict]) -> None:
+    """The training tables are fitted with the published plateaus: refuse to write a fitted plateau
+    that their GPUs would take (the two fits would then have to be made together)."""
+    architecture = {g.name: g.architecture for g in dlx.catalog.GPUS}
+    trained = {str(g) for name in names for g in np.unique(dlx.measured.load(name)["gpu"].values)}
+    for p in plateaus:
+        shared = sorted(g for g in trained if architecture.get(g) == architecture.get(p["gpu"]))
+        if shared:
+            raise SystemExit(
+                f"fit_defaults: the plateau fitted for {p['gpu']} would serve the training tables' "
+                f"{', '.join(shared)}, whose defaults were fitted with the published one; fit them together"
+            )
 
 
 def render_plateaus(plateaus: list[dict]) -> str:
@@ -343,8 +359,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--output", type=Path, default=OUTPUT)
     parser.add_argument("--plateaus", type=Path, default=PLATEAUS, help="where the fitted GEMM plateaus go")
     args = parser.parse_args(argv)
-    values, mape = fit(training_tables())
-    outputs = {args.output: render(values, mape), args.plateaus: render_plateaus(fit_plateaus(values))}
+    names = training_tables()
+    with dlx.catalog.published_plateaus():  # neither fit may depend on the plateaus it rewrites
+        values, mape = fit(names)
+        plateaus = fit_plateaus(values)
+    _separate(names, plateaus)
+    outputs = {args.output: render(values, mape), args.plateaus: render_plateaus(plateaus)}
     if args.check:
         stale = [
             path

@@ -158,6 +158,31 @@ def test_the_models_plateau_is_the_one_fitted_to_bundled_runs(gpu, precision, ru
     assert float(ds.compute_efficiency) == value
 
 
+def test_a_plateau_fitted_on_tensor_cores_does_not_serve_vector_units():
+    """An Ampere card of the user's whose 16-bit arithmetic runs on its vector units (fp16 at twice
+    fp32, not on tensor cores) is not served by the A100's tensor-core plateau: it takes the
+    published rules, as fp32 on the A100 does."""
+    import dataclasses
+
+    card = dataclasses.replace(
+        dlx.catalog.gpu("A100-40GB"), name="A100-vector-fp16", fp16_tflops=39.0, bf16_tflops=39.0
+    )
+    for precision in ("fp16", "fp32"):
+        found = dlx.catalog.gemm_plateau(card, precision)
+        assert "fitted" not in found.rule
+        assert found == dlx.catalog.gemm_efficiency(card, precision)
+    assert "fitted" not in dlx.catalog.gemm_plateau("A100-80GB", "fp32").rule
+
+
+def test_published_plateaus_turns_the_fitted_ones_off_for_the_fit_that_writes_them():
+    fitted = dlx.catalog.gemm_plateau("A100-80GB", "fp16")
+    with dlx.catalog.published_plateaus():
+        assert dlx.catalog.gemm_plateau("A100-80GB", "fp16").value == pytest.approx(267.9 / 312)
+        ds = dlx.predict(workload="resnet50", gpu="A100-80GB", gpus=1, batch_size=64, precision="fp16")
+        assert float(ds.compute_efficiency) == pytest.approx(267.9 / 312)
+    assert dlx.catalog.gemm_plateau("A100-80GB", "fp16") == fitted
+
+
 @pytest.mark.parametrize(
     ("gpu", "precision"), [("V100-16GB", "fp16"), ("H100-SXM", "bf16"), ("P100", "fp32")]
 )

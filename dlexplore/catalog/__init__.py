@@ -8,7 +8,14 @@ variable, a list of files separated by ``os.pathsep``) without editing the packa
 
 from ._types import GPU, PRECISIONS, Layer, Link, StorageTier, Workload
 from .defaults import ModelDefault, model_default, model_defaults
-from .gemm import GemmEfficiency, fitted_plateaus, gemm_efficiency, gemm_measurements, gemm_plateau
+from .gemm import (
+    GemmEfficiency,
+    fitted_plateaus,
+    gemm_efficiency,
+    gemm_measurements,
+    gemm_plateau,
+    published_plateaus,
+)
 from .hardware import GPUS, NETWORKS, STORAGE, gpu, gpus, network, networks, storage, storages
 from .user import load_file
 from .workloads import WORKLOADS, transformer, with_sequence, workload, workloads
@@ -38,6 +45,7 @@ __all__ = [
     "gemm_measurements",
     "gemm_plateau",
     "fitted_plateaus",
+    "published_plateaus",
     "GemmEfficiency",
     "model_defaults",
     "model_default",

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 
@@ -37,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from .._data import data_dir
-from ..errors import InputFileError
+from ..errors import DlexploreError, InputFileError
 from ._types import GPU, PRECISIONS
 from .hardware import GPUS
 from .hardware import gpu as _gpu
@@ -49,6 +51,7 @@ __all__ = [
     "gemm_efficiency",
     "gemm_plateau",
     "fitted_plateaus",
+    "published_plateaus",
     "unit_kind",
 ]
 
@@ -119,8 +122,25 @@ def _runs_on(device: GPU, precision: str) -> str | None:
     """:func:`unit_kind`, or None for a precision the device lacks."""
     try:
         return unit_kind(device, precision)
-    except Exception:  # noqa: BLE001 - a precision the device lacks
+    except DlexploreError:  # a precision the device lacks
         return None
+
+
+#: Whether :func:`gemm_plateau` uses the fitted plateaus (:func:`published_plateaus` turns it off).
+_USE_FITTED = [True]
+
+
+@contextmanager
+def published_plateaus() -> Iterator[None]:
+    """Within the block, :func:`gemm_plateau` gives the published plateaus only: for the fit that
+    writes the fitted ones (``benchmarks/fit_defaults.py``), which must not depend on them."""
+    _USE_FITTED[0] = False
+    gemm_plateau.cache_clear()
+    try:
+        yield
+    finally:
+        _USE_FITTED[0] = True
+        gemm_plateau.cache_clear()
 
 
 def _same_peak(device: GPU, precision: str) -> list[str]:
@@ -232,12 +252,16 @@ def gemm_plateau(device: GPU | str, precision: str) -> GemmEfficiency:
     ``device`` (or a GPU of its architecture) at ``precision`` or a precision with the same peak,
     else :func:`gemm_efficiency`'s published figure (module docstring)."""
     device = _gpu(device)
-    fitted = fitted_plateaus()
+    fitted = fitted_plateaus() if _USE_FITTED[0] else pd.DataFrame()
     if len(fitted):
         kind = unit_kind(device, precision)
         same_peak = _same_peak(device, precision)
         same_unit = [p for p in PRECISIONS if p not in same_peak and _runs_on(device, p) == kind]
         siblings = [g.name for g in GPUS if device.architecture and g.architecture == device.architecture]
+        # a row fitted on another kind of unit says nothing here (a sibling's 16-bit may be vector)
+        fitted = fitted[
+            [_runs_on(_gpu(g), p) == kind for g, p in zip(fitted["gpu"], fitted["precision"], strict=True)]
+        ]
         for scope, where in (([device.name], "this GPU"), (siblings, f"a {device.architecture} GPU")):
             for precisions in (same_peak, same_unit):
                 rows = fitted[fitted["gpu"].isin(scope) & fitted["precision"].isin(precisions)]
