@@ -19,6 +19,7 @@ from dlexplore.store import open_netcdf, open_zarr, to_netcdf, to_zarr
 from dlexplore.traces import Trace, load_trace
 
 DATA = Path(__file__).parent / "data" / "traces" / "pytorch" / "gloo-mlp-2rank"
+REAL = Path(__file__).resolve().parents[2] / "shared" / "traces-real" / "pytorch"
 SWEEP = dict(gpus=[1, 2, 8], batch_size=[32, 64], latency=[1e-6, 1e-5], gpus_per_node=4)
 
 
@@ -77,6 +78,28 @@ def test_trace_extra_columns_keep_dtype_and_missing_values(tmp_path, fmt):
     back = read(write(trace, tmp_path / f"trace.{fmt}"))
     pd.testing.assert_frame_equal(back.events, trace.events)
     assert back.events["id"].iloc[0] == 2**62 + 1
+
+
+@pytest.mark.parametrize("fmt", ["zarr", "netcdf"])
+@pytest.mark.parametrize("keep", ["none", "cpu"])
+def test_the_allocator_table_keeps_its_devices_even_without_events(tmp_path, fmt, keep):
+    """The allocator's events of a real GPU trace (``profile_memory=True``), cut down to none or to
+    one device's: the device column's categories (cpu, cuda:0) come back, not only those with
+    events left, and the columns in their order (zarr lists its variables sorted)."""
+    import dataclasses
+
+    path = REAL / "kineto__tb_plugin__samples__resnet50_num_workers_0__worker0.1623143089861.pt.trace.json.gz"
+    if not path.exists():
+        pytest.fail(f"{path} is missing: the real traces of shared/traces-real are needed")
+    with pytest.warns(UserWarning, match="the rank is unknown"):
+        trace = load_trace(path, cache=False)
+    memory = trace.memory
+    cut = (memory.iloc[:0] if keep == "none" else memory[memory["device"] == keep]).reset_index(drop=True)
+    assert list(cut["device"].cat.categories) == ["cpu", "cuda:0"] and len(set(cut["device"])) < 2
+    trace = dataclasses.replace(trace, memory=cut)
+    write, read = (to_zarr, open_zarr) if fmt == "zarr" else (to_netcdf, open_netcdf)
+    back = read(write(trace, tmp_path / f"trace.{fmt}"))
+    pd.testing.assert_frame_equal(back.memory, cut)
 
 
 def test_lazy_sweep_to_zarr_chunk_by_chunk(tmp_path):

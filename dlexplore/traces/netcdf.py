@@ -83,6 +83,7 @@ def to_dataset(trace: Trace) -> xr.Dataset:
 
 
 _MEMORY_PREFIX = "memory_"
+_DEVICES_ATTR = "device_categories"  # on memory_device: the categorical's categories (JSON)
 
 
 def _memory_variables(memory: pd.DataFrame | None) -> dict[str, xr.Variable]:
@@ -99,6 +100,8 @@ def _memory_variables(memory: pd.DataFrame | None) -> dict[str, xr.Variable]:
             attrs["units"] = units
         if name == "device":
             values = column.astype(str).to_numpy(dtype=str)
+            if isinstance(column.dtype, pd.CategoricalDtype):  # unused ones too (an empty table's)
+                attrs[_DEVICES_ATTR] = json.dumps([str(c) for c in column.cat.categories])
         elif name == "address":
             values, na_value = _encode_nullable(column)
             attrs[_NA_ATTR] = na_value
@@ -121,8 +124,18 @@ def _memory_table(
         table[column] = (
             _decode_nullable(name, variable, copy) if _NA_ATTR in variable.attrs else variable.values
         )
-    frame = pd.DataFrame(table, copy=copy)
-    frame["device"] = frame["device"].astype(str).astype("category")
+    from .schema import MEMORY_COLUMNS
+
+    order = [c for c in MEMORY_COLUMNS if c in table] + [c for c in table if c not in MEMORY_COLUMNS]
+    frame = pd.DataFrame({c: table[c] for c in order}, copy=copy)  # zarr lists variables sorted
+    devices = variables.get(_MEMORY_PREFIX + "device")
+    stored = devices.attrs.get(_DEVICES_ATTR) if devices is not None else None
+    frame["device"] = frame["device"].astype(str)
+    frame["device"] = (
+        pd.Categorical(frame["device"], categories=json.loads(stored))
+        if stored is not None
+        else frame["device"].astype("category")
+    )
     return frame
 
 
