@@ -158,6 +158,22 @@ def test_the_models_plateau_is_the_one_fitted_to_bundled_runs(gpu, precision, ru
     assert float(ds.compute_efficiency) == value
 
 
+def test_a_prediction_says_where_its_default_plateau_comes_from():
+    """The ``source`` of ``compute_efficiency``: per GPU and precision, the fitted or published rule
+    that served; none where the caller gave the value."""
+    ds = dlx.predict(
+        workload="resnet50", gpu=["A100-80GB", "V100-16GB"], gpus=8, batch_size=64, precision="fp16"
+    )
+    said = ds.compute_efficiency.attrs["source"]
+    fitted = _fitted_rows()[("A100-80GB", "fp16")][0]
+    assert f"A100-80GB fp16: default {fitted:.3g}, fitted to bundled training runs on this GPU" in said
+    assert f"V100-16GB fp16: default {83 / 125:.3g}, measured on this GPU" in said
+    given = dlx.predict(workload="resnet50", gpu="A100-80GB", gpus=8, batch_size=64, compute_efficiency=0.5)
+    assert "source" not in given.compute_efficiency.attrs
+    llm = dlx.predict_parallel(workload="gpt2-1.5b", gpu="A100-40GB", gpus=64, tp=1, pp=2, batch_size=512)
+    assert "fitted to bundled training runs on a Ampere GPU" in llm.compute_efficiency.attrs["source"]
+
+
 def test_a_plateau_fitted_on_tensor_cores_does_not_serve_vector_units():
     """An Ampere card of the user's whose 16-bit arithmetic runs on its vector units (fp16 at twice
     fp32, not on tensor cores) is not served by the A100's tensor-core plateau: it takes the

@@ -13,7 +13,7 @@ appear to run above "peak"); kernel-launch overheads; data augmentation on the C
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -37,6 +37,7 @@ __all__ = [
     "COMPUTE_PARAMETERS",
     "compute_defaults",
     "fill_compute_defaults",
+    "plateau_source",
     "kernel_times",
 ]
 
@@ -103,6 +104,19 @@ def default_compute_efficiency(precision: str, gpu: GPU | str | None = None) -> 
     if gpu is None:
         return DEFAULT_COMPUTE_EFFICIENCY[precision]
     return gemm_plateau(gpu, precision).value
+
+
+def plateau_source(gpus: Sequence[GPU | str], precisions: Sequence[str]) -> str:
+    """Where the default GEMM plateau of each ``gpus`` x ``precisions`` comes from, for the
+    ``source`` attribute of a prediction's ``compute_efficiency`` (:func:`gemm_plateau`'s rule)."""
+    said = {}
+    for gpu in gpus:
+        for precision in precisions:
+            key = normalize_precision(precision)
+            found = gemm_plateau(gpu, key)
+            name = getattr(gpu, "name", gpu)
+            said[f"{name} {key}"] = f"default {found.value:.3g}, {found.rule}"
+    return "; ".join(f"{k}: {v}" for k, v in said.items())
 
 
 def compute_defaults(gpu: GPU | str, precision: str) -> dict[str, float]:

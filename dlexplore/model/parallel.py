@@ -37,6 +37,7 @@ from typing import Any
 import xarray as xr
 
 from .. import catalog
+from .compute import plateau_source
 from .hybrid import HybridSetup, evaluate_hybrid, hybrid_setup
 from .hybrid_dataset import PARALLEL_VARIABLES, hybrid_dataset
 from .hybrid_rules import check_values
@@ -220,6 +221,13 @@ def predict_parallel(
                 values[name] = fitted[name]
     options = dict(recompute=recompute, schedule=schedule, attention=attention)
     ds = hybrid_dataset(st, values, options, operators)
+    _say_plateau(ds, st, values)
     if calibration is not None and hasattr(calibration, "add_band"):
         ds = calibration.add_band(ds, lambda **p: hybrid_dataset(st, {**values, **p}, options, False))
     return ds
+
+
+def _say_plateau(ds: xr.Dataset, st: HybridSetup, values: dict[str, Any]) -> None:
+    """Where the default GEMM plateau came from, on ``compute_efficiency`` (none was given)."""
+    if values.get("compute_efficiency") is None and "compute_efficiency" in ds:
+        ds["compute_efficiency"].attrs["source"] = plateau_source([st.dev], [st.precision])

@@ -41,9 +41,7 @@ import xarray as xr
 
 from .. import catalog, validation
 from ..errors import DlexploreError
-from .compute import (
-    normalize_precision,
-)
+from .compute import normalize_precision, plateau_source
 from .conventions import finish_dataset, is_sweep
 from .memory import DEFAULT_WORKSPACE
 from .step_grid import CATEGORICAL_PARAMETERS, NUMERIC_PARAMETERS
@@ -248,6 +246,10 @@ def predict(
             predict_one(one, numeric, bool(prefetch), float(workspace), bool(buckets), bool(operators))
         )
     ds = _combine(pieces, swept, [[label_of(v) for v in args[name]] for name in swept])
+    if compute_efficiency is None and "compute_efficiency" in ds:  # say which plateau served
+        ds["compute_efficiency"].attrs["source"] = plateau_source(
+            _each(args["gpu"]), _each(args["precision"])
+        )
     title = "data-parallel training step"
     return finish_dataset(ds, title=title)
 
