@@ -48,19 +48,11 @@ import dlexplore as dlx
 from dlexplore._io import atomic_open
 from dlexplore.catalog.defaults import DEFAULTS_COLUMNS
 from dlexplore.catalog.gemm import FITTED_COLUMNS
+from dlexplore.fit.hybrid import HYBRID_DEFAULTS  # what a table's row takes where it does not say
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "data" / "catalog" / "defaults.csv"
 PLATEAUS = ROOT / "data" / "catalog" / "gemm_fitted.csv"
-#: What the hybrid calibration assumes where a table does not say (:mod:`dlexplore.fit.hybrid`),
-#: for a column that another table of the same GPU has.
-HYBRID_UNSAID = {
-    "micro_batch": 1,
-    "sequence_parallel": "no",
-    "schedule": "1f1b",
-    "virtual_stages": 1,
-    "zero": 0,
-}
 UNDETERMINED = 0.5  # a standard error above this share of the value: the data do not determine it
 
 
@@ -227,13 +219,13 @@ def _combined_table(part: pd.DataFrame, folder: Path) -> Path:
     in as the calibration assumes it; their step time, which every table here measures)."""
     columns = [c for c in part.columns if c not in ("table", "peak", "setup", "tflops_per_gpu")]
     missing = [c for c in columns if part[c].isna().any() and c not in ("source",)]
-    unknown = [c for c in missing if c not in HYBRID_UNSAID]
+    unknown = [c for c in missing if c not in HYBRID_DEFAULTS]
     if unknown or part["step_time"].isna().any():
         raise SystemExit(
             f"fit_defaults: the hybrid tables {sorted(set(part['table']))} cannot be fitted "
             f"together: no default for {unknown or ['step_time']}"
         )
-    filled = part[columns].fillna({c: HYBRID_UNSAID[c] for c in missing})
+    filled = part[columns].fillna({c: HYBRID_DEFAULTS[c] for c in missing})
     for c in ("micro_batch", "virtual_stages", "zero"):
         if c in filled:
             filled[c] = filled[c].astype(int)

@@ -44,7 +44,7 @@ from ..model.parallel import CALIBRATED_PARAMETERS
 from ..model.pipeline import normalize_schedule
 from ..model.states import normalize_recompute
 
-__all__ = ["HybridPoints", "HYBRID_MEASURED", "smallest", "hybrid_predict_points"]
+__all__ = ["HybridPoints", "HYBRID_MEASURED", "HYBRID_DEFAULTS", "smallest", "hybrid_predict_points"]
 
 #: Measured variables of a hybrid table, in the order a row's quantity is chosen, with their units.
 HYBRID_MEASURED = {
@@ -56,7 +56,9 @@ HYBRID_MEASURED = {
     "hfu": "1",
 }
 _NVLINK = {"Volta": "NVLink2", "Ampere": "NVLink3", "Hopper": "NVLink4"}
-_DEFAULTS = {
+#: What a hybrid table's row takes where the table has no such column (the calibration's notes say
+#: which were taken).
+HYBRID_DEFAULTS = {
     "network": "IB-HDR",
     "gpus_per_node": 8,
     "micro_batch": 1,
@@ -66,7 +68,7 @@ _DEFAULTS = {
     "zero": 0,
     "sequence_parallel": "no",
 }
-_KEYWORDS = (*_DEFAULTS, "intra_link", "attention", "memory_convention", "optimizer")
+_KEYWORDS = (*HYBRID_DEFAULTS, "intra_link", "attention", "memory_convention", "optimizer")
 #: Group rows that the model evaluates in one call: everything categorical.
 _GROUP = ("workload", "gpu", "network", "intra_link", "precision", "recompute", "schedule")
 
@@ -129,7 +131,7 @@ class HybridPoints:
         self.flops = str(ds.attrs.get("flops", "hardware")).strip().lower()
         frame = measured.to_frame(ds).reset_index(drop=True)
         self.notes: list[str] = []
-        for name, default in _DEFAULTS.items():
+        for name, default in HYBRID_DEFAULTS.items():
             if name in frame and not (frame[name].astype(str) == "").any():
                 continue
             value = kwargs.get(name, default)
