@@ -47,18 +47,18 @@ def _direct(path: Path) -> Trace:
 
 
 def _first_probe(path: Path) -> None:
-    _hdf5._PASSED.clear()  # as for a file this process has not read yet
+    _hdf5.forget_passed()  # as for a file this process has not read yet
     probe_hdf5(path)
 
 
 def _cold_probe(path: Path) -> None:
-    _hdf5._PASSED.clear()
-    _hdf5._close_worker()  # as for the first netCDF file of a process: the child is started
+    _hdf5.forget_passed()
+    _hdf5.close_worker()  # as for the first netCDF file of a process: the child is started
     probe_hdf5(path)
 
 
 def _first_load(path: Path) -> Trace:
-    _hdf5._PASSED.clear()
+    _hdf5.forget_passed()
     return load_trace(path, format="netcdf")
 
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from .errors import InputFileError
 
-__all__ = ["probe_hdf5", "probe_seconds"]
+__all__ = ["probe_hdf5", "probe_seconds", "close_worker", "start_worker", "worker_pid", "forget_passed"]
 
 ENV_SECONDS = "DLEXPLORE_HDF5_PROBE_SECONDS"
 BASE_SECONDS = 10.0  # limit for a small file (s)
@@ -203,7 +203,7 @@ def _forget_worker() -> None:
     _worker, _worker_lock = None, threading.Lock()
 
 
-def _close_worker() -> None:
+def close_worker() -> None:
     """End the kept child now (the next probe starts another)."""
     global _worker
     with _worker_lock:
@@ -212,7 +212,27 @@ def _close_worker() -> None:
             _worker = None
 
 
-atexit.register(_close_worker)
+def start_worker() -> int:
+    """Start the kept child now if there is none (as the first probe would); its process id."""
+    global _worker
+    with _worker_lock:
+        if _worker is None:
+            _worker = _Worker()
+        return _worker.proc.pid
+
+
+def worker_pid() -> int | None:
+    """The process id of the kept child, None while there is none."""
+    worker = _worker
+    return worker.proc.pid if worker is not None else None
+
+
+def forget_passed() -> None:
+    """Forget which files passed the probe (the next probe of each reads it again)."""
+    _PASSED.clear()
+
+
+atexit.register(close_worker)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_worker)
 

@@ -376,7 +376,7 @@ def test_netcdf_probe_time_limit_refuses_and_names_the_file(tmp_path, monkeypatc
     from dlexplore import _hdf5, store
 
     monkeypatch.setattr(_hdf5, "_PASSED", set())  # these bytes may have passed in an earlier test
-    _hdf5._close_worker()  # a child kept from an earlier probe might read this small file in time
+    _hdf5.close_worker()  # a child kept from an earlier probe might read this small file in time
     path = tmp_path / "sound.nc"
     shutil.copyfile(seeds["netcdf"][0], path)
     monkeypatch.setenv("DLEXPLORE_HDF5_PROBE_SECONDS", "0.001")

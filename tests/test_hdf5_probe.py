@@ -31,16 +31,16 @@ POSIX_ALARM = pytest.mark.skipif(not hasattr(signal, "alarm"), reason="the child
 def fresh(monkeypatch):
     """No file has passed, and no child is kept, before and after the test."""
     monkeypatch.setattr(_hdf5, "_PASSED", set())
-    _hdf5._close_worker()
+    _hdf5.close_worker()
     yield
-    _hdf5._close_worker()
+    _hdf5.close_worker()
 
 
 def probe(path: Path) -> int:
     """Probe ``path`` as a file this process has not read, and return the kept child's pid."""
-    _hdf5._PASSED.clear()
+    _hdf5.forget_passed()
     _hdf5.probe_hdf5(path)
-    return _hdf5._worker.proc.pid
+    return _hdf5.worker_pid()
 
 
 def alive(pid: int) -> bool:
@@ -72,7 +72,7 @@ def test_one_child_reads_file_after_file_the_one_it_fails_on_included(fresh, tmp
         InputFileError, match=r"half\.nc: cannot be read as netCDF \(OSError: .*truncated file"
     ):
         _hdf5.probe_hdf5(broken)
-    assert _hdf5._worker.proc.pid == first
+    assert _hdf5.worker_pid() == first
     assert probe(SOUND) == first  # how much this saves: benchmarks/bench_netcdf_probe.py
 
 
@@ -87,7 +87,7 @@ def test_a_child_that_hangs_is_killed_and_the_next_file_gets_another(fresh, tmp_
         _hdf5.probe_hdf5(loop)
     monkeypatch.delenv(_hdf5.ENV_SECONDS)
     if hangs:
-        assert _hdf5._worker is None and not alive(first)
+        assert _hdf5.worker_pid() is None and not alive(first)
         assert probe(SOUND) != first
     else:
         assert probe(SOUND) == first
@@ -109,8 +109,7 @@ def test_the_child_ends_when_its_caller_is_killed_while_hdf5_loops(tmp_path):
     script = (
         "import sys\n"
         "from dlexplore import _hdf5\n"
-        "_hdf5._worker = _hdf5._Worker()\n"
-        "print(_hdf5._worker.proc.pid, flush=True)\n"
+        "print(_hdf5.start_worker(), flush=True)\n"
         "_hdf5.probe_hdf5(sys.argv[1])\n"
     )
     env = {**os.environ, _hdf5.ENV_SECONDS: "1"}  # the child's own bound: ceil(1 + size / 10 MB) + 2 s
@@ -160,7 +159,7 @@ def test_a_probe_does_not_wait_for_another_thread(fresh, tmp_path, monkeypatch):
     other = threading.Thread(target=hang)
     other.start()
     time.sleep(0.5)  # the kept child is looping on the other thread's file
-    _hdf5._PASSED.clear()
+    _hdf5.forget_passed()
     _hdf5.probe_hdf5(SOUND)  # in a child of its own: a new Python, not a 4 s wait
     assert other.is_alive()  # the other thread's child is still looping: this probe did not wait
     other.join()
@@ -181,7 +180,7 @@ def test_a_relative_path_is_read_where_the_caller_is_not_where_the_child_started
         InputFileError, match=r"trace\.nc: cannot be read as netCDF \(OSError: .*truncated file"
     ):
         _hdf5.probe_hdf5("trace.nc")
-    assert _hdf5._worker.proc.pid == first
+    assert _hdf5.worker_pid() == first
 
 
 def test_a_changed_environment_gets_a_child_that_reads_it(fresh, tmp_path, monkeypatch):
@@ -195,7 +194,7 @@ def test_a_changed_environment_gets_a_child_that_reads_it(fresh, tmp_path, monke
     shadow.mkdir()
     (shadow / "h5netcdf.py").write_text("raise ImportError('h5netcdf cannot be imported here')\n")
     monkeypatch.setenv("PYTHONPATH", str(shadow))
-    _hdf5._PASSED.clear()
+    _hdf5.forget_passed()
     with pytest.raises(
         InputFileError, match=r"cannot be read as netCDF \(ImportError: h5netcdf cannot be imported"
     ):
