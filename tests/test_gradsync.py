@@ -218,3 +218,32 @@ def test_fit_defaults_reproduces_the_committed_file():
         timeout=900,
     )
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_fit_defaults_holds_out_the_training_tables_of_a_gpu_whose_plateau_is_fitted():
+    """A training table with a GPU of an architecture whose GEMM plateau the hybrid tables fit is
+    not fitted (its defaults would have to be fitted with that plateau): it judges them out of
+    sample, and the defaults file says so; every other training table is fitted."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import fit_defaults
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    architecture = {g.name: g.architecture for g in dlx.catalog.GPUS}
+    fitted_architectures = {architecture[g] for g, _ in _fitted_rows()}
+    assert fitted_architectures == {"Ampere"}  # the hybrid tables' A100s
+    held = fit_defaults.held_out_tables()
+    assert set(held) == {"nvidia-pytorch-bert-large", "nvidia-pytorch-resnet50-v1.5"}
+    fitted = fit_defaults.training_tables()
+    for name in dlx.measured.available():
+        table = dlx.measured.load(name)
+        if table.attrs["table"] != "training":
+            continue
+        on_fitted_gpu = any(
+            architecture[str(g)] in fitted_architectures for g in np.unique(table["gpu"].values)
+        )
+        assert (name in held) == on_fitted_gpu and (name in fitted) == (not on_fitted_gpu), name
+    text = (ROOT / "data" / "catalog" / "defaults.csv").read_text(encoding="utf-8")
+    header = text.split("\nparameter,")[0]
+    assert all(f"#   {name} (" in header for name in held)
+    assert not any(f"#   {name}: " in header for name in held)  # no in-sample MAPE for them

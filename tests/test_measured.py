@@ -29,6 +29,8 @@ NAMES = [
     "horovod-2017-64gpu-40gbit",
     "nccl-tests-h100-allreduce",
     "nvidia-mxnet-resnet50-v1.5",
+    "nvidia-pytorch-bert-large",
+    "nvidia-pytorch-resnet50-v1.5",
     "tf-benchmarks-2017-dgx1",
 ]
 POINTS = {
@@ -38,6 +40,8 @@ POINTS = {
     "horovod-2017-64gpu-40gbit": 15,
     "nccl-tests-h100-allreduce": 2,
     "nvidia-mxnet-resnet50-v1.5": 18,
+    "nvidia-pytorch-bert-large": 16,
+    "nvidia-pytorch-resnet50-v1.5": 12,
     "tf-benchmarks-2017-dgx1": 16,
 }
 NUMERIC = ("i", "u", "f")
@@ -296,6 +300,60 @@ def test_mxnet_resnet50_table_both_systems_and_precisions():
                 count += 1
     assert count == ds.sizes["point"] == 18
     assert float(_one(ds, gpus=16, setup="DGX-2", precision="fp16").throughput) == 21484
+
+
+# NVIDIA DeepLearningExamples, PyTorch BERT README, DGX A100 (8x A100 80GB), pre-training at
+# sequence length 128: servers -> (TF32, mixed precision) sequences/s of the multi-node table, and
+# GPUs -> (TF32, mixed precision) of the single-server table
+BERT_MULTINODE = {
+    1: (2486, 4553),
+    2: (4979, 9191),
+    4: (9859, 18119),
+    8: (19815, 35774),
+    16: (38866, 70555),
+    32: (75706, 138294),
+}
+BERT_SINGLE = {1: (317, 580), 8: (2505, 4591)}
+# PyTorch ResNet-50 v1.5 README (the README's tables) with configs.yml's batch per GPU:
+# setup -> (GPU, link, (precision, batch, 1-GPU images/s, 8-GPU images/s) for each precision)
+RN50_PYTORCH = {
+    "DGX A100": ("A100-80GB", "NVLink3", (("tf32", 256, 938, 7248), ("fp16", 256, 2470, 16621))),
+    "DGX-1 16GB": ("V100-16GB", "NVLink2", (("fp32", 112, 367, 2855), ("fp16", 256, 1200, 8322))),
+    "DGX-1 32GB": ("V100-32GB", "NVLink2", (("fp32", 112, 356, 2766), ("fp16", 256, 1156, 8056))),
+}
+
+
+def test_bert_large_table_rows_and_gradient_accumulation():
+    ds = measured.load("nvidia-pytorch-bert-large")
+    assert ds.grad_accum.attrs["units"] == "count" and ds.seq.attrs["units"] == "tokens"
+    for servers, pair in BERT_MULTINODE.items():
+        for precision, value, batch in zip(("tf32", "fp16"), pair, (128, 256), strict=True):
+            point = _one(ds, gpus=8 * servers, setup="multi-node table", precision=precision)
+            assert float(point.throughput) == value and int(point.batch_size) == batch
+            # strong scaling at the README's global batch: 8192 sequences per GPU on one server
+            assert int(point.grad_accum) * batch * 8 * servers == 8192 * 8
+            assert int(point.gpus_per_node) == 8 and int(point.seq) == 128
+            assert point.network.item() == "IB-HDR" and int(point.nics_per_node) == 8
+    for gpus, pair in BERT_SINGLE.items():
+        for precision, value, accum in zip(("tf32", "fp16"), pair, (64, 32), strict=True):
+            point = _one(ds, gpus=gpus, setup="single server", precision=precision)
+            assert float(point.throughput) == value and int(point.grad_accum) == accum
+            assert point.algorithm.item() == ("none" if gpus == 1 else "unknown")
+    assert ds.sizes["point"] == 2 * len(BERT_MULTINODE) + 2 * len(BERT_SINGLE)
+
+
+def test_pytorch_resnet50_table_systems_precisions_batches():
+    ds = measured.load("nvidia-pytorch-resnet50-v1.5")
+    count = 0
+    for setup, (gpu, link, runs) in RN50_PYTORCH.items():
+        for precision, batch, one, eight in runs:
+            for gpus, value in ((1, one), (8, eight)):
+                point = _one(ds, gpus=gpus, setup=setup, precision=precision)
+                assert float(point.throughput) == value and int(point.batch_size) == batch
+                assert point.gpu.item() == gpu and point.network.item() == link
+                assert int(point.gpus_per_node) == gpus
+                count += 1
+    assert count == ds.sizes["point"] == 12
 
 
 def test_deepbench_allreduce_times_bytes_and_bandwidths():

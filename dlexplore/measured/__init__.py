@@ -20,6 +20,10 @@ Bundled datasets (``data/measured/<name>.csv``; each file names its source, setu
 ``tf-benchmarks-2017-dgx1``      TensorFlow benchmarks page (2017): DGX-1 (8x P100), 1-8 GPUs
 ``nvidia-mxnet-resnet50-v1.5``   NVIDIA DeepLearningExamples MXNet ResNet-50 v1.5: DGX-1, DGX-2,
                                  FP32 and mixed precision
+``nvidia-pytorch-resnet50-v1.5`` NVIDIA DeepLearningExamples PyTorch ResNet-50 v1.5: DGX A100 (TF32,
+                                 mixed), DGX-1 16/32 GB (FP32, mixed), 1 and 8 GPUs
+``nvidia-pytorch-bert-large``    NVIDIA DeepLearningExamples PyTorch BERT-large pre-training, length
+                                 128, gradient accumulation: 1 GPU to 32 DGX A100 servers
 ``deepbench-allreduce-p100``     Baidu DeepBench allreduce times, P100, 2-16 GPUs
 ``goyal-2017-resnet50``          Goyal et al. (2017): ~90% scaling efficiency, 8 -> 256 P100
 ``nccl-tests-h100-allreduce``    nccl-tests issue 212: H100 NVLink4 allreduce busbw, ring vs NVLS
