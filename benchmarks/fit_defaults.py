@@ -150,22 +150,21 @@ def held_out_tables() -> dict[str, str]:
     fitted together with that plateau; held out, they judge the fitted defaults out of sample."""
     architecture = {g.name: g.architecture for g in dlx.catalog.GPUS}
     hybrid = {
-        architecture[dlx.catalog.gpu(str(g)).name]: dlx.catalog.gpu(str(g)).name
+        architecture[dlx.catalog.gpu(str(g)).name]
         for name in dlx.measured.available_hybrid()
         for g in np.unique(dlx.measured.load(name)["gpu"].values)
-    }
+    } - {""}  # a GPU without an architecture shares nothing
     held = {}
     for name in dlx.measured.available():
         table = dlx.measured.load(name)
         if table.attrs["table"] != "training":
             continue
-        shared = sorted(
-            {str(g) for g in np.unique(table["gpu"].values) if architecture.get(str(g)) in hybrid}
-        )
+        gpus = {dlx.catalog.gpu(str(g)).name for g in np.unique(table["gpu"].values)}
+        shared = sorted(g for g in gpus if architecture[g] in hybrid)
         if shared:
             held[name] = (
-                f"{', '.join(shared)}: the GEMM plateau of its architecture is fitted to the hybrid "
-                "tables, so its runs judge the defaults out of sample"
+                f"{', '.join(shared)}: its architecture's GEMM plateau is fitted to the hybrid tables "
+                "where they determine it, so its runs judge the defaults out of sample"
             )
     return held
 

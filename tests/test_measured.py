@@ -338,6 +338,8 @@ def test_bert_large_table_rows_and_gradient_accumulation():
         for precision, value, accum in zip(("tf32", "fp16"), pair, (64, 32), strict=True):
             point = _one(ds, gpus=gpus, setup="single server", precision=precision)
             assert float(point.throughput) == value and int(point.grad_accum) == accum
+            # the README's accumulated batch per GPU, 8192 sequences of 128 tokens
+            assert int(point.batch_size) * accum == 8192 and int(point.seq) == 128
             assert point.algorithm.item() == ("none" if gpus == 1 else "unknown")
     assert ds.sizes["point"] == 2 * len(BERT_MULTINODE) + 2 * len(BERT_SINGLE)
 
