@@ -138,6 +138,47 @@ def test_given_settings_win_over_the_measured_setup():
     assert "Measured with batch 96 per GPU (the line: 128); 8 GPUs per node (the line: 4)" in status
 
 
+def test_a_bert_table_is_predicted_at_its_sequence_length_and_accumulation():
+    # NVIDIA's PyTorch BERT-large table: 128 tokens per sequence (the workload's own is 512), 2 to
+    # 64 micro-batches per step, eight InfiniBand adapters and an NVLink per server; the line takes
+    # the points' most common of each, and the bar says where the points' accumulation differs
+    explorer = Explorer(measured="nvidia-pytorch-bert-large", precision="tf32")
+    assert controls(
+        explorer, "workload", "gpu", "precision", "batch_size", "gpus_per_node", "intra_link", "network"
+    ) == {
+        "workload": "bert-large",
+        "gpu": "A100-80GB",
+        "precision": "tf32",
+        "batch_size": 128,
+        "gpus_per_node": 8,
+        "intra_link": "NVLink3",
+        "network": "IB-HDR",
+    }
+    gpus = [int(g) for g in data(explorer, "throughput_measured", "gpus")]
+    measured = np.array(data(explorer, "throughput_measured", "throughput"))
+    setup = dict(batch_size=128, gpus_per_node=8, intra_link="NVLink3", precision="tf32", nics_per_node=8)
+    counts = sorted(set(gpus))  # the 8-GPU run is in both of the README's tables
+    line = dlx.predict("bert-large", "A100-80GB", "IB-HDR", gpus=counts, seq=128, grad_accum=64, **setup)
+    line = line.throughput.sel(gpus=gpus).values
+    error = (line - measured) / measured
+    assert data(explorer, "throughput_measured", "error") == pytest.approx(error.tolist())
+    assert np.abs(error).mean() < 0.1
+    # at the workload's own 512 tokens and one micro-batch the line would be far off
+    plain = (
+        dlx.predict("bert-large", "A100-80GB", "IB-HDR", gpus=counts, **setup)
+        .throughput.sel(gpus=gpus)
+        .values
+    )
+    assert np.abs((plain - measured) / measured).mean() > 0.5
+    status = text(explorer.status)
+    assert "Measured with 2-64 micro-batches per step (the line: 64)" in status
+    assert "sequence length" not in status
+    # another workload: its line has none of BERT's settings (no error from a sequence length)
+    explorer.controls["workload"].value = "resnet50"
+    assert "Cannot predict" not in explorer.headline.value
+    assert "sequence length" not in text(explorer.status)
+
+
 # ---------------------------------------------------------------------------------------------
 # controls and the hot path
 

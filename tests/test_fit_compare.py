@@ -253,6 +253,39 @@ def test_predict_points_matches_the_model_called_by_hand():
     assert goyal.efficiency.values[0] == pytest.approx(1.0)
 
 
+def test_predict_points_takes_a_rows_own_intra_link_sequence_and_accumulation(tmp_path):
+    # NVIDIA's BERT-large table names the node's NVLink beside the InfiniBand between nodes, the
+    # sequence length (128: the workload's own is 512) and the micro-batches per step
+    pred = predict_points("nvidia-pytorch-bert-large", intra_link="PCIe3")  # the row's own link wins
+    ds = dlx.measured.load("nvidia-pytorch-bert-large")
+    i = int(np.flatnonzero((ds.gpus.values == 256) & (ds.precision.values == "fp16"))[0])
+    direct = dlx.predict(
+        "bert-large",
+        "A100-80GB",
+        "IB-HDR",
+        gpus=256,
+        batch_size=256,
+        gpus_per_node=8,
+        nics_per_node=8,
+        intra_link="NVLink3",
+        precision="fp16",
+        seq=128,
+        grad_accum=1,
+        algorithm="nccl",
+    )
+    assert pred.intra_link.values[i] == "NVLink3"
+    assert pred.throughput.values[i] == pytest.approx(float(direct.throughput), rel=1e-12)
+    # a network between nodes is not a node's link
+    bad = tmp_path / "bad.csv"
+    bad.write_text(
+        "workload,gpu,network,intra_link,gpus,gpus_per_node,batch_size,precision,throughput\n"
+        "resnet50,A100-80GB,IB-HDR,IB-HDR,16,8,256,fp16,30000\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(DlexploreError, match="intra_link 'IB-HDR' is a network between nodes"):
+        predict_points(bad)
+
+
 def test_predict_points_communication_by_hand():
     deep = predict_points("deepbench-allreduce-p100")
     ds = dlx.measured.load("deepbench-allreduce-p100")

@@ -159,23 +159,38 @@ class PointModel:
     def _intra_links(
         self, networks: list, gpu_names: np.ndarray, gpus: np.ndarray, per_node: np.ndarray
     ) -> list[catalog.Link]:
+        # a point's own intra_link first, then the keyword, then the node's link as the table
+        # names it on single-node rows (per GPU)
+        own = [str(v).strip() for v in self._column("intra_link")]
         if "intra_link" in self.kwargs:
             link = catalog.network(self.kwargs["intra_link"])
-            return [link] * self.n
-        # The node's link as the table names it on single-node rows, per GPU.
+            return [self._intra(name) if name.lower() not in UNSAID else link for name in own]
         seen: dict[str, set[str]] = {}
         for link, gpu, g, node in zip(networks, gpu_names, gpus, per_node, strict=True):
             if link is not None and link.kind == "intra" and g <= node:
                 seen.setdefault(canonical("gpu", str(gpu)), set()).add(link.name)
         default = catalog.network(DEFAULT_INTRA_LINK)
         out = []
-        for link, gpu in zip(networks, gpu_names, strict=True):
+        for link, gpu, name in zip(networks, gpu_names, own, strict=True):
+            if name.lower() not in UNSAID:
+                out.append(self._intra(name))
+                continue
             if link is not None and link.kind == "intra":
                 out.append(link)
                 continue
             names = seen.get(canonical("gpu", str(gpu)), set())
             out.append(catalog.network(next(iter(names))) if len(names) == 1 else default)
         return out
+
+    @staticmethod
+    def _intra(name: str) -> catalog.Link:
+        link = catalog.network(name)
+        if link.kind != "intra":
+            raise DlexploreError(
+                f"intra_link {name!r} is a network between nodes; expected a link inside a node "
+                "such as NVLink3 or PCIe4 (the network column names the one between nodes)"
+            )
+        return link
 
     def _resolve_links(self, networks: list, intra: list, gpu_names: np.ndarray) -> None:
         """Per point: the links' efficiencies and fabrics, the transport, the GPU architecture,

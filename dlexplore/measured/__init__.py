@@ -68,7 +68,11 @@ canonical units, e.g. ``# units: throughput=images/s, time=ms`` (see ``UNIT_ALIA
 
 A *training* table (no ``collective`` column) needs ``workload, gpu, network, gpus,
 batch_size, precision`` and ``throughput`` (samples/s of all GPUs together) or ``efficiency``.
-Optional: ``algorithm``, ``gpus_per_node``, ``setup``, ``source``, ``baseline_gpus``.
+Optional: ``algorithm``, ``gpus_per_node``, ``setup``, ``source``, ``baseline_gpus``, and the
+setup the model runs each point with: ``intra_link`` (the link inside a node, where ``network``
+names the one between nodes), ``nics_per_node``, ``grad_accum`` (micro-batches per step),
+``seq`` (tokens per sequence), ``framework``, ``transport``, ``host_staging``, ``servers`` and
+``servers_colocated`` (``_columns.py`` says what each accepts).
 
 A *hybrid* table (a ``tp`` or ``pp`` column) has one row per run of a transformer with tensor,
 pipeline and data parallelism: ``gpu``, ``gpus``, ``tp``, ``pp``, ``precision``, ``global_batch``

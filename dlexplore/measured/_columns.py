@@ -164,6 +164,15 @@ COLUMNS: dict[str, Column] = {
             "a network or link id such as 25GbE",
         ),
         Column(
+            "intra_link",
+            "coord",
+            "str",
+            None,
+            "link between the GPUs of one node (catalog id), where network names the one between nodes",
+            _TRAIN,
+            "an intra-node link id such as NVLink3",
+        ),
+        Column(
             "gpus",
             "coord",
             "int",

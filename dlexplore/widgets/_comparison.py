@@ -17,7 +17,20 @@ from .. import catalog
 from ..errors import DlexploreError
 from ..model.comm import normalize_algorithm
 
-__all__ = ["points_of", "adopted_setup", "adoption", "setup_differences", "held_out_factors"]
+__all__ = [
+    "ADOPTED_MODEL_SETTINGS",
+    "points_of",
+    "adopted_setup",
+    "adoption",
+    "setup_differences",
+    "held_out_factors",
+]
+
+#: Model settings the explorer has no control for but adopts from the points it is shown with
+#: (their most common value): the sequence length (tokens), the micro-batches per step (gradient
+#: accumulation) and the network adapters per node. Without them the line of a BERT table measured
+#: at 128 tokens would be predicted at the workload's 512.
+ADOPTED_MODEL_SETTINGS = ("seq", "grad_accum", "nics_per_node")
 
 
 def _lower(values: Any) -> np.ndarray:
@@ -58,10 +71,12 @@ def _most_common(values: np.ndarray) -> str:
 def adopted_setup(ds: xr.Dataset, precision: str | None = None) -> dict[str, Any]:
     """The explorer's settings that make its line predict the points of ``ds`` (one workload and
     GPU, see :func:`points_of`): the precision (``precision`` if the points include it, else
-    the most common), then that precision's batch per GPU, GPUs per node, and the link the points
-    used: an intra-node link becomes the explorer's ``intra_link`` (the network between nodes
-    stays), a network its ``network``; and the allreduce algorithm most of the multi-GPU points
-    ran, where they name one (a Horovod ring, a parameter server).
+    the most common), then that precision's batch per GPU, the most common of
+    :data:`ADOPTED_MODEL_SETTINGS` where the points give them, GPUs per node, and the link the
+    points used: an intra-node link becomes the explorer's ``intra_link`` (the network between
+    nodes stays), a network its ``network``, and an ``intra_link`` column its ``intra_link``; and
+    the allreduce algorithm most of the multi-GPU points ran, where they name one (a Horovod ring,
+    a parameter server).
 
     Settings the catalog does not know are left out (the control keeps its value).
     """
@@ -72,6 +87,12 @@ def adopted_setup(ds: xr.Dataset, precision: str | None = None) -> dict[str, Any
         ds = ds.isel(point=np.flatnonzero(ds["precision"].values.astype(str) == out["precision"]))
     if "batch_size" in ds.coords:
         out["batch_size"] = int(float(_most_common(ds["batch_size"].values)))
+    for name in ADOPTED_MODEL_SETTINGS:
+        if name in ds.coords:
+            values = np.asarray(ds[name].values, dtype=float)
+            values = values[np.isfinite(values)]
+            if len(values):
+                out[name] = int(float(_most_common(values.astype(np.int64))))
     if "gpus_per_node" in ds.coords:
         out["gpus_per_node"] = int(np.nanmax(ds["gpus_per_node"].values.astype(float)))
     if "network" in ds.coords:
@@ -82,6 +103,15 @@ def adopted_setup(ds: xr.Dataset, precision: str | None = None) -> dict[str, Any
             link = None
         if link is not None:
             out["intra_link" if link.kind == "intra" else "network"] = link.name
+    if "intra_link" in ds.coords:  # the node's link, where the table names it beside the network
+        named = np.asarray(ds["intra_link"].values).astype(str)
+        named = named[~np.isin(np.char.lower(named), ("", "nan", "none", "unknown"))]
+        try:
+            link = catalog.network(_most_common(named)) if len(named) else None
+        except DlexploreError:
+            link = None
+        if link is not None and link.kind == "intra":
+            out["intra_link"] = link.name
     if "algorithm" in ds.coords and "gpus" in ds.coords:
         ran = np.asarray(ds["algorithm"].values).astype(str)
         named = (ds["gpus"].values > 1) & ~np.isin(np.char.lower(ran), ("none", "unknown", ""))
@@ -110,9 +140,26 @@ def adoption(ds: xr.Dataset, workload: str, gpu: str, precision: str | None = No
     return wanted
 
 
+def _span(values: list[int]) -> str:
+    return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"
+
+
+def _line_seq(settings: Mapping[str, Any]) -> int | None:
+    """The sequence length the line is predicted at: its own, else its workload's."""
+    if settings.get("seq") is not None:
+        return int(settings["seq"])
+    try:
+        seq = catalog.workload(settings.get("workload", "")).config.get("seq")
+    except (DlexploreError, AttributeError):
+        return None
+    return int(seq) if seq is not None else None
+
+
 def setup_differences(ds: xr.Dataset, settings: Mapping[str, Any]) -> list[str]:
     """How the measured points' setup differs from the line's ``settings`` (batch_size,
-    gpus_per_node, precision), in words: ``["batch 96 per GPU (the line: 128)"]``."""
+    gpus_per_node, precision, seq, grad_accum), in words: ``["batch 96 per GPU (the line: 128)"]``.
+    A line without ``seq`` is at its workload's sequence length, without ``grad_accum`` at one
+    micro-batch per step."""
     notes = []
     if "precision" in ds.coords and settings.get("precision") is not None:
         measured = set(np.asarray(ds["precision"].values).astype(str))
@@ -127,6 +174,16 @@ def setup_differences(ds: xr.Dataset, settings: Mapping[str, Any]) -> list[str]:
         per_node = int(np.nanmax(ds["gpus_per_node"].values.astype(float)))
         if per_node != settings["gpus_per_node"]:
             notes.append(f"{per_node} GPUs per node (the line: {settings['gpus_per_node']})")
+    for name, line, words in (
+        ("seq", _line_seq(settings), "sequence length {} (the line: {})"),
+        ("grad_accum", int(settings.get("grad_accum") or 1), "{} micro-batches per step (the line: {})"),
+    ):
+        if name not in ds.coords or line is None:
+            continue
+        values = np.asarray(ds[name].values, dtype=float)
+        have = sorted({int(v) for v in values[np.isfinite(values)]})
+        if have and have != [line]:
+            notes.append(words.format(_span(have), line))
     return notes
 
 

@@ -22,7 +22,7 @@ from .. import measured
 from ..errors import DlexploreError
 from ..plots import measured_columns
 from ._calibration import FIT_ON, CalibrationSide, error_summary
-from ._comparison import adopted_setup, adoption, points_of, setup_differences
+from ._comparison import ADOPTED_MODEL_SETTINGS, adopted_setup, adoption, points_of, setup_differences
 from ._controls import NONE
 
 __all__ = ["MeasuredSide"]
@@ -158,6 +158,7 @@ class MeasuredSide(CalibrationSide):
         if c["precision"].value not in set(subset["precision"].values.astype(str)):
             return
         setup = adopted_setup(subset, c["precision"].value)
+        self._keep_model_settings(setup)
         self._adopting = True
         try:
             for name in ("batch_size", "gpus_per_node"):
@@ -173,6 +174,8 @@ class MeasuredSide(CalibrationSide):
                 self._forget_calibration("the measurement changed")
             if change["new"] != NONE:
                 self._adopt(self._datasets[change["new"]])
+            else:
+                self._keep_model_settings({})
 
     def _adopt(self, ds: xr.Dataset) -> None:
         """Set the controls to the points' setup, so that they meet their prediction: the
@@ -202,6 +205,33 @@ class MeasuredSide(CalibrationSide):
                 self._apply_network()
         finally:
             self._adopting = False
+        self._keep_model_settings(wanted)
+
+    def _keep_model_settings(self, setup: Mapping[str, Any]) -> None:
+        """Keep the adopted settings that have no control (:data:`ADOPTED_MODEL_SETTINGS`), for
+        the workload now selected."""
+        self._adopted_model = {k: setup[k] for k in ADOPTED_MODEL_SETTINGS if k in setup}
+        self._adopted_for = self.controls["workload"].value
+
+    def _model_extras(self) -> dict[str, Any]:
+        """The adopted settings the data-parallel line is predicted with: none once the workload
+        changed since they were adopted, and no sequence length but a transformer's."""
+        if getattr(self, "_adopted_for", None) != self.controls["workload"].value:
+            return {}
+        extras = dict(getattr(self, "_adopted_model", {}))
+        workload = self._custom_workloads.get(self._adopted_for) or self._catalog_workload(self._adopted_for)
+        if workload is None or workload.kind != "transformer":
+            extras.pop("seq", None)
+        return extras
+
+    @staticmethod
+    def _catalog_workload(name: str) -> Any:
+        from .. import catalog
+
+        try:
+            return catalog.workload(name)
+        except DlexploreError:
+            return None
 
     # -- the bar: what is compared, and how well ------------------------------------------------
 
@@ -294,7 +324,8 @@ class MeasuredSide(CalibrationSide):
         if subset is not None and "precision" in subset.coords:
             same = subset["precision"].values.astype(str) == c["precision"].value
             subset = subset.isel(point=np.flatnonzero(same)) if same.any() else subset
-        differences = setup_differences(subset, self.settings) if subset is not None else []
+        line = {**self.settings, **({} if self._hybrid_active() else self._model_extras())}
+        differences = setup_differences(subset, line) if subset is not None else []
         differ = (
             f"<br><small>Measured with {html.escape('; '.join(differences))}: the error mixes the "
             "model's and the setup's.</small>"

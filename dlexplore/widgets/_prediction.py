@@ -47,7 +47,7 @@ class PredictionSide:
             algorithm=c["algorithm"].value,
             precision=c["precision"].value,
             storage=None if c["storage"].value == NONE else c["storage"].value,
-            **kwargs,
+            **{**self._model_extras(), **kwargs},
         )
 
     def _predict(self, *, calibrated: bool = True, band: bool = True) -> xr.Dataset:

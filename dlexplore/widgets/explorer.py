@@ -194,6 +194,7 @@ class Explorer(PredictionSide, TraceSide, HybridSide, MeasuredSide):
             dev = catalog.gpu(first["setup"]["gpu"])
         settings["precision"] = validation.precision_for(dev, normalize_precision(settings["precision"]))
         self._make_controls(wl, dev, selected, settings, storage, pue, first["name"], hybrid)
+        self._keep_model_settings(first["setup"])
         self._mark_inferred()
         self._make_views()
         self._make_measured_bar(first["note"])
