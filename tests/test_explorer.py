@@ -179,6 +179,28 @@ def test_a_bert_table_is_predicted_at_its_sequence_length_and_accumulation():
     assert "sequence length" not in text(explorer.status)
 
 
+def test_a_cnn_table_is_predicted_in_its_layout_per_precision():
+    # NVIDIA's PyTorch ResNet-50 on a DGX A100: TF32 in NCHW, mixed precision in NHWC
+    explorer = Explorer(measured="nvidia-pytorch-resnet50-v1.5", gpu="A100-80GB", precision="tf32")
+    measured = np.array(data(explorer, "throughput_measured", "throughput"))
+    setup = dict(gpus=[1, 8], batch_size=256, gpus_per_node=8, intra_link="NVLink3")
+    for precision, layout in (("tf32", "nchw"), ("fp16", "nhwc")):
+        if precision == "fp16":
+            explorer.controls["precision"].value = "fp16"
+            measured = np.array(data(explorer, "throughput_measured", "throughput"))
+        line = dlx.predict(
+            "resnet50",
+            "A100-80GB",
+            explorer.controls["network"].value,
+            precision=precision,
+            layout=layout,
+            **setup,
+        ).throughput.values
+        error = (line - measured) / measured
+        assert data(explorer, "throughput_measured", "error") == pytest.approx(error.tolist())
+        assert "layout" not in text(explorer.status)
+
+
 # ---------------------------------------------------------------------------------------------
 # controls and the hot path
 

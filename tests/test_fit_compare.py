@@ -286,6 +286,22 @@ def test_predict_points_takes_a_rows_own_intra_link_sequence_and_accumulation(tm
         predict_points(bad)
 
 
+def test_predict_points_takes_a_rows_own_layout():
+    # NVIDIA's PyTorch ResNet-50 ran TF32 in NCHW (transposed around each tensor-core convolution)
+    # and mixed precision in NHWC
+    pred = predict_points("nvidia-pytorch-resnet50-v1.5")
+    ds = dlx.measured.load("nvidia-pytorch-resnet50-v1.5")
+    for precision, layout in (("tf32", "nchw"), ("fp16", "nhwc")):
+        i = int(np.flatnonzero((ds.gpus.values == 1) & (ds.precision.values == precision))[0])
+        direct = dlx.predict(
+            "resnet50", "A100-80GB", "NVLink3", gpus=1, batch_size=256, precision=precision, layout=layout
+        )
+        assert pred.throughput.values[i] == pytest.approx(float(direct.throughput), rel=1e-12)
+    i = int(np.flatnonzero((ds.gpus.values == 1) & (ds.precision.values == "tf32"))[0])
+    nhwc = dlx.predict("resnet50", "A100-80GB", "NVLink3", gpus=1, batch_size=256, precision="tf32")
+    assert pred.throughput.values[i] < 0.8 * float(nhwc.throughput)
+
+
 def test_predict_points_communication_by_hand():
     deep = predict_points("deepbench-allreduce-p100")
     ds = dlx.measured.load("deepbench-allreduce-p100")

@@ -354,6 +354,8 @@ def test_pytorch_resnet50_table_systems_precisions_batches():
                 assert float(point.throughput) == value and int(point.batch_size) == batch
                 assert point.gpu.item() == gpu and point.network.item() == link
                 assert int(point.gpus_per_node) == gpus
+                # configs.yml's memory_format: channels last for AMP only
+                assert point.layout.item() == ("nhwc" if precision == "fp16" else "nchw")
                 count += 1
     assert count == ds.sizes["point"] == 12
 

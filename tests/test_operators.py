@@ -197,3 +197,33 @@ def test_breakdown_adds_up_to_the_compute_time():
     np.testing.assert_allclose(
         category_sums(ops, times).sum(-1), sum(phase_sums(ops, times).values()), rtol=1e-12
     )
+
+
+def test_nchw_layout_transposes_each_tensor_core_convolution_by_hand():
+    # ResNet-50 on an A100 in TF32 (4-byte values on tensor cores), 256 images, one GPU: in NCHW
+    # cuDNN turns each convolution's input to NHWC and its output back, around the forward
+    # product (2 passes over input + output: read and write) and around both gradients' products
+    # (4; 2 for the first layer, which has no input gradient), one kernel each way
+    a100 = dlx.catalog.gpu("A100-80GB")
+    memory_efficiency = dlx.catalog.model_default("memory_efficiency")
+    kernel_time = dlx.catalog.model_default("kernel_time")
+    convs = [layer for layer in dlx.catalog.workload("resnet50").layers if layer.kind == "conv"]
+    passes = np.array([6.0 if i else 4.0 for i in range(len(convs))])
+    moved = float((passes * np.array([c.values_in + c.values_out for c in convs])).sum()) * 4 * 256
+    extra = moved / (memory_efficiency * a100.memory_bandwidth_gbs * 1e9) + 2 * len(convs) * kernel_time
+    run = dict(gpus=1, batch_size=256, precision="tf32")
+    nhwc = dlx.predict("resnet50", "A100-80GB", layout="nhwc", **run)
+    nchw = dlx.predict("resnet50", "A100-80GB", layout="channels_first", **run)
+    assert str(nchw.layout.values) == "nchw"
+    assert float(nchw.step_time - nhwc.step_time) == pytest.approx(extra, rel=1e-9)
+    # shown as element-wise kernels in the breakdown
+    ops = operator_table("resnet50", "tf32", layout="nchw")
+    assert ops.transpose.sum() == 2 * len(convs) and not operator_table("resnet50", "tf32").transpose.any()
+    assert {CATEGORIES[c] for c in ops.category[ops.transpose]} == {"elementwise"}
+    # on vector units (fp32 on a V100) cuDNN convolves NCHW as it is: no transposes
+    v100 = dict(gpus=1, batch_size=112, precision="fp32")
+    assert float(dlx.predict("resnet50", "V100-16GB", layout="nchw", **v100).step_time) == float(
+        dlx.predict("resnet50", "V100-16GB", **v100).step_time
+    )
+    with pytest.raises(dlx.errors.DlexploreError, match="unknown layout 'nwhc'"):
+        dlx.predict("resnet50", "A100-80GB", layout="nwhc", **run)

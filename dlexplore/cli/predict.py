@@ -73,6 +73,7 @@ def run(args: argparse.Namespace) -> None:
         "gamma",
         "grad_accum",
         "attention",
+        "layout",
         "framework",
         "transport",
         "memory_efficiency",
@@ -329,6 +330,12 @@ def _add_data_parallel_options(p: argparse.ArgumentParser) -> None:
         help="micro-batches of --batch-size per GPU per step (gradient accumulation)",
     )
     p.add_argument("--attention", type=split_list, help="transformers: fused (default), unfused, flash")
+    p.add_argument(
+        "--layout",
+        type=split_list,
+        help="CNNs: nhwc (default, channels last) or nchw (PyTorch's default: cuDNN transposes each "
+        "convolution on tensor cores)",
+    )
     p.add_argument(
         "--framework",
         type=split_list,

@@ -37,6 +37,8 @@ from .points import (
     UNSAID,
     canonical,
     catalog_link,
+    intra_link_of,
+    layouts,
     points_frame,
     table_kind,
 )
@@ -164,7 +166,7 @@ class PointModel:
         own = [str(v).strip() for v in self._column("intra_link")]
         if "intra_link" in self.kwargs:
             link = catalog.network(self.kwargs["intra_link"])
-            return [self._intra(name) if name.lower() not in UNSAID else link for name in own]
+            return [intra_link_of(name) if name.lower() not in UNSAID else link for name in own]
         seen: dict[str, set[str]] = {}
         for link, gpu, g, node in zip(networks, gpu_names, gpus, per_node, strict=True):
             if link is not None and link.kind == "intra" and g <= node:
@@ -173,7 +175,7 @@ class PointModel:
         out = []
         for link, gpu, name in zip(networks, gpu_names, own, strict=True):
             if name.lower() not in UNSAID:
-                out.append(self._intra(name))
+                out.append(intra_link_of(name))
                 continue
             if link is not None and link.kind == "intra":
                 out.append(link)
@@ -181,16 +183,6 @@ class PointModel:
             names = seen.get(canonical("gpu", str(gpu)), set())
             out.append(catalog.network(next(iter(names))) if len(names) == 1 else default)
         return out
-
-    @staticmethod
-    def _intra(name: str) -> catalog.Link:
-        link = catalog.network(name)
-        if link.kind != "intra":
-            raise DlexploreError(
-                f"intra_link {name!r} is a network between nodes; expected a link inside a node "
-                "such as NVLink3 or PCIe4 (the network column names the one between nodes)"
-            )
-        return link
 
     def _resolve_links(self, networks: list, intra: list, gpu_names: np.ndarray) -> None:
         """Per point: the links' efficiencies and fabrics, the transport, the GPU architecture,
@@ -284,6 +276,12 @@ class PointModel:
         self.grad_accum = np.array([_positive_int(v, 1) for v in self._said("grad_accum")])
         self.nics_per_node = np.array([_positive_int(v, 0) for v in self._said("nics_per_node")])
         self.seq = np.array([_positive_int(v, 0) for v in self._said("seq")])
+        self.layout = layouts(self._said("layout"))
+        self._group_points()
+
+    def _group_points(self) -> None:
+        """The groups of points that share everything but ``gpus``, ``batch_size`` and
+        ``gpus_per_node`` (one model call each), and those three axes of each group."""
         keys = list(
             zip(
                 self.workload,
@@ -299,6 +297,7 @@ class PointModel:
                 self.grad_accum,
                 self.nics_per_node,
                 self.seq,
+                self.layout,
                 strict=True,
             )
         )
@@ -422,6 +421,7 @@ class PointModel:
             grad_accum,
             nics,
             seq,
+            layout,
         ) = self.group_settings[group]
         gpus_ax, batch_ax, node_ax = self.group_axes[group]
         bandwidth, latency = params["bandwidth"], params["latency"]
@@ -458,6 +458,7 @@ class PointModel:
                 nics_per_node=int(nics),
                 # a table's seq column holds some value on every row: CNN rows ignore it
                 seq=int(seq) if seq and catalog.workload(workload).kind == "transformer" else None,
+                layout=layout,
                 **{
                     name: params[name]
                     for name in ("compute_efficiency", "overlap", "gamma", *GLOBAL_DEFAULTS)

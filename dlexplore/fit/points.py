@@ -16,6 +16,7 @@ from .. import catalog
 from ..errors import DlexploreError
 from ..model.comm import normalize_algorithm, normalize_collective
 from ..model.compute import normalize_precision
+from ..model.operators import normalize_layout
 from ..model.step_grid import COMM_PARAMETERS
 
 #: The model's numeric parameters a point model can take per point (calibration fits these).
@@ -55,6 +56,7 @@ POINT_KEYWORDS = (
     "grad_accum",
     "nics_per_node",
     "seq",
+    "layout",
 )
 
 
@@ -190,6 +192,25 @@ def catalog_link(name: str) -> catalog.Link | None:
         return catalog.network(name)
     except DlexploreError:
         return None
+
+
+def intra_link_of(name: str) -> catalog.Link:
+    """The link a point's ``intra_link`` names, which must be one inside a node."""
+    link = catalog.network(name)
+    if link.kind != "intra":
+        raise DlexploreError(
+            f"intra_link {name!r} is a network between nodes; expected a link inside a node "
+            "such as NVLink3 or PCIe4 (the network column names the one between nodes)"
+        )
+    return link
+
+
+def layouts(values: np.ndarray) -> np.ndarray:
+    """Each point's CNN memory layout (:data:`dlexplore.model.operators.LAYOUTS`), nhwc where unsaid."""
+    return np.array(
+        ["nhwc" if str(v).strip().lower() in UNSAID else normalize_layout(str(v)) for v in values],
+        dtype=object,
+    )
 
 
 def canonical(kind: str, value: str) -> str:

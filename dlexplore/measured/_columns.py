@@ -239,6 +239,15 @@ COLUMNS: dict[str, Column] = {
             "a positive integer (tokens per sequence)",
         ),
         Column(
+            "layout",
+            "coord",
+            "str",
+            None,
+            "memory layout of a CNN's activations",
+            _TRAIN,
+            "nhwc (channels last) or nchw",
+        ),
+        Column(
             "framework",
             "coord",
             "str",

@@ -30,6 +30,7 @@ from .operators import (
     PHASES,
     Operators,
     bytes_per_value,
+    normalize_layout,
 )
 
 
@@ -57,6 +58,7 @@ class _Builder:
         per_sample: bool = False,
         winograd: bool = False,
         in_layers: bool = False,
+        transpose: bool = False,
     ) -> None:
         self.rows.append(
             (
@@ -74,6 +76,7 @@ class _Builder:
                 per_sample,
                 winograd,
                 in_layers,
+                transpose,
             )
         )
 
@@ -172,6 +175,7 @@ class _Builder:
         in_layers: bool = False,
         fixed_backward: float = 0.0,
         calls: float = 1.0,
+        transpose: bool = False,
     ) -> None:
         """A memory-bound kernel over ``values`` per sample: ``forward``/``backward`` passes."""
         extra = _MASK * values if mask else 0.0
@@ -182,6 +186,7 @@ class _Builder:
             bytes_sample=(forward * self.d * values + extra) * calls,
             in_layers=in_layers,
             kernels=calls,
+            transpose=transpose,
         )
         if backward:
             self.add(
@@ -192,6 +197,7 @@ class _Builder:
                 bytes_fixed=fixed_backward * calls,
                 in_layers=in_layers,
                 kernels=calls,
+                transpose=transpose,
             )
 
     def table(self) -> Operators:
@@ -211,6 +217,7 @@ class _Builder:
             per_sample=np.array(cols[11], dtype=bool),
             winograd=np.array(cols[12], dtype=bool),
             in_layers=np.array(cols[13], dtype=bool),
+            transpose=np.array(cols[14], dtype=bool),
         )
 
 
@@ -240,8 +247,10 @@ _CNN_VECTOR = {
 }
 
 
-def _layered(b: _Builder, wl: catalog.Workload) -> None:
-    """Kernels of a workload given as layers (CNNs, and the user's layer lists)."""
+def _layered(b: _Builder, wl: catalog.Workload, layout: str = "nhwc") -> None:
+    """Kernels of a workload given as layers (CNNs, and the user's layer lists); with ``layout``
+    nchw, the transposes cuDNN runs around each convolution on tensor cores (marked ``transpose``:
+    the caller drops them on vector units, where cuDNN convolves NCHW as it is)."""
     first = True
     for layer in wl.layers:
         if layer.gemm is not None:
@@ -258,6 +267,13 @@ def _layered(b: _Builder, wl: catalog.Workload) -> None:
                 winograd=layer.winograd,
                 flops=layer.flops,
             )
+            if layout == "nchw" and layer.kind == "conv":
+                # input to NHWC and output back, around the forward product and around each
+                # gradient's (the first layer has no input gradient)
+                io = layer.values_in + layer.values_out
+                b.vector(
+                    f"{layer.name}.transpose", "elementwise", io, 2.0, 2.0 if first else 4.0, transpose=True
+                )
             first = False
         elif layer.kind in ("maxpool", "avgpool"):
             io = layer.values_in + layer.values_out
@@ -368,12 +384,13 @@ def _cached(
     sp: bool,
     attention: str,
     optimizer_traffic: float,
+    layout: str = "nhwc",
 ) -> Operators:
     b = _Builder(bytes_per_value(precision))
     if wl.kind == "transformer":
         _transformer(b, wl.config, seq or wl.config["seq"], tp, sp, attention)
     else:
-        _layered(b, wl)
+        _layered(b, wl, layout)
     # the update of this rank's parameters: one kernel per parameter tensor
     tensors = float(max(1, len(wl.gradient_params_backward)))
     b.add(
@@ -395,14 +412,17 @@ def operator_table(
     sequence_parallel: bool = False,
     attention: str = "fused",
     optimizer_traffic: float = 20.0,
+    layout: str = "nhwc",
 ) -> Operators:
     """The kernels of one training step of ``workload`` (module docstring), per sample.
 
     ``seq`` (tokens), ``tp`` (tensor-parallel degree), ``sequence_parallel`` and ``attention``
-    (:data:`ATTENTION_KERNELS`) apply to transformers; ``optimizer_traffic`` is the optimizer's
-    bytes per parameter (see :data:`dlexplore.model.compute.OPTIMIZER_TRAFFIC_BYTES`). Cached.
+    (:data:`ATTENTION_KERNELS`) apply to transformers, ``layout`` (:data:`LAYOUTS`) to
+    convolutions; ``optimizer_traffic`` is the optimizer's bytes per parameter (see
+    :data:`dlexplore.model.compute.OPTIMIZER_TRAFFIC_BYTES`). Cached.
     """
     wl = catalog.workload(workload)
+    layout = normalize_layout(layout)
     attention = str(attention).strip().lower()
     if attention not in ATTENTION_KERNELS:
         raise DlexploreError(
@@ -425,6 +445,7 @@ def operator_table(
         bool(sequence_parallel) and tp > 1,
         attention,
         float(optimizer_traffic),
+        layout,
     )
 
 

@@ -44,6 +44,9 @@ residual add           3          3           two reads, one write; backward sum
 pooling                in + out   2(in + out) backward reads x, y and dy, writes dx
 dropout                2 + mask   2 + mask    the 1-byte mask written, then read
 concatenation          2          2           copies in, gradient slices out
+layout transposes      2 (in+out) 4 (in+out)  ``layout="nchw"`` on tensor cores: cuDNN turns
+                                              the input to NHWC and the output back for each
+                                              product (forward; input and weight gradients)
 layer norm             2          4           fused kernels: one pass forward; backward reads
                                               x and dy, writes dx, reduces the parameter grads
 softmax                2          3           as ReLU
@@ -78,9 +81,13 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from ..errors import DlexploreError
+
 __all__ = [
     "CATEGORIES",
     "ATTENTION_KERNELS",
+    "LAYOUTS",
+    "normalize_layout",
     "PHASES",
     "Operators",
     "operator_times",
@@ -107,6 +114,24 @@ CATEGORIES = (
 )
 #: Attention implementations a transformer can run with.
 ATTENTION_KERNELS = ("fused", "unfused", "flash")
+#: Memory layouts of a CNN's activations: ``nhwc`` (channels last: what cuDNN's tensor-core
+#: convolutions take; PyTorch's ``channels_last``, TensorFlow's default) and ``nchw`` (PyTorch's
+#: default), which cuDNN transposes around every tensor-core convolution.
+LAYOUTS = ("nhwc", "nchw")
+_LAYOUT_ALIASES = {"channels_last": "nhwc", "channels-last": "nhwc", "channels_first": "nchw"}
+
+
+def normalize_layout(layout: str) -> str:
+    """``nhwc`` or ``nchw`` (``channels_last`` is nhwc, ``channels_first`` nchw)."""
+    key = str(layout).strip().lower()
+    key = _LAYOUT_ALIASES.get(key, key)
+    if key not in LAYOUTS:
+        raise DlexploreError(
+            f"unknown layout {layout!r}; expected one of {', '.join(LAYOUTS)} or channels_last"
+        )
+    return key
+
+
 #: Phases of a step: the forward and backward of one micro-batch, and the optimizer update.
 PHASES = ("forward", "backward", "optimizer")
 
@@ -135,7 +160,8 @@ class Operators:
     :func:`~dlexplore.model.operator_table.tile_efficiency`), ``winograd`` (bool: FLOPs divided by
     ``winograd_speedup`` on vector units), ``category`` and ``phase`` (ints into
     :data:`CATEGORIES` and :data:`PHASES`), ``in_layers`` (bool: inside the repeated transformer
-    layers, which pipeline stages divide), ``name`` (``layer:kernel``).
+    layers, which pipeline stages divide), ``transpose`` (bool: a layout transpose around a
+    convolution, which runs on tensor cores only), ``name`` (``layer:kernel``).
     """
 
     name: tuple[str, ...]
@@ -152,6 +178,7 @@ class Operators:
     per_sample: np.ndarray
     winograd: np.ndarray
     in_layers: np.ndarray
+    transpose: np.ndarray
 
     def __len__(self) -> int:
         return len(self.name)

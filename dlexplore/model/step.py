@@ -87,6 +87,7 @@ def predict(
     grad_accum: int | Sequence[int] = 1,
     seq: int | Sequence[int] | None = None,
     attention: str | Sequence[str] = "fused",
+    layout: str | Sequence[str] = "nhwc",
     memory_efficiency: float | Sequence[float] | None = None,
     kernel_time: float | Sequence[float] | None = None,
     winograd_speedup: float | Sequence[float] | None = None,
@@ -147,6 +148,11 @@ def predict(
     seq, attention:
         Transformers only: the sequence length (tokens; default the workload's) and the attention
         kernels (``fused``, ``unfused`` or ``flash``).
+    layout:
+        CNNs only: the activations' memory layout, ``nhwc`` (channels last, what cuDNN's
+        tensor-core convolutions take) or ``nchw`` (PyTorch's default), for which cuDNN
+        transposes each convolution's input and output on tensor cores (fp16, bf16, tf32 on
+        Volta and later; nothing on vector units).
     bucket_size:
         Gradient fusion buffer, bytes (default 25 MiB, as PyTorch DDP; 64 MiB with Horovod);
         0 = one allreduce per layer.
@@ -199,6 +205,7 @@ def predict(
         bucket_size=bucket_size,
         seq=seq,
         attention=attention,
+        layout=layout,
         framework=framework,
         transport=transport,
         servers_colocated=servers_colocated,

@@ -56,6 +56,7 @@ CATEGORICAL_PARAMETERS = (
     "bucket_size",
     "seq",
     "attention",
+    "layout",
     "framework",
     "transport",
     "servers_colocated",

@@ -38,7 +38,7 @@ from .hoststaging import host_allreduce_time, host_link, server_work_time
 from .io import io_time
 from .memory import ACTIVATION_SCALE, bytes_per_param
 from .operator_table import operator_table
-from .operators import CATEGORIES, PHASES, category_sums, phase_sums
+from .operators import CATEGORIES, PHASES, category_sums, normalize_layout, phase_sums
 from .step_grid import COMM_PARAMETERS, INTEGER_PARAMETERS, NUMERIC_PARAMETERS, Grid, along, choose
 from .topology import nic_share
 
@@ -183,12 +183,16 @@ def _setup(args: dict, numeric: dict) -> _Setup:
     )
 
 
-def _compute(st: _Setup, attention: object) -> dict:
+def _compute(st: _Setup, attention: object, layout: object) -> dict:
     """Every kernel of one micro-batch, then ``grad_accum`` of them and one update (s)."""
     grid = st.grid
     B, A = grid["batch_size"], grid["grad_accum"]
     ops = operator_table(
-        st.wl, st.precision, attention=attention, optimizer_traffic=OPTIMIZER_TRAFFIC_BYTES[st.optimizer]
+        st.wl,
+        st.precision,
+        attention=attention,
+        optimizer_traffic=OPTIMIZER_TRAFFIC_BYTES[st.optimizer],
+        layout=layout,
     )
     times = kernel_times(ops, B, st.dev, st.precision, grid)
     phases = phase_sums(ops, times)
@@ -322,7 +326,7 @@ def _step(args: dict, numeric: dict, prefetch: bool, workspace: float, detail: b
     st = _setup(args, numeric)
     grid, wl, dev, precision = st.grid, st.wl, st.dev, st.precision
     P, B, G, A = grid["gpus"], grid["batch_size"], grid["gpus_per_node"], grid["grad_accum"]
-    compute = _compute(st, args["attention"])
+    compute = _compute(st, args["attention"], args["layout"])
     per_param = bytes_per_param(precision, st.optimizer)
     buckets = gradient_buckets(wl, per_param["grads"], st.bucket_size)
     t_comm, t_comm_exposed, schedule = _communication(st, compute, buckets, detail)
@@ -450,6 +454,7 @@ def _labels(st: _Setup, args: dict, peak: float) -> dict:
         bucket_size=st.bucket_size,
         peak_flops=peak,
         attention=str(args["attention"]),
+        layout=normalize_layout(args["layout"]),
         framework=st.framework,
         transport=resolve_transport(st.transport, st.net),
         servers_colocated=st.colocated,

@@ -28,9 +28,10 @@ __all__ = [
 
 #: Model settings the explorer has no control for but adopts from the points it is shown with
 #: (their most common value): the sequence length (tokens), the micro-batches per step (gradient
-#: accumulation) and the network adapters per node. Without them the line of a BERT table measured
-#: at 128 tokens would be predicted at the workload's 512.
-ADOPTED_MODEL_SETTINGS = ("seq", "grad_accum", "nics_per_node")
+#: accumulation), the network adapters per node and the CNN's memory layout. Without them the line
+#: of a BERT table measured at 128 tokens would be predicted at the workload's 512.
+ADOPTED_MODEL_SETTINGS = ("seq", "grad_accum", "nics_per_node", "layout")
+_UNSAID = ("", "nan", "none", "unknown")
 
 
 def _lower(values: Any) -> np.ndarray:
@@ -88,11 +89,18 @@ def adopted_setup(ds: xr.Dataset, precision: str | None = None) -> dict[str, Any
     if "batch_size" in ds.coords:
         out["batch_size"] = int(float(_most_common(ds["batch_size"].values)))
     for name in ADOPTED_MODEL_SETTINGS:
-        if name in ds.coords:
-            values = np.asarray(ds[name].values, dtype=float)
-            values = values[np.isfinite(values)]
-            if len(values):
-                out[name] = int(float(_most_common(values.astype(np.int64))))
+        if name not in ds.coords:
+            continue
+        if name == "layout":
+            named = np.char.lower(np.asarray(ds[name].values).astype(str))
+            named = named[~np.isin(named, _UNSAID)]
+            if len(named):
+                out[name] = _most_common(named)
+            continue
+        values = np.asarray(ds[name].values, dtype=float)
+        values = values[np.isfinite(values)]
+        if len(values):
+            out[name] = int(float(_most_common(values.astype(np.int64))))
     if "gpus_per_node" in ds.coords:
         out["gpus_per_node"] = int(np.nanmax(ds["gpus_per_node"].values.astype(float)))
     if "network" in ds.coords:
@@ -105,7 +113,7 @@ def adopted_setup(ds: xr.Dataset, precision: str | None = None) -> dict[str, Any
             out["intra_link" if link.kind == "intra" else "network"] = link.name
     if "intra_link" in ds.coords:  # the node's link, where the table names it beside the network
         named = np.asarray(ds["intra_link"].values).astype(str)
-        named = named[~np.isin(np.char.lower(named), ("", "nan", "none", "unknown"))]
+        named = named[~np.isin(np.char.lower(named), _UNSAID)]
         try:
             link = catalog.network(_most_common(named)) if len(named) else None
         except DlexploreError:
@@ -157,9 +165,9 @@ def _line_seq(settings: Mapping[str, Any]) -> int | None:
 
 def setup_differences(ds: xr.Dataset, settings: Mapping[str, Any]) -> list[str]:
     """How the measured points' setup differs from the line's ``settings`` (batch_size,
-    gpus_per_node, precision, seq, grad_accum), in words: ``["batch 96 per GPU (the line: 128)"]``.
-    A line without ``seq`` is at its workload's sequence length, without ``grad_accum`` at one
-    micro-batch per step."""
+    gpus_per_node, precision, seq, grad_accum, layout), in words: ``["batch 96 per GPU (the line:
+    128)"]``. A line without ``seq`` is at its workload's sequence length, without ``grad_accum``
+    at one micro-batch per step, without ``layout`` in nhwc."""
     notes = []
     if "precision" in ds.coords and settings.get("precision") is not None:
         measured = set(np.asarray(ds["precision"].values).astype(str))
@@ -184,6 +192,12 @@ def setup_differences(ds: xr.Dataset, settings: Mapping[str, Any]) -> list[str]:
         have = sorted({int(v) for v in values[np.isfinite(values)]})
         if have and have != [line]:
             notes.append(words.format(_span(have), line))
+    if "layout" in ds.coords:
+        named = np.char.lower(np.asarray(ds["layout"].values).astype(str))
+        have = sorted(set(named[~np.isin(named, _UNSAID)].tolist()))
+        line = str(settings.get("layout") or "nhwc").lower()
+        if have and have != [line]:
+            notes.append(f"layout {', '.join(have)} (the line: {line})")
     return notes
 
 
