@@ -145,7 +145,8 @@ LACKS: dict[str, str] = {
         "which the model does not have: its I/O model has storage tiers, not decoding. Calibrated "
         "on the 1-GPU rows and, by the protocol, the 8-GPU mixed-precision rows (the smallest "
         "configuration of their link, whose fitted rate then absorbs the data loader), the 8-GPU "
-        "TF32 and FP32 rows are 3% slow."
+        "TF32 and FP32 rows are 3% slow. The layout applies on NVIDIA tensor cores only (on vector "
+        "units and in MIOpen convolutions run NCHW as it is) and to ungrouped convolutions."
     ),
     "tf-benchmarks-2017-dgx1": (
         "Uncalibrated, one set of defaults serves every bundled table: TensorFlow 1.x on P100 (2017) "

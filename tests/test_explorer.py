@@ -199,6 +199,9 @@ def test_a_cnn_table_is_predicted_in_its_layout_per_precision():
         error = (line - measured) / measured
         assert data(explorer, "throughput_measured", "error") == pytest.approx(error.tolist())
         assert "layout" not in text(explorer.status)
+    # a layout of the user's wins, and the bar says it is not the points'
+    mine = Explorer(measured="nvidia-pytorch-resnet50-v1.5", gpu="A100-80GB", precision="tf32", layout="nhwc")
+    assert "Measured with layout nchw (the line: nhwc)" in text(mine.status)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -428,3 +428,18 @@ def test_calibrate_dispatches_a_trace_folder_and_warns_on_one_size():
     assert every.params.set_index("name").loc["time_compute_per_sample", "value"] > 0
     with pytest.raises(DlexploreError, match="statistic"):
         calibrate_from_trace(TRACES / "gloo-cnn-2rank", statistic="max")
+
+
+def test_calibration_predicts_at_the_points_layout_and_sequence_length():
+    # NVIDIA's PyTorch ResNet-50: the A100's TF32 rows ran NCHW. Fitted on the 1-GPU row alone
+    # (one parameter, one point), the calibration gives that row back only in its own layout
+    table = dlx.measured.load("nvidia-pytorch-resnet50-v1.5")
+    cal = calibrate(table, fit_on="gpus == 1 and precision == tf32 and gpu == A100-80GB")
+    ds = cal.predict(gpu="A100-80GB", precision="tf32")
+    assert str(ds.layout.values) == "nchw"
+    assert float(ds.throughput.sel(gpus=1)) == pytest.approx(938.0, rel=1e-6)
+    nhwc = cal.predict(gpu="A100-80GB", precision="tf32", layout="nhwc")
+    assert float(nhwc.throughput.sel(gpus=1)) > 1.2 * 938.0
+    # the BERT table's 128 tokens, not the workload's 512
+    bert = calibrate(dlx.measured.load("nvidia-pytorch-bert-large"), fit_on="gpus == 1")
+    assert int(bert.predict(precision="tf32").seq) == 128

@@ -227,3 +227,45 @@ def test_nchw_layout_transposes_each_tensor_core_convolution_by_hand():
     )
     with pytest.raises(dlx.errors.DlexploreError, match="unknown layout 'nwhc'"):
         dlx.predict("resnet50", "A100-80GB", layout="nwhc", **run)
+
+
+def test_no_transposes_where_cudnn_runs_none():
+    # MIOpen on an AMD GPU convolves NCHW as it is; grouped convolutions run kernels of their own
+    run = dict(gpus=1, batch_size=256, precision="fp16")
+    assert float(dlx.predict("resnet50", "MI250X-GCD", layout="nchw", **run).step_time) == float(
+        dlx.predict("resnet50", "MI250X-GCD", **run).step_time
+    )
+    grouped = Workload(
+        "grouped",
+        "cnn",
+        (
+            Layer(
+                "stem",
+                "conv",
+                64 * 27,
+                2.0 * 3136 * 64 * 27,
+                4 * 3136 * 64,
+                gemm=(3136.0, 64.0, 27.0, 1.0),
+                values_in=3 * 12544.0,
+                values_out=64 * 3136.0,
+            ),
+            Layer(
+                "grouped",
+                "conv",
+                64 * 288,
+                2.0 * 3136 * 32 * 288 * 2,
+                4 * 3136 * 64,
+                gemm=(3136.0, 32.0, 288.0, 2.0),
+                values_in=64 * 3136.0,
+                values_out=64 * 3136.0,
+            ),
+        ),
+        input_bytes_per_sample=0.0,
+        sample_unit="images",
+        source="test",
+    )
+    ops = operator_table(grouped, "fp16", layout="nchw")
+    assert [n for n, t in zip(ops.name, ops.transpose, strict=True) if t] == [
+        "stem.transpose:fwd",
+        "stem.transpose:bwd",
+    ]

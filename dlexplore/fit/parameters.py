@@ -113,6 +113,7 @@ PREDICT_ARGUMENTS = (
     "grad_accum",
     "seq",
     "attention",
+    "layout",
     "memory_efficiency",
     "kernel_time",
     "winograd_speedup",

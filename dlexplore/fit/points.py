@@ -229,6 +229,8 @@ def canonical(kind: str, value: str) -> str:
             return normalize_collective(text)
         if kind == "algorithm":
             return normalize_algorithm(text, "allreduce")
+        if kind == "layout":
+            return "nhwc" if text.lower() in UNSAID else normalize_layout(text)
     except DlexploreError:
         pass
     return text.lower()

@@ -304,6 +304,8 @@ def setup_table(model: PointModel, frame: pd.DataFrame, table: str) -> pd.DataFr
             batch_size=model.batch_size,
             grad_accum=model.grad_accum,
             nics_per_node=model.nics_per_node,
+            seq=[int(v) if v else "" for v in model.seq],  # 0: the point does not say
+            layout=model.layout,
             framework=model.framework,
             transport=model.transport,
             servers_colocated=model.colocated,

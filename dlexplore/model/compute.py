@@ -144,10 +144,11 @@ def kernel_times(
     """Time (s) of every kernel of ``ops`` for ``batch`` samples on ``gpu`` at ``precision``, with
     the compute parameters in ``params`` (:func:`dlexplore.model.operators.operator_times`).
     Winograd's saving applies on vector units only: cuDNN runs tensor-core convolutions as
-    implicit GEMMs; the layout transposes (``ops.transpose``) on tensor cores only: on vector units
-    cuDNN convolves NCHW as it is."""
+    implicit GEMMs; the layout transposes (``ops.transpose``) are cuDNN's on tensor cores only: on
+    vector units it convolves NCHW as it is, and other vendors' libraries (MIOpen) take NCHW."""
     vector = unit_kind(gpu, precision) == "vector"
     winograd = params["winograd_speedup"] if vector else 1.0
+    transposes = not vector and gpu.vendor.strip().upper() == "NVIDIA"
     times = operator_times(
         ops,
         batch,
@@ -160,7 +161,7 @@ def kernel_times(
         flash_efficiency=params["flash_efficiency"],
         sm_count=int(gpu.sm_count),
     )
-    return np.where(ops.transpose, 0.0, times) if vector and ops.transpose.any() else times
+    return np.where(ops.transpose, 0.0, times) if not transposes and ops.transpose.any() else times
 
 
 def training_peak_flops(gpu: GPU, precision: str) -> float:

@@ -267,9 +267,10 @@ def _layered(b: _Builder, wl: catalog.Workload, layout: str = "nhwc") -> None:
                 winograd=layer.winograd,
                 flops=layer.flops,
             )
-            if layout == "nchw" and layer.kind == "conv":
+            if layout == "nchw" and layer.kind == "conv" and groups == 1:
                 # input to NHWC and output back, around the forward product and around each
-                # gradient's (the first layer has no input gradient)
+                # gradient's (the first layer has no input gradient); grouped and depthwise
+                # convolutions run NCHW kernels of their own
                 io = layer.values_in + layer.values_out
                 b.vector(
                     f"{layer.name}.transpose", "elementwise", io, 2.0, 2.0 if first else 4.0, transpose=True

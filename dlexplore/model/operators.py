@@ -44,9 +44,11 @@ residual add           3          3           two reads, one write; backward sum
 pooling                in + out   2(in + out) backward reads x, y and dy, writes dx
 dropout                2 + mask   2 + mask    the 1-byte mask written, then read
 concatenation          2          2           copies in, gradient slices out
-layout transposes      2 (in+out) 4 (in+out)  ``layout="nchw"`` on tensor cores: cuDNN turns
-                                              the input to NHWC and the output back for each
-                                              product (forward; input and weight gradients)
+layout transposes      2 (in+out) 4 (in+out)  ``layout="nchw"`` on NVIDIA tensor cores: cuDNN
+                                              turns the input to NHWC and the output back for
+                                              each product (forward; input and weight gradients;
+                                              2 backward for the first layer; ungrouped
+                                              convolutions only)
 layer norm             2          4           fused kernels: one pass forward; backward reads
                                               x and dy, writes dx, reduces the parameter grads
 softmax                2          3           as ReLU

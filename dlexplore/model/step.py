@@ -44,6 +44,7 @@ from ..errors import DlexploreError
 from .compute import normalize_precision, plateau_source
 from .conventions import finish_dataset, is_sweep
 from .memory import DEFAULT_WORKSPACE
+from .operators import normalize_layout
 from .step_grid import CATEGORICAL_PARAMETERS, NUMERIC_PARAMETERS
 from .step_one import DEFAULT_BUCKET_SIZE, StepArrays, gradient_buckets, predict_one, step_arrays
 
@@ -205,7 +206,7 @@ def predict(
         bucket_size=bucket_size,
         seq=seq,
         attention=attention,
-        layout=layout,
+        layout=[normalize_layout(v) for v in layout] if is_sweep(layout) else normalize_layout(layout),
         framework=framework,
         transport=transport,
         servers_colocated=servers_colocated,

@@ -16,6 +16,7 @@ import xarray as xr
 from .. import catalog
 from ..errors import DlexploreError
 from ..model.comm import normalize_algorithm
+from ..model.operators import normalize_layout
 
 __all__ = [
     "ADOPTED_MODEL_SETTINGS",
@@ -32,6 +33,12 @@ __all__ = [
 #: of a BERT table measured at 128 tokens would be predicted at the workload's 512.
 ADOPTED_MODEL_SETTINGS = ("seq", "grad_accum", "nics_per_node", "layout")
 _UNSAID = ("", "nan", "none", "unknown")
+
+
+def canonical_layout(value: str) -> str:
+    """``nhwc`` or ``nchw``; nhwc (the model's default) where ``value`` says nothing."""
+    text = str(value).strip().lower()
+    return "nhwc" if text in _UNSAID else normalize_layout(text)
 
 
 def _lower(values: Any) -> np.ndarray:
@@ -92,10 +99,7 @@ def adopted_setup(ds: xr.Dataset, precision: str | None = None) -> dict[str, Any
         if name not in ds.coords:
             continue
         if name == "layout":
-            named = np.char.lower(np.asarray(ds[name].values).astype(str))
-            named = named[~np.isin(named, _UNSAID)]
-            if len(named):
-                out[name] = _most_common(named)
+            out[name] = _most_common(_layouts(ds[name].values))
             continue
         values = np.asarray(ds[name].values, dtype=float)
         values = values[np.isfinite(values)]
@@ -193,12 +197,22 @@ def setup_differences(ds: xr.Dataset, settings: Mapping[str, Any]) -> list[str]:
         if have and have != [line]:
             notes.append(words.format(_span(have), line))
     if "layout" in ds.coords:
-        named = np.char.lower(np.asarray(ds["layout"].values).astype(str))
-        have = sorted(set(named[~np.isin(named, _UNSAID)].tolist()))
-        line = str(settings.get("layout") or "nhwc").lower()
-        if have and have != [line]:
+        have = sorted(set(_layouts(ds["layout"].values).tolist()))
+        line = str(_layouts([settings.get("layout") or ""])[0])
+        if have != [line]:
             notes.append(f"layout {', '.join(have)} (the line: {line})")
     return notes
+
+
+def _layouts(values: Any) -> np.ndarray:
+    """Layouts as the model names them: nhwc where a point does not say, an unknown one as written."""
+    out = []
+    for value in np.asarray(values).astype(str):
+        try:
+            out.append(canonical_layout(value))
+        except DlexploreError:
+            out.append(value.strip().lower())
+    return np.array(out, dtype=object)
 
 
 def held_out_factors(cal: Any) -> tuple[float, float] | None:

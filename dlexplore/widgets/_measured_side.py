@@ -156,6 +156,9 @@ class MeasuredSide(CalibrationSide):
         if subset is None or "precision" not in subset.coords:
             return
         if c["precision"].value not in set(subset["precision"].values.astype(str)):
+            # no point at this precision: its layout is not the other precisions' (seq, the
+            # accumulation and the adapters are the runs')
+            getattr(self, "_adopted_model", {}).pop("layout", None)
             return
         setup = adopted_setup(subset, c["precision"].value)
         self._keep_model_settings(setup)
@@ -209,9 +212,12 @@ class MeasuredSide(CalibrationSide):
 
     def _keep_model_settings(self, setup: Mapping[str, Any]) -> None:
         """Keep the adopted settings that have no control (:data:`ADOPTED_MODEL_SETTINGS`), for
-        the workload now selected."""
-        self._adopted_model = {k: setup[k] for k in ADOPTED_MODEL_SETTINGS if k in setup}
-        self._adopted_for = self.controls["workload"].value
+        the workload now selected (none if the points' workload could not be selected)."""
+        workload = self.controls["workload"].value
+        wanted = self._catalog_workload(str(setup.get("workload", workload)))
+        same = wanted is not None and wanted.name == workload or "workload" not in setup
+        self._adopted_model = {k: setup[k] for k in ADOPTED_MODEL_SETTINGS if k in setup and same}
+        self._adopted_for = workload
 
     def _model_extras(self) -> dict[str, Any]:
         """The adopted settings the data-parallel line is predicted with: none once the workload
@@ -324,7 +330,8 @@ class MeasuredSide(CalibrationSide):
         if subset is not None and "precision" in subset.coords:
             same = subset["precision"].values.astype(str) == c["precision"].value
             subset = subset.isel(point=np.flatnonzero(same)) if same.any() else subset
-        line = {**self.settings, **({} if self._hybrid_active() else self._model_extras())}
+        own = {k: v for k, v in self._model_kwargs.items() if k in ADOPTED_MODEL_SETTINGS}
+        line = {**self.settings, **({} if self._hybrid_active() else {**self._model_extras(), **own})}
         differences = setup_differences(subset, line) if subset is not None else []
         differ = (
             f"<br><small>Measured with {html.escape('; '.join(differences))}: the error mixes the "
