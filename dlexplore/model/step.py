@@ -206,7 +206,7 @@ def predict(
         bucket_size=bucket_size,
         seq=seq,
         attention=attention,
-        layout=[normalize_layout(v) for v in layout] if is_sweep(layout) else normalize_layout(layout),
+        layout=[normalize_layout(v) for v in layout] if is_sweep(layout) else normalize_layout(str(layout)),
         framework=framework,
         transport=transport,
         servers_colocated=servers_colocated,
