@@ -205,12 +205,16 @@ def intra_link_of(name: str) -> catalog.Link:
     return link
 
 
+def layout_of(value: object) -> str:
+    """A point's CNN memory layout (:data:`dlexplore.model.operators.LAYOUTS`), nhwc (the model's
+    default) where the point does not say."""
+    text = str(value).strip()
+    return "nhwc" if text.lower() in UNSAID else normalize_layout(text)
+
+
 def layouts(values: np.ndarray) -> np.ndarray:
-    """Each point's CNN memory layout (:data:`dlexplore.model.operators.LAYOUTS`), nhwc where unsaid."""
-    return np.array(
-        ["nhwc" if str(v).strip().lower() in UNSAID else normalize_layout(str(v)) for v in values],
-        dtype=object,
-    )
+    """:func:`layout_of` of each point."""
+    return np.array([layout_of(v) for v in values], dtype=object)
 
 
 def canonical(kind: str, value: str) -> str:
@@ -230,7 +234,7 @@ def canonical(kind: str, value: str) -> str:
         if kind == "algorithm":
             return normalize_algorithm(text, "allreduce")
         if kind == "layout":
-            return "nhwc" if text.lower() in UNSAID else normalize_layout(text)
+            return layout_of(text)
     except DlexploreError:
         pass
     return text.lower()

@@ -15,8 +15,8 @@ import xarray as xr
 
 from .. import catalog
 from ..errors import DlexploreError
+from ..fit.points import UNSAID, layout_of
 from ..model.comm import normalize_algorithm
-from ..model.operators import normalize_layout
 
 __all__ = [
     "ADOPTED_MODEL_SETTINGS",
@@ -32,13 +32,6 @@ __all__ = [
 #: accumulation), the network adapters per node and the CNN's memory layout. Without them the line
 #: of a BERT table measured at 128 tokens would be predicted at the workload's 512.
 ADOPTED_MODEL_SETTINGS = ("seq", "grad_accum", "nics_per_node", "layout")
-_UNSAID = ("", "nan", "none", "unknown")
-
-
-def canonical_layout(value: str) -> str:
-    """``nhwc`` or ``nchw``; nhwc (the model's default) where ``value`` says nothing."""
-    text = str(value).strip().lower()
-    return "nhwc" if text in _UNSAID else normalize_layout(text)
 
 
 def _lower(values: Any) -> np.ndarray:
@@ -117,7 +110,7 @@ def adopted_setup(ds: xr.Dataset, precision: str | None = None) -> dict[str, Any
             out["intra_link" if link.kind == "intra" else "network"] = link.name
     if "intra_link" in ds.coords:  # the node's link, where the table names it beside the network
         named = np.asarray(ds["intra_link"].values).astype(str)
-        named = named[~np.isin(np.char.lower(named), _UNSAID)]
+        named = named[~np.isin(np.char.lower(named), UNSAID)]
         try:
             link = catalog.network(_most_common(named)) if len(named) else None
         except DlexploreError:
@@ -209,7 +202,7 @@ def _layouts(values: Any) -> np.ndarray:
     out = []
     for value in np.asarray(values).astype(str):
         try:
-            out.append(canonical_layout(value))
+            out.append(layout_of(value))
         except DlexploreError:
             out.append(value.strip().lower())
     return np.array(out, dtype=object)

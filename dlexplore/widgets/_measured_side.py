@@ -18,7 +18,7 @@ import ipywidgets as w
 import numpy as np
 import xarray as xr
 
-from .. import measured
+from .. import catalog, measured
 from ..errors import DlexploreError
 from ..plots import measured_columns
 from ._calibration import FIT_ON, CalibrationSide, error_summary
@@ -232,8 +232,6 @@ class MeasuredSide(CalibrationSide):
 
     @staticmethod
     def _catalog_workload(name: str) -> Any:
-        from .. import catalog
-
         try:
             return catalog.workload(name)
         except DlexploreError:
