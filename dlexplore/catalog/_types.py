@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 
 import numpy as np
@@ -161,6 +161,15 @@ class Workload:
             f"Workload({self.name!r}, {self.kind}, {self.params:,} parameters, {shown} GFLOP per "
             f"{self.sample_unit.rstrip('s')} forward, {len(self.layers)} layers)"
         )
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    @cached_property
+    def _hash(self) -> int:
+        # A workload keys the operator-table and resizing caches on every prediction: hashing its
+        # hundreds of layers each time was a tenth of a calibration's time.
+        return hash(tuple(getattr(self, f.name) for f in fields(self) if f.hash is not False and f.compare))
 
     @cached_property
     def params(self) -> int:
