@@ -204,6 +204,31 @@ def test_a_cnn_table_is_predicted_in_its_layout_per_precision():
     assert "Measured with layout nchw (the line: nhwc)" in text(mine.status)
 
 
+def test_a_cnn_table_is_predicted_with_its_batch_norm_fusion_per_precision():
+    # NVIDIA's MXNet ResNet-50 on a DGX-1: mixed precision with fused batch norms, FP32 without
+    explorer = Explorer(measured="nvidia-mxnet-resnet50-v1.5", gpu="V100-16GB", precision="fp16")
+    for precision, fusion, batch in (("fp16", "bn_add_relu", 192), ("fp32", "none", 96)):
+        if precision == "fp32":
+            explorer.controls["precision"].value = "fp32"
+        measured = np.array(data(explorer, "throughput_measured", "throughput"))
+        line = dlx.predict(
+            "resnet50",
+            "V100-16GB",
+            explorer.controls["network"].value,
+            gpus=[1, 2, 4, 8],
+            batch_size=batch,
+            gpus_per_node=8,
+            intra_link="NVLink2",
+            precision=precision,
+            fusion=fusion,
+        ).throughput.values
+        error = (line - measured) / measured
+        assert data(explorer, "throughput_measured", "error") == pytest.approx(error.tolist())
+        assert "fusion" not in text(explorer.status)
+    mine = Explorer(measured="nvidia-mxnet-resnet50-v1.5", gpu="V100-16GB", precision="fp16", fusion="none")
+    assert "Measured with fusion bn_add_relu (the line: none)" in text(mine.status)
+
+
 # ---------------------------------------------------------------------------------------------
 # controls and the hot path
 

@@ -302,6 +302,22 @@ def test_predict_points_takes_a_rows_own_layout():
     assert pred.throughput.values[i] < 0.8 * float(nhwc.throughput)
 
 
+def test_predict_points_takes_a_rows_own_fusion():
+    # NVIDIA's MXNet ResNet-50 fused each batch norm with its add and ReLU in mixed precision only
+    pred = predict_points("nvidia-mxnet-resnet50-v1.5")
+    ds = dlx.measured.load("nvidia-mxnet-resnet50-v1.5")
+    for precision, batch, fusion in (("fp16", 192, "bn_add_relu"), ("fp32", 96, "none")):
+        i = int(np.flatnonzero((ds.gpus.values == 1) & (ds.precision.values == precision))[0])
+        assert ds.gpu.values[i] == "V100-16GB"
+        direct = dlx.predict(
+            "resnet50", "V100-16GB", "NVLink2", gpus=1, batch_size=batch, precision=precision, fusion=fusion
+        )
+        assert pred.throughput.values[i] == pytest.approx(float(direct.throughput), rel=1e-12)
+    i = int(np.flatnonzero((ds.gpus.values == 1) & (ds.precision.values == "fp16"))[0])
+    unfused = dlx.predict("resnet50", "V100-16GB", "NVLink2", gpus=1, batch_size=192, precision="fp16")
+    assert pred.throughput.values[i] > 1.1 * float(unfused.throughput)
+
+
 def test_predict_points_communication_by_hand():
     deep = predict_points("deepbench-allreduce-p100")
     ds = dlx.measured.load("deepbench-allreduce-p100")

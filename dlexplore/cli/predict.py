@@ -74,6 +74,7 @@ def run(args: argparse.Namespace) -> None:
         "grad_accum",
         "attention",
         "layout",
+        "fusion",
         "framework",
         "transport",
         "memory_efficiency",
@@ -335,6 +336,12 @@ def _add_data_parallel_options(p: argparse.ArgumentParser) -> None:
         type=split_list,
         help="CNNs: nhwc (default, channels last) or nchw (PyTorch's default: cuDNN transposes each "
         "convolution on tensor cores)",
+    )
+    p.add_argument(
+        "--fusion",
+        type=split_list,
+        help="CNNs: none (default: batch norm, add and ReLU as separate kernels) or bn_add_relu "
+        "(one fused kernel each, as MXNet's --fuse-bn-add-relu)",
     )
     p.add_argument(
         "--framework",

@@ -114,6 +114,7 @@ PREDICT_ARGUMENTS = (
     "seq",
     "attention",
     "layout",
+    "fusion",
     "memory_efficiency",
     "kernel_time",
     "winograd_speedup",

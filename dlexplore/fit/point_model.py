@@ -37,6 +37,7 @@ from .points import (
     UNSAID,
     canonical,
     catalog_link,
+    fusions,
     intra_link_of,
     layouts,
     points_frame,
@@ -277,6 +278,7 @@ class PointModel:
         self.nics_per_node = np.array([_positive_int(v, 0) for v in self._said("nics_per_node")])
         self.seq = np.array([_positive_int(v, 0) for v in self._said("seq")])
         self.layout = layouts(self._said("layout"))
+        self.fusion = fusions(self._said("fusion"))
         self._group_points()
 
     def _group_points(self) -> None:
@@ -298,6 +300,7 @@ class PointModel:
                 self.nics_per_node,
                 self.seq,
                 self.layout,
+                self.fusion,
                 strict=True,
             )
         )
@@ -422,6 +425,7 @@ class PointModel:
             nics,
             seq,
             layout,
+            fusion,
         ) = self.group_settings[group]
         gpus_ax, batch_ax, node_ax = self.group_axes[group]
         bandwidth, latency = params["bandwidth"], params["latency"]
@@ -459,6 +463,7 @@ class PointModel:
                 # a table's seq column holds some value on every row: CNN rows ignore it
                 seq=int(seq) if seq and catalog.workload(workload).kind == "transformer" else None,
                 layout=layout,
+                fusion=fusion,
                 **{
                     name: params[name]
                     for name in ("compute_efficiency", "overlap", "gamma", *GLOBAL_DEFAULTS)

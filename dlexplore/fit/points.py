@@ -16,7 +16,7 @@ from .. import catalog
 from ..errors import DlexploreError
 from ..model.comm import normalize_algorithm, normalize_collective
 from ..model.compute import normalize_precision
-from ..model.operators import normalize_layout
+from ..model.operators import normalize_fusion, normalize_layout
 from ..model.step_grid import COMM_PARAMETERS
 
 #: The model's numeric parameters a point model can take per point (calibration fits these).
@@ -57,6 +57,7 @@ POINT_KEYWORDS = (
     "nics_per_node",
     "seq",
     "layout",
+    "fusion",
 )
 
 
@@ -212,9 +213,21 @@ def layout_of(value: object) -> str:
     return "nhwc" if text.lower() in UNSAID else normalize_layout(text)
 
 
+def fusion_of(value: object) -> str:
+    """A point's CNN batch-norm fusion (:data:`dlexplore.model.operators.FUSIONS`), none (the
+    model's default) where the point does not say."""
+    text = str(value).strip()
+    return "none" if text.lower() in UNSAID else normalize_fusion(text)
+
+
 def layouts(values: np.ndarray) -> np.ndarray:
     """:func:`layout_of` of each point."""
     return np.array([layout_of(v) for v in values], dtype=object)
+
+
+def fusions(values: np.ndarray) -> np.ndarray:
+    """:func:`fusion_of` of each point."""
+    return np.array([fusion_of(v) for v in values], dtype=object)
 
 
 def canonical(kind: str, value: str) -> str:
@@ -235,6 +248,8 @@ def canonical(kind: str, value: str) -> str:
             return normalize_algorithm(text, "allreduce")
         if kind == "layout":
             return layout_of(text)
+        if kind == "fusion":
+            return fusion_of(text)
     except DlexploreError:
         pass
     return text.lower()

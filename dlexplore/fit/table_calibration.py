@@ -306,6 +306,7 @@ def setup_table(model: PointModel, frame: pd.DataFrame, table: str) -> pd.DataFr
             nics_per_node=model.nics_per_node,
             seq=[int(v) if v else "" for v in model.seq],  # 0: the point does not say
             layout=model.layout,
+            fusion=model.fusion,
             framework=model.framework,
             transport=model.transport,
             servers_colocated=model.colocated,

@@ -248,6 +248,15 @@ COLUMNS: dict[str, Column] = {
             "nhwc (channels last) or nchw",
         ),
         Column(
+            "fusion",
+            "coord",
+            "str",
+            None,
+            "how a CNN's batch norms run with the residual add and ReLU after them",
+            _TRAIN,
+            "none (separate kernels) or bn_add_relu (one fused kernel)",
+        ),
+        Column(
             "framework",
             "coord",
             "str",

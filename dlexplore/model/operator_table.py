@@ -30,6 +30,7 @@ from .operators import (
     PHASES,
     Operators,
     bytes_per_value,
+    normalize_fusion,
     normalize_layout,
 )
 
@@ -247,10 +248,11 @@ _CNN_VECTOR = {
 }
 
 
-def _layered(b: _Builder, wl: catalog.Workload, layout: str = "nhwc") -> None:
+def _layered(b: _Builder, wl: catalog.Workload, layout: str = "nhwc", fusion: str = "none") -> None:
     """Kernels of a workload given as layers (CNNs, and the user's layer lists); with ``layout``
     nchw, the transposes cuDNN runs around each convolution on tensor cores (marked ``transpose``:
-    the caller drops them on vector units, where cuDNN convolves NCHW as it is)."""
+    the caller drops them on vector units, where cuDNN convolves NCHW as it is); with ``fusion``
+    bn_add_relu, each batch norm as one kernel with the add and ReLU that follow it."""
     first = True
     for layer in wl.layers:
         if layer.gemm is not None:
@@ -279,6 +281,13 @@ def _layered(b: _Builder, wl: catalog.Workload, layout: str = "nhwc") -> None:
         elif layer.kind in ("maxpool", "avgpool"):
             io = layer.values_in + layer.values_out
             b.vector(layer.name, "pool", io, 1.0, 2.0)
+        elif layer.kind == "bn" and fusion == "bn_add_relu" and layer.tail:
+            # One pass more than the norm's own for the residual: read forward, its gradient
+            # written backward. The ReLU's gradient reads cuDNN's bit mask of the forward.
+            added = 1.0 if "add" in layer.tail else 0.0
+            category, fwd, bwd, mask = _CNN_VECTOR["bn"]
+            b.vector(layer.name, category, layer.values_out, fwd + added, bwd + added, mask=mask)
+            continue
         elif layer.kind in _CNN_VECTOR:
             category, fwd, bwd, mask = _CNN_VECTOR[layer.kind]
             b.vector(layer.name, category, layer.values_out, fwd, bwd, mask=mask)
@@ -386,12 +395,13 @@ def _cached(
     attention: str,
     optimizer_traffic: float,
     layout: str = "nhwc",
+    fusion: str = "none",
 ) -> Operators:
     b = _Builder(bytes_per_value(precision))
     if wl.kind == "transformer":
         _transformer(b, wl.config, seq or wl.config["seq"], tp, sp, attention)
     else:
-        _layered(b, wl, layout)
+        _layered(b, wl, layout, fusion)
     # the update of this rank's parameters: one kernel per parameter tensor
     tensors = float(max(1, len(wl.gradient_params_backward)))
     b.add(
@@ -414,16 +424,18 @@ def operator_table(
     attention: str = "fused",
     optimizer_traffic: float = 20.0,
     layout: str = "nhwc",
+    fusion: str = "none",
 ) -> Operators:
     """The kernels of one training step of ``workload`` (module docstring), per sample.
 
     ``seq`` (tokens), ``tp`` (tensor-parallel degree), ``sequence_parallel`` and ``attention``
-    (:data:`ATTENTION_KERNELS`) apply to transformers, ``layout`` (:data:`LAYOUTS`) to
-    convolutions; ``optimizer_traffic`` is the optimizer's bytes per parameter (see
+    (:data:`ATTENTION_KERNELS`) apply to transformers, ``layout`` (:data:`LAYOUTS`) and ``fusion``
+    (:data:`FUSIONS`) to convolutions; ``optimizer_traffic`` is the optimizer's bytes per parameter (see
     :data:`dlexplore.model.compute.OPTIMIZER_TRAFFIC_BYTES`). Cached.
     """
     wl = catalog.workload(workload)
     layout = normalize_layout(layout)
+    fusion = normalize_fusion(fusion)
     attention = str(attention).strip().lower()
     if attention not in ATTENTION_KERNELS:
         raise DlexploreError(
@@ -447,6 +459,7 @@ def operator_table(
         attention,
         float(optimizer_traffic),
         layout,
+        fusion,
     )
 
 

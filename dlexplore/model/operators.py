@@ -90,6 +90,8 @@ __all__ = [
     "ATTENTION_KERNELS",
     "LAYOUTS",
     "normalize_layout",
+    "FUSIONS",
+    "normalize_fusion",
     "PHASES",
     "Operators",
     "operator_times",
@@ -121,6 +123,22 @@ ATTENTION_KERNELS = ("fused", "unfused", "flash")
 #: default), which cuDNN transposes around every tensor-core convolution.
 LAYOUTS = ("nhwc", "nchw")
 _LAYOUT_ALIASES = {"channels_last": "nhwc", "channels-last": "nhwc", "channels_first": "nchw"}
+
+
+#: How a CNN's batch norms run: ``none`` (the norm, the residual add and the ReLU as separate
+#: kernels: PyTorch eager, TensorFlow without XLA) or ``bn_add_relu`` (one cuDNN kernel each, the
+#: add and ReLU that follow it folded in: ``cudnnBatchNormalizationForwardTrainingEx`` with
+#: ``CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION``, as MXNet's ``--fuse-bn-relu``/``--fuse-bn-add-relu``).
+FUSIONS = ("none", "bn_add_relu")
+
+
+def normalize_fusion(fusion: str) -> str:
+    """``none`` or ``bn_add_relu`` (``bn-add-relu`` and ``bn_relu`` name the latter; blank is none)."""
+    key = str(fusion).strip().lower().replace("-", "_")
+    key = {"": "none", "bn_relu": "bn_add_relu"}.get(key, key)
+    if key not in FUSIONS:
+        raise DlexploreError(f"unknown fusion {fusion!r}; expected one of {', '.join(FUSIONS)}")
+    return key
 
 
 def normalize_layout(layout: str) -> str:

@@ -44,7 +44,7 @@ from ..errors import DlexploreError
 from .compute import normalize_precision, plateau_source
 from .conventions import finish_dataset, is_sweep
 from .memory import DEFAULT_WORKSPACE
-from .operators import normalize_layout
+from .operators import normalize_fusion, normalize_layout
 from .step_grid import CATEGORICAL_PARAMETERS, NUMERIC_PARAMETERS
 from .step_one import DEFAULT_BUCKET_SIZE, StepArrays, gradient_buckets, predict_one, step_arrays
 
@@ -89,6 +89,7 @@ def predict(
     seq: int | Sequence[int] | None = None,
     attention: str | Sequence[str] = "fused",
     layout: str | Sequence[str] = "nhwc",
+    fusion: str | Sequence[str] = "none",
     memory_efficiency: float | Sequence[float] | None = None,
     kernel_time: float | Sequence[float] | None = None,
     winograd_speedup: float | Sequence[float] | None = None,
@@ -154,6 +155,11 @@ def predict(
         tensor-core convolutions take) or ``nchw`` (PyTorch's default), for which cuDNN
         transposes each convolution's input and output on tensor cores (fp16, bf16, tf32 on
         Volta and later; nothing on vector units).
+    fusion:
+        CNNs only: ``none`` (each batch norm, residual add and ReLU its own kernel: PyTorch eager,
+        TensorFlow without XLA) or ``bn_add_relu`` (each batch norm one cuDNN kernel with the add
+        and ReLU after it, as MXNet's ``--fuse-bn-add-relu`` runs it): fewer passes over the
+        activations.
     bucket_size:
         Gradient fusion buffer, bytes (default 25 MiB, as PyTorch DDP; 64 MiB with Horovod);
         0 = one allreduce per layer.
@@ -207,6 +213,7 @@ def predict(
         seq=seq,
         attention=attention,
         layout=[normalize_layout(v) for v in layout] if is_sweep(layout) else normalize_layout(str(layout)),
+        fusion=[normalize_fusion(v) for v in fusion] if is_sweep(fusion) else normalize_fusion(str(fusion)),
         framework=framework,
         transport=transport,
         servers_colocated=servers_colocated,

@@ -57,6 +57,7 @@ CATEGORICAL_PARAMETERS = (
     "seq",
     "attention",
     "layout",
+    "fusion",
     "framework",
     "transport",
     "servers_colocated",

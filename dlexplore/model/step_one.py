@@ -39,7 +39,7 @@ from .hoststaging import host_allreduce_time, host_link, server_work_time
 from .io import io_time
 from .memory import ACTIVATION_SCALE, bytes_per_param
 from .operator_table import operator_table
-from .operators import CATEGORIES, PHASES, category_sums, normalize_layout, phase_sums
+from .operators import CATEGORIES, PHASES, category_sums, normalize_fusion, normalize_layout, phase_sums
 from .step_grid import COMM_PARAMETERS, INTEGER_PARAMETERS, NUMERIC_PARAMETERS, Grid, along, choose
 from .topology import nic_share
 
@@ -184,7 +184,7 @@ def _setup(args: dict, numeric: dict) -> _Setup:
     )
 
 
-def _compute(st: _Setup, attention: object, layout: object) -> dict:
+def _compute(st: _Setup, attention: object, layout: object, fusion: object) -> dict:
     """Every kernel of one micro-batch, then ``grad_accum`` of them and one update (s)."""
     grid = st.grid
     B, A = grid["batch_size"], grid["grad_accum"]
@@ -194,6 +194,7 @@ def _compute(st: _Setup, attention: object, layout: object) -> dict:
         attention=attention,
         optimizer_traffic=OPTIMIZER_TRAFFIC_BYTES[st.optimizer],
         layout=layout,
+        fusion=fusion,
     )
     times = kernel_times(ops, B, st.dev, st.precision, grid)
     phases = phase_sums(ops, times)
@@ -344,7 +345,7 @@ def _step(args: dict, numeric: dict, prefetch: bool, workspace: float, detail: b
     st = _setup(args, numeric)
     grid, wl, dev, precision = st.grid, st.wl, st.dev, st.precision
     P, B, G, A = grid["gpus"], grid["batch_size"], grid["gpus_per_node"], grid["grad_accum"]
-    compute = _compute(st, args["attention"], args["layout"])
+    compute = _compute(st, args["attention"], args["layout"], args["fusion"])
     per_param = bytes_per_param(precision, st.optimizer)
     buckets = gradient_buckets(wl, per_param["grads"], st.bucket_size)
     t_comm, t_comm_exposed, schedule = _communication(st, compute, buckets, detail)
@@ -473,6 +474,7 @@ def _labels(st: _Setup, args: dict, peak: float) -> dict:
         peak_flops=peak,
         attention=str(args["attention"]),
         layout=normalize_layout(args["layout"]),
+        fusion=normalize_fusion(args["fusion"]),
         framework=st.framework,
         transport=resolve_transport(st.transport, st.net),
         servers_colocated=st.colocated,

@@ -15,7 +15,7 @@ import xarray as xr
 
 from .. import catalog
 from ..errors import DlexploreError
-from ..fit.points import UNSAID, layout_of
+from ..fit.points import UNSAID, fusion_of, layout_of
 from ..model.comm import normalize_algorithm
 
 __all__ = [
@@ -29,9 +29,13 @@ __all__ = [
 
 #: Model settings the explorer has no control for but adopts from the points it is shown with
 #: (their most common value): the sequence length (tokens), the micro-batches per step (gradient
-#: accumulation), the network adapters per node and the CNN's memory layout. Without them the line
-#: of a BERT table measured at 128 tokens would be predicted at the workload's 512.
-ADOPTED_MODEL_SETTINGS = ("seq", "grad_accum", "nics_per_node", "layout")
+#: accumulation), the network adapters per node, the CNN's memory layout and its batch-norm fusion.
+#: Without them the line of a BERT table measured at 128 tokens would be predicted at the
+#: workload's 512.
+ADOPTED_MODEL_SETTINGS = ("seq", "grad_accum", "nics_per_node", "layout", "fusion")
+
+#: The adopted settings that are names, each as the model names a point's value.
+_NAMED = {"layout": layout_of, "fusion": fusion_of}
 
 
 def _lower(values: Any) -> np.ndarray:
@@ -91,8 +95,8 @@ def adopted_setup(ds: xr.Dataset, precision: str | None = None) -> dict[str, Any
     for name in ADOPTED_MODEL_SETTINGS:
         if name not in ds.coords:
             continue
-        if name == "layout":
-            out[name] = _most_common(_layouts(ds[name].values))
+        if name in _NAMED:
+            out[name] = _most_common(_named(name, ds[name].values))
             continue
         values = np.asarray(ds[name].values, dtype=float)
         values = values[np.isfinite(values)]
@@ -189,20 +193,22 @@ def setup_differences(ds: xr.Dataset, settings: Mapping[str, Any]) -> list[str]:
         have = sorted({int(v) for v in values[np.isfinite(values)]})
         if have and have != [line]:
             notes.append(words.format(_span(have), line))
-    if "layout" in ds.coords:
-        have = sorted(set(_layouts(ds["layout"].values).tolist()))
-        line = str(_layouts([settings.get("layout") or ""])[0])
-        if have != [line]:
-            notes.append(f"layout {', '.join(have)} (the line: {line})")
+    for name in _NAMED:
+        if name in ds.coords:
+            have = sorted(set(_named(name, ds[name].values).tolist()))
+            line = str(_named(name, [settings.get(name) or ""])[0])
+            if have != [line]:
+                notes.append(f"{name} {', '.join(have)} (the line: {line})")
     return notes
 
 
-def _layouts(values: Any) -> np.ndarray:
-    """Layouts as the model names them: nhwc where a point does not say, an unknown one as written."""
+def _named(name: str, values: Any) -> np.ndarray:
+    """Layouts or fusions as the model names them: its default where a point does not say, an
+    unknown one as written."""
     out = []
     for value in np.asarray(values).astype(str):
         try:
-            out.append(layout_of(value))
+            out.append(_NAMED[name](value))
         except DlexploreError:
             out.append(value.strip().lower())
     return np.array(out, dtype=object)

@@ -156,9 +156,10 @@ class MeasuredSide(CalibrationSide):
         if subset is None or "precision" not in subset.coords:
             return
         if c["precision"].value not in set(subset["precision"].values.astype(str)):
-            # no point at this precision: its layout is not the other precisions' (seq, the
-            # accumulation and the adapters are the runs')
-            getattr(self, "_adopted_model", {}).pop("layout", None)
+            # no point at this precision: its layout and fusion are not the other precisions'
+            # (seq, the accumulation and the adapters are the runs')
+            for name in ("layout", "fusion"):
+                getattr(self, "_adopted_model", {}).pop(name, None)
             return
         setup = adopted_setup(subset, c["precision"].value)
         self._keep_model_settings(setup)
