@@ -135,3 +135,18 @@ def test_bad_arguments_are_dlexplore_errors():
     assert np.isnan(nothing_fits.throughput.values).all()
     with pytest.raises(DlexploreError, match="gpus dimension"):
         best_per_gpus(dict(batch_size=[1, 2]))
+
+
+def test_lazy_takes_layout_and_fusion_as_spelled_by_the_user():
+    # predict writes channels_last as nhwc and bn-add-relu as bn_add_relu: each block must still
+    # find the value the user gave
+    kw = dict(gpus=[1, 2, 4], precision="fp16", batch_size=64)
+    lazy = predict_lazy(
+        "resnet50", "V100-16GB", layout=["channels_last", "nchw"], fusion=["none", "bn-add-relu"], **kw
+    ).compute()
+    eager = dlx.predict(
+        "resnet50", "V100-16GB", layout=["nhwc", "nchw"], fusion=["none", "bn_add_relu"], **kw
+    )
+    assert lazy.layout.values.tolist() == ["nhwc", "nchw"]
+    assert lazy.fusion.values.tolist() == ["none", "bn_add_relu"]
+    np.testing.assert_array_equal(lazy.throughput.values, eager.throughput.values)

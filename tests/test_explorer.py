@@ -204,9 +204,18 @@ def test_a_cnn_table_is_predicted_in_its_layout_per_precision():
     assert "Measured with layout nchw (the line: nhwc)" in text(mine.status)
 
 
-def test_a_cnn_table_is_predicted_with_its_batch_norm_fusion_per_precision():
-    # NVIDIA's MXNet ResNet-50 on a DGX-1: mixed precision with fused batch norms, FP32 without
-    explorer = Explorer(measured="nvidia-mxnet-resnet50-v1.5", gpu="V100-16GB", precision="fp16")
+def test_a_cnn_table_is_predicted_with_its_batch_norm_fusion_per_precision(tmp_path):
+    # a user's table in MXNet's way: mixed precision with fused batch norms, FP32 without
+    path = tmp_path / "fused.csv"
+    path.write_text(
+        "workload,gpu,network,gpus,gpus_per_node,batch_size,precision,fusion,throughput\n"
+        "resnet50,V100-16GB,NVLink2,1,1,96,fp32,,384\n"
+        "resnet50,V100-16GB,NVLink2,8,8,96,fp32,,3005\n"
+        "resnet50,V100-16GB,NVLink2,1,1,192,fp16,bn_add_relu,1376\n"
+        "resnet50,V100-16GB,NVLink2,8,8,192,fp16,bn_add_relu,10720\n",
+        encoding="utf-8",
+    )
+    explorer = Explorer(measured=path, gpu="V100-16GB", precision="fp16")
     for precision, fusion, batch in (("fp16", "bn_add_relu", 192), ("fp32", "none", 96)):
         if precision == "fp32":
             explorer.controls["precision"].value = "fp32"
@@ -215,7 +224,7 @@ def test_a_cnn_table_is_predicted_with_its_batch_norm_fusion_per_precision():
             "resnet50",
             "V100-16GB",
             explorer.controls["network"].value,
-            gpus=[1, 2, 4, 8],
+            gpus=[1, 8],
             batch_size=batch,
             gpus_per_node=8,
             intra_link="NVLink2",
@@ -225,7 +234,7 @@ def test_a_cnn_table_is_predicted_with_its_batch_norm_fusion_per_precision():
         error = (line - measured) / measured
         assert data(explorer, "throughput_measured", "error") == pytest.approx(error.tolist())
         assert "fusion" not in text(explorer.status)
-    mine = Explorer(measured="nvidia-mxnet-resnet50-v1.5", gpu="V100-16GB", precision="fp16", fusion="none")
+    mine = Explorer(measured=path, gpu="V100-16GB", precision="fp16", fusion="none")
     assert "Measured with fusion bn_add_relu (the line: none)" in text(mine.status)
 
 

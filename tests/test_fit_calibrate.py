@@ -32,10 +32,8 @@ GPUS = [1, 2, 4, 8, 16, 32, 64, 128]
 BATCHES = [8, 16, 32]
 BUCKET = 1e6  # bytes: many buckets, so that the latency term weighs
 # Communication not overlapped with the backward pass, so that the network's figures show in every
-# multi-GPU point (with overlap much of it hides behind the kernels of the per-operator compute);
-# and the GPU's own fixed time per kernel (the prior), not the fitted default, which carries a
-# framework's host time per kernel and so shrinks the network's share of these small steps.
-SERIAL = {"overlap": 0.0, "kernel_time": 2e-6}
+# multi-GPU point (with overlap much of it hides behind the kernels of the per-operator compute).
+SERIAL = {"overlap": 0.0}
 
 
 @pytest.fixture(scope="module")
@@ -285,13 +283,13 @@ def test_calibrate_tf_benchmarks_on_one_gpu():
     ):
         assert column in points.columns, column
     assert (points["error"] == (points["predicted"] - points["measured"]) / points["measured"]).all()
-    # one efficiency per workload from its one single-GPU point: those points are met exactly
+    # one efficiency per workload from its one single-GPU point: those points are met exactly,
+    # except VGG-16, whose efficiency stops at its bound of 1 (the model lacks Winograd convolutions)
     one = points[points["gpus"] == 1].set_index("workload")
-    np.testing.assert_allclose(
-        one.loc[["inception_v3", "resnet50", "resnet152", "vgg16"], "error"], 0, atol=1e-6
-    )
+    np.testing.assert_allclose(one.loc[["inception_v3", "resnet50", "resnet152"], "error"], 0, atol=1e-6)
     params = cal.params.set_index("group")
-    assert 0 < params.loc["workload=vgg16", "value"] < 1
+    assert params.loc["workload=vgg16", "value"] == pytest.approx(1.0)
+    assert "at its bound" in params.loc["workload=vgg16", "note"]
     # ResNet-50's whole step reaches 3 F x 219 images/s / 10.6 TFLOP/s = 0.51 of the P100's peak;
     # its GEMMs (the fitted plateau) must run faster than that, since the memory-bound kernels
     # (batch norm, ReLU, residual adds, pooling, the update) take time at no FLOPs
@@ -338,9 +336,9 @@ def test_calibrate_global_efficiency_has_a_standard_error():
     # the default: the P100's GEMM plateau, DeepBench's SGEMM at 8.21 of the PCIe part's 9.3 TFLOP/s
     assert row["group"] == "all" and row["default"] == pytest.approx(8.21 / 9.3)
     assert 0 < row["stderr"] < np.inf
-    # one efficiency for four networks: the spread of their single-GPU points shows (7% with the
-    # shipped defaults; test_calibrate_tf_benchmarks_on_one_gpu fits one per network, exactly)
-    assert cal.mape_fit > 0.05
+    # one efficiency for four networks: the spread of their single-GPU points shows (VGG-16's
+    # Winograd convolutions most: test_calibrate_tf_benchmarks_on_one_gpu fits one per network)
+    assert cal.mape_fit > 0.1
 
 
 def test_calibrate_real_nccl_tests_output():
@@ -432,22 +430,27 @@ def test_calibrate_dispatches_a_trace_folder_and_warns_on_one_size():
         calibrate_from_trace(TRACES / "gloo-cnn-2rank", statistic="max")
 
 
-def test_calibration_predicts_at_the_points_layout_and_sequence_length():
+def test_calibration_predicts_at_the_points_layout_and_sequence_length(tmp_path):
     # NVIDIA's PyTorch ResNet-50: the A100's TF32 rows ran NCHW. Fitted on the 1-GPU row alone
-    # (one parameter, one point), the calibration gives that row back only in its own layout (to
-    # 1%: the GEMMs reach their bound, the full TF32 peak, 0.5% short of the row, the defaults'
-    # fixed time per kernel and memory-bound passes being the rest of the step)
+    # (one parameter, one point), the calibration gives that row back only in its own layout
     table = dlx.measured.load("nvidia-pytorch-resnet50-v1.5")
     cal = calibrate(table, fit_on="gpus == 1 and precision == tf32 and gpu == A100-80GB")
     ds = cal.predict(gpu="A100-80GB", precision="tf32")
     assert str(ds.layout.values) == "nchw"
-    assert float(ds.throughput.sel(gpus=1)) == pytest.approx(938.0, rel=0.01)
+    assert float(ds.throughput.sel(gpus=1)) == pytest.approx(938.0, rel=1e-6)
     nhwc = cal.predict(gpu="A100-80GB", precision="tf32", layout="nhwc")
     assert float(nhwc.throughput.sel(gpus=1)) > 1.2 * 938.0
-    # the MXNet table's mixed-precision rows ran with fused batch norms, its FP32 rows without
-    mxnet = calibrate(dlx.measured.load("nvidia-mxnet-resnet50-v1.5"), fit_on="gpus == 1")
-    assert str(mxnet.predict(gpu="V100-16GB", precision="fp16").fusion.values) == "bn_add_relu"
-    assert str(mxnet.predict(gpu="V100-16GB", precision="fp32").fusion.values) == "none"
+    # a table whose mixed-precision rows ran with fused batch norms and FP32 rows without
+    fused = tmp_path / "fused.csv"
+    fused.write_text(
+        "workload,gpu,network,gpus,gpus_per_node,batch_size,precision,fusion,throughput\n"
+        "resnet50,V100-16GB,NVLink2,1,1,96,fp32,,384\n"
+        "resnet50,V100-16GB,NVLink2,1,1,192,fp16,bn_add_relu,1376\n",
+        encoding="utf-8",
+    )
+    mxnet = calibrate(dlx.measured.read_csv(fused), fit_on="gpus == 1")
+    assert str(mxnet.predict(precision="fp16").fusion.values) == "bn_add_relu"
+    assert str(mxnet.predict(precision="fp32").fusion.values) == "none"
     # the BERT table's 128 tokens, not the workload's 512
     bert = calibrate(dlx.measured.load("nvidia-pytorch-bert-large"), fit_on="gpus == 1")
     assert int(bert.predict(precision="tf32").seq) == 128

@@ -302,20 +302,43 @@ def test_predict_points_takes_a_rows_own_layout():
     assert pred.throughput.values[i] < 0.8 * float(nhwc.throughput)
 
 
-def test_predict_points_takes_a_rows_own_fusion():
-    # NVIDIA's MXNet ResNet-50 fused each batch norm with its add and ReLU in mixed precision only
-    pred = predict_points("nvidia-mxnet-resnet50-v1.5")
-    ds = dlx.measured.load("nvidia-mxnet-resnet50-v1.5")
-    for precision, batch, fusion in (("fp16", 192, "bn_add_relu"), ("fp32", 96, "none")):
-        i = int(np.flatnonzero((ds.gpus.values == 1) & (ds.precision.values == precision))[0])
-        assert ds.gpu.values[i] == "V100-16GB"
+def _fused_runs(folder: Path) -> Path:
+    """A user's table: NVIDIA's MXNet ResNet-50 DGX-1 rows with the fusion its runner used
+    (--fuse-bn-relu 1 --fuse-bn-add-relu 1 for float16 only)."""
+    rows = [
+        ("fp32", 96, 1, 384, ""),
+        ("fp32", 96, 8, 3005, ""),
+        ("fp16", 192, 1, 1376, "bn_add_relu"),
+        ("fp16", 192, 8, 10720, "bn-add-relu"),
+    ]
+    path = folder / "fused.csv"
+    path.write_text(
+        "workload,gpu,network,gpus,gpus_per_node,batch_size,precision,fusion,throughput\n"
+        + "".join(f"resnet50,V100-16GB,NVLink2,{g},{g},{b},{p},{f},{t}\n" for p, b, g, t, f in rows),
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_predict_points_takes_a_rows_own_fusion(tmp_path):
+    path = _fused_runs(tmp_path)
+    pred = predict_points(path)
+    # the single-GPU rows (no communication): each at its own fusion
+    for i, (precision, batch, fusion) in ((0, ("fp32", 96, "none")), (2, ("fp16", 192, "bn_add_relu"))):
         direct = dlx.predict(
             "resnet50", "V100-16GB", "NVLink2", gpus=1, batch_size=batch, precision=precision, fusion=fusion
         )
         assert pred.throughput.values[i] == pytest.approx(float(direct.throughput), rel=1e-12)
-    i = int(np.flatnonzero((ds.gpus.values == 1) & (ds.precision.values == "fp16"))[0])
     unfused = dlx.predict("resnet50", "V100-16GB", "NVLink2", gpus=1, batch_size=192, precision="fp16")
-    assert pred.throughput.values[i] > 1.1 * float(unfused.throughput)
+    assert pred.throughput.values[2] > 1.1 * float(unfused.throughput)
+    # spelled bn-add-relu on the 8-GPU row: fused as well
+    plain = tmp_path / "plain.csv"
+    plain.write_text(path.read_text(encoding="utf-8").replace("bn-add-relu", "none"), encoding="utf-8")
+    assert pred.throughput.values[3] > 1.1 * float(predict_points(plain).throughput.values[3])
+    bad = tmp_path / "bad.csv"
+    bad.write_text(path.read_text(encoding="utf-8").replace("bn_add_relu", "xla"), encoding="utf-8")
+    with pytest.raises(DlexploreError, match="unknown fusion 'xla'"):
+        predict_points(bad)
 
 
 def test_predict_points_communication_by_hand():

@@ -798,15 +798,3 @@ def test_concat_tables_of_one_kind():
     assert int(cal.points["fitted"].sum()) == 4
     with pytest.raises(dlx.DlexploreError, match="mix kinds"):
         measured.concat(["goyal-2017-resnet50", "deepbench-allreduce-p100"])
-
-
-def test_mxnet_resnet50_fusion_is_the_runners():
-    # MxNet/Classification/RN50v1.5/runner passes --fuse-bn-relu 1 --fuse-bn-add-relu 1 for float16
-    # only: each batch norm of the mixed-precision rows is one cuDNN kernel with its add and ReLU
-    ds = measured.load("nvidia-mxnet-resnet50-v1.5")
-    fusion = dict(zip(ds.precision.values.tolist(), ds.fusion.values.tolist(), strict=False))
-    assert set(zip(ds.precision.values.tolist(), ds.fusion.values.tolist(), strict=True)) == {
-        ("fp16", "bn_add_relu"),
-        ("fp32", ""),
-    }
-    assert fusion["fp16"] == "bn_add_relu"

@@ -187,10 +187,9 @@ def test_breakdown_adds_up_to_the_compute_time():
     assert ds.time_operator.attrs["units"] == "s"
     assert list(ds.operator.values) == list(CATEGORIES)
     np.testing.assert_allclose(ds.time_kernel.sum("kernel").values, ds.time_compute.values, rtol=1e-12)
-    # at tf32 on an A100 the convolutions are not the whole step: memory-bound kernels and the
-    # fixed time of each kernel weigh
+    # at tf32 on an A100 the convolutions are not the whole step: memory-bound kernels weigh
     conv = float(ds.time_operator.sel(operator="conv", batch_size=256) / ds.time_compute.sel(batch_size=256))
-    assert 0.3 < conv < 0.9
+    assert 0.4 < conv < 0.9
     ops = operator_table("resnet50", "tf32")
     times = operator_times(
         ops, np.array([32.0]), 156e12, 2039.0, compute_efficiency=0.8, memory_efficiency=0.9, kernel_time=2e-6

@@ -22,8 +22,20 @@ import xarray as xr
 
 from ..errors import DlexploreError
 from .conventions import VARIABLES, as_dataarray, is_sweep
+from .operators import normalize_fusion, normalize_layout
 from .step import label_of, predict
 from .step_grid import CATEGORICAL_PARAMETERS, NUMERIC_PARAMETERS, validate_parameter
+
+_NORMALIZE = {"layout": normalize_layout, "fusion": normalize_fusion}
+
+
+def _normalized(name: str, label: str) -> str:
+    """A categorical label as predict writes it (an unknown one as given: predict names it)."""
+    try:
+        return _NORMALIZE[name](label) if name in _NORMALIZE else label
+    except DlexploreError:
+        return label
+
 
 __all__ = ["predict_lazy", "best_per_gpus", "DEFAULT_BLOCK_POINTS"]
 
@@ -115,7 +127,12 @@ def predict_lazy(*args: Any, chunks: Mapping[str, int] | int | None = None, **kw
     dims = categorical + numeric  # predict's order: categorical sweeps first
     # A block gets coordinate labels (names); it calls predict with the objects the user gave, so a
     # user-defined workload or GPU that is not in the catalog works too.
-    originals = {n: {label_of(v): v for v in kwargs[n]} for n in categorical}
+    # Keyed by the label predict writes too: a layout or fusion is normalised there
+    # (channels_last is nhwc, bn-add-relu is bn_add_relu).
+    originals = {
+        n: {key: v for v in kwargs[n] for key in (label_of(v), _normalized(n, label_of(v)))}
+        for n in categorical
+    }
     coords = {d: as_dataarray(d, kwargs[d]).values for d in numeric}
     for d in numeric:
         validate_parameter(d, np.asarray(coords[d], dtype=float))

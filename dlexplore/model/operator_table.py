@@ -248,6 +248,10 @@ _CNN_VECTOR = {
 }
 
 
+#: The ops after a batch norm that cuDNN's fused batch norm takes in (BN + ReLU, BN + add + ReLU).
+_FUSED_TAILS = (("relu",), ("add", "relu"))
+
+
 def _layered(b: _Builder, wl: catalog.Workload, layout: str = "nhwc", fusion: str = "none") -> None:
     """Kernels of a workload given as layers (CNNs, and the user's layer lists); with ``layout``
     nchw, the transposes cuDNN runs around each convolution on tensor cores (marked ``transpose``:
@@ -281,9 +285,9 @@ def _layered(b: _Builder, wl: catalog.Workload, layout: str = "nhwc", fusion: st
         elif layer.kind in ("maxpool", "avgpool"):
             io = layer.values_in + layer.values_out
             b.vector(layer.name, "pool", io, 1.0, 2.0)
-        elif layer.kind == "bn" and fusion == "bn_add_relu" and layer.tail:
-            # One pass more than the norm's own for the residual: read forward, its gradient
-            # written backward. The ReLU's gradient reads cuDNN's bit mask of the forward.
+        elif layer.kind == "bn" and fusion == "bn_add_relu" and tuple(layer.tail) in _FUSED_TAILS:
+            # one pass more than the norm's own for the residual: read forward, its gradient
+            # written backward
             added = 1.0 if "add" in layer.tail else 0.0
             category, fwd, bwd, mask = _CNN_VECTOR["bn"]
             b.vector(layer.name, category, layer.values_out, fwd + added, bwd + added, mask=mask)

@@ -133,9 +133,8 @@ FUSIONS = ("none", "bn_add_relu")
 
 
 def normalize_fusion(fusion: str) -> str:
-    """``none`` or ``bn_add_relu`` (``bn-add-relu`` and ``bn_relu`` name the latter; blank is none)."""
-    key = str(fusion).strip().lower().replace("-", "_")
-    key = {"": "none", "bn_relu": "bn_add_relu"}.get(key, key)
+    """``none`` or ``bn_add_relu`` (``bn-add-relu`` too; blank is none)."""
+    key = str(fusion).strip().lower().replace("-", "_") or "none"
     if key not in FUSIONS:
         raise DlexploreError(f"unknown fusion {fusion!r}; expected one of {', '.join(FUSIONS)}")
     return key

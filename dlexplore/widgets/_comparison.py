@@ -166,9 +166,10 @@ def _line_seq(settings: Mapping[str, Any]) -> int | None:
 
 def setup_differences(ds: xr.Dataset, settings: Mapping[str, Any]) -> list[str]:
     """How the measured points' setup differs from the line's ``settings`` (batch_size,
-    gpus_per_node, precision, seq, grad_accum, layout), in words: ``["batch 96 per GPU (the line:
-    128)"]``. A line without ``seq`` is at its workload's sequence length, without ``grad_accum``
-    at one micro-batch per step, without ``layout`` in nhwc."""
+    gpus_per_node, precision, seq, grad_accum, layout, fusion), in words: ``["batch 96 per GPU (the
+    line: 128)"]``. A line without ``seq`` is at its workload's sequence length, without
+    ``grad_accum`` at one micro-batch per step, without ``layout`` in nhwc, without ``fusion``
+    unfused."""
     notes = []
     if "precision" in ds.coords and settings.get("precision") is not None:
         measured = set(np.asarray(ds["precision"].values).astype(str))
