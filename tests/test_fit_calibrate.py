@@ -454,3 +454,20 @@ def test_calibration_predicts_at_the_points_layout_and_sequence_length(tmp_path)
     # the BERT table's 128 tokens, not the workload's 512
     bert = calibrate(dlx.measured.load("nvidia-pytorch-bert-large"), fit_on="gpus == 1")
     assert int(bert.predict(precision="tf32").seq) == 128
+
+
+def test_a_saved_calibration_predicts_each_setup_as_before(tmp_path):
+    # NVIDIA's PyTorch ResNet-50: TF32 in NCHW, mixed precision in NHWC, each at its own batch
+    # size; saved and loaded, the calibration predicts each precision at its own setup again
+    from dlexplore.fit import load_calibration, save_calibration
+
+    cal = calibrate(dlx.measured.load("nvidia-pytorch-resnet50-v1.5"), fit_on="gpus == 1")
+    save_calibration(cal, tmp_path / "rn50.json")
+    back = load_calibration(tmp_path / "rn50.json")
+    for precision, layout, batch in (("tf32", "nchw", 256), ("fp16", "nhwc", 256)):
+        before = cal.predict(gpu="A100-80GB", precision=precision)
+        after = back.predict(gpu="A100-80GB", precision=precision)
+        assert str(after.layout.values) == layout and int(after.batch_size) == batch
+        np.testing.assert_allclose(after.throughput.values, before.throughput.values, rtol=1e-12)
+    v100 = back.predict(gpu="V100-16GB", precision="fp32")
+    assert int(v100.batch_size) == 112 and str(v100.layout.values) == "nchw"

@@ -1,6 +1,7 @@
 """A calibration as a JSON file: :func:`save_calibration` writes everything a
 :class:`~dlexplore.fit.Calibration` needs to predict and draw its band again (parameters with their
-covariance and residual variance, points, settings, notes, and a traced run's explained steps);
+covariance and residual variance, points, settings and each setup's, notes, and a traced run's
+explained steps);
 :func:`load_calibration` reads it back, naming the file and what is wrong in its errors."""
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ def save_calibration(cal: Calibration, path: str | os.PathLike) -> None:
             "values": [[_plain_number(float(x)) for x in row] for row in cov.to_numpy()],
         },
         explained=getattr(cal, "explained", None),
+        # each setup's own settings (layout, fusion, batch, sequence length ...): without them a
+        # reloaded calibration of a table predicts at the model's defaults
+        setups=None if cal.setups is None else cal.setups.to_dict(orient="records"),
     )
     with atomic_open(path, "w", encoding="utf-8") as handle:
         json.dump(data, handle, indent=1, default=str)
@@ -114,6 +118,7 @@ def load_calibration(path: str | os.PathLike) -> Calibration:
         residual_variance=_number(data.get("residual_variance")),
         dof=int(data.get("dof") or 0),
         level=data.get("level"),
+        setups=pd.DataFrame(data["setups"]) if data.get("setups") else None,
     )
     if isinstance(cal, TraceCalibration):
         cal.explained = list(data["explained"])
