@@ -71,7 +71,8 @@ batch_size, precision`` and ``throughput`` (samples/s of all GPUs together) or `
 Optional: ``algorithm``, ``gpus_per_node``, ``setup``, ``source``, ``baseline_gpus``, and the
 setup the model runs each point with: ``intra_link`` (the link inside a node, where ``network``
 names the one between nodes), ``nics_per_node``, ``grad_accum`` (micro-batches per step),
-``seq`` (tokens per sequence), ``framework``, ``transport``, ``host_staging``, ``servers`` and
+``seq`` (tokens per sequence), ``layout`` (a CNN's ``nhwc`` or ``nchw``), ``fusion`` (its batch
+norms ``none`` or ``bn_add_relu``), ``framework``, ``transport``, ``host_staging``, ``servers`` and
 ``servers_colocated`` (``_columns.py`` says what each accepts).
 
 A *hybrid* table (a ``tp`` or ``pp`` column) has one row per run of a transformer with tensor,
