@@ -29,6 +29,12 @@ from .step_grid import CATEGORICAL_PARAMETERS, NUMERIC_PARAMETERS, validate_para
 _NORMALIZE = {"layout": normalize_layout, "fusion": normalize_fusion}
 
 
+def _originals(name: str, values: Any) -> dict[str, Any]:
+    """Each value the user gave, by its label and by the label predict writes for it (a layout or
+    fusion is normalised there: channels_last is nhwc, bn-add-relu is bn_add_relu)."""
+    return {key: v for v in values for key in (label_of(v), _normalized(name, label_of(v)))}
+
+
 def _normalized(name: str, label: str) -> str:
     """A categorical label as predict writes it (an unknown one as given: predict names it)."""
     try:
@@ -127,12 +133,7 @@ def predict_lazy(*args: Any, chunks: Mapping[str, int] | int | None = None, **kw
     dims = categorical + numeric  # predict's order: categorical sweeps first
     # A block gets coordinate labels (names); it calls predict with the objects the user gave, so a
     # user-defined workload or GPU that is not in the catalog works too.
-    # Keyed by the label predict writes too: a layout or fusion is normalised there
-    # (channels_last is nhwc, bn-add-relu is bn_add_relu).
-    originals = {
-        n: {key: v for v in kwargs[n] for key in (label_of(v), _normalized(n, label_of(v)))}
-        for n in categorical
-    }
+    originals = {n: _originals(n, kwargs[n]) for n in categorical}
     coords = {d: as_dataarray(d, kwargs[d]).values for d in numeric}
     for d in numeric:
         validate_parameter(d, np.asarray(coords[d], dtype=float))
