@@ -628,6 +628,30 @@ def test_bad_values_name_line_column_and_expectation(tmp_path, row, column, expe
     assert f"expected {expect}" in message, message
 
 
+def test_bad_layout_or_fusion_names_file_line_and_the_choices(tmp_path):
+    header = f"{HEADER},layout,fusion"
+    text = (
+        f"{header}\nresnet50,P100,25GbE,1,32,fp32,100,channels_last,\n"
+        "resnet50,P100,25GbE,4,32,fp32,350,nhwc,xla\n"
+    )
+    message = _error(_write(tmp_path, text))
+    assert ", line 3:" in message and "column 'fusion'" in message, message
+    assert "expected one of none, bn_add_relu" in message, message
+    text = f"{header}\nresnet50,P100,25GbE,1,32,fp32,100,nwhc,none\n"
+    message = _error(_write(tmp_path, text))
+    assert ", line 2:" in message and "column 'layout'" in message and "nhwc, nchw" in message, message
+    # aliases, blanks and "unknown" pass, kept as written (the model reads them)
+    ok = measured.read_csv(
+        _write(
+            tmp_path,
+            f"{header}\nresnet50,P100,25GbE,1,32,fp32,100,channels_last,bn-add-relu\n"
+            f"resnet50,P100,25GbE,4,32,fp32,350,unknown,\n",
+        )
+    )
+    assert ok.layout.values.tolist() == ["channels_last", "unknown"]
+    assert ok.fusion.values.tolist() == ["bn-add-relu", ""]
+
+
 def test_row_without_any_measured_value(tmp_path):
     message = _error(_write(tmp_path, f"{HEADER}\nresnet50,P100,25GbE,4,32,fp32,\n"))
     assert ", line 2:" in message and "expected a number in throughput" in message
