@@ -25,7 +25,7 @@ from .._io import read_text
 from ..catalog import PRECISIONS
 from ..errors import DlexploreError, InputFileError, suggest
 from ..model.comm import busbw_factor, normalize_collective
-from ..model.operators import normalize_fusion, normalize_layout
+from ..model.operators import NORMALIZERS
 from ._columns import (
     COLUMNS,
     COMMUNICATION,
@@ -55,8 +55,6 @@ _CONTINUATION = re.compile(r"^#\s{2,}(\S.*)$")
 # per GPU).
 _ZERO_OK = ("servers", "zero", "nics_per_node")
 #: Text columns of hybrid tables that take one of a few values.
-#: Named settings the model knows, checked by its own rule (its aliases accepted).
-_NAMED = {"layout": normalize_layout, "fusion": normalize_fusion}
 _CHOICES = {
     "recompute": ("none", "selective", "full"),
     "schedule": ("1f1b", "gpipe", "interleaved"),
@@ -391,10 +389,10 @@ def _cell(
                 return normalize_collective(text)
             except DlexploreError as exc:
                 raise InputFileError(path, f"column 'collective': {exc}", line=number) from None
-        if column.name in _NAMED and text.lower() not in ("unknown", "nan"):
-            # checked here, where the file and line are known; kept as written
+        if column.name in NORMALIZERS and text.lower() not in ("unknown", "nan"):
+            # checked here, where the file and line are known, by the model's rule; kept as written
             try:
-                _NAMED[column.name](text)
+                NORMALIZERS[column.name](text)
             except DlexploreError as exc:
                 raise InputFileError(path, f"column {column.name!r}: {exc}", line=number) from None
         return text

@@ -22,11 +22,9 @@ import xarray as xr
 
 from ..errors import DlexploreError
 from .conventions import VARIABLES, as_dataarray, is_sweep
-from .operators import normalize_fusion, normalize_layout
+from .operators import NORMALIZERS
 from .step import label_of, predict
 from .step_grid import CATEGORICAL_PARAMETERS, NUMERIC_PARAMETERS, validate_parameter
-
-_NORMALIZE = {"layout": normalize_layout, "fusion": normalize_fusion}
 
 
 def _originals(name: str, values: Any) -> dict[str, Any]:
@@ -38,7 +36,7 @@ def _originals(name: str, values: Any) -> dict[str, Any]:
 def _normalized(name: str, label: str) -> str:
     """A categorical label as predict writes it (an unknown one as given: predict names it)."""
     try:
-        return _NORMALIZE[name](label) if name in _NORMALIZE else label
+        return NORMALIZERS[name](label) if name in NORMALIZERS else label
     except DlexploreError:
         return label
 

@@ -92,6 +92,7 @@ __all__ = [
     "normalize_layout",
     "FUSIONS",
     "normalize_fusion",
+    "NORMALIZERS",
     "PHASES",
     "Operators",
     "operator_times",
@@ -149,6 +150,10 @@ def normalize_layout(layout: str) -> str:
             f"unknown layout {layout!r}; expected one of {', '.join(LAYOUTS)} or channels_last"
         )
     return key
+
+
+#: The named CNN settings and the rule that gives each value as the model writes it.
+NORMALIZERS = {"layout": normalize_layout, "fusion": normalize_fusion}
 
 
 #: Phases of a step: the forward and backward of one micro-batch, and the optimizer update.
