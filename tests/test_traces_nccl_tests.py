@@ -24,9 +24,13 @@ DATA = Path(__file__).parent / "data" / "traces" / "nccl-tests"
 TOGETHER = DATA / "together-h100-all_reduce_ring.out"
 XXRJUN = DATA / "xxrjun-h100-2node-alltoall-sendrecv.log"
 WOHLBIER = DATA / "wohlbier-dgx2-all_gather-all_reduce.txt"
+DOCKER = DATA / "notes-a100-docker-allreduce-nccl-debug.txt"
+LUMI = DATA / "notes-lumi-mi100-rccl-old-header.txt"
+ROCM_5571 = DATA / "rocm-issue-5571-r9700-allreduce.txt"
+FAILED_124 = DATA / "nccl-tests-issue-124-failed.txt"
 
 
-@pytest.mark.parametrize("path", [TOGETHER, XXRJUN, WOHLBIER])
+@pytest.mark.parametrize("path", [TOGETHER, XXRJUN, WOHLBIER, DOCKER, LUMI, ROCM_5571, FAILED_124])
 def test_detect_format(path):
     assert detect_format(path) == "nccl-tests"
 
@@ -195,3 +199,42 @@ def test_load_trace_points_elsewhere():
 def test_all_values_finite_where_printed():
     ds = read_nccl_tests(TOGETHER)
     assert all(math.isfinite(v) for v in ds.time.values.ravel())
+
+
+def test_nccl_log_lines_of_a_host_named_by_a_digit_are_not_rows():
+    # NCCL_DEBUG=INFO in a Docker container: the host is the container id "3767c65d25c4", and two
+    # "Destroy COMPLETE" lines come between the last row and "# Out of bounds values"
+    ds = read_nccl_tests(DOCKER)
+    assert ds.bytes.values.tolist() == [134217728, 268435456, 536870912]
+    assert ds.gpus.item() == 2 and ds.collective.item() == "allreduce"
+    assert ds.time.sel(bytes=536870912).values.tolist() == pytest.approx([2789.9e-6, 2793.6e-6])
+    assert ds.busbw.sel(bytes=268435456).values.tolist() == [185.74, 186.17]
+    assert ds.attrs["avg_busbw"] == 179.465 and ds.attrs["skipped_lines"] == ""
+
+
+def test_old_rccl_tests_header_with_colons():
+    # "# nThread: 1 nGpus: 1 minBytes: 8 ...": rccl-tests of the ROCm 4 era, 2 nodes x 1 MI100
+    ds = read_nccl_tests(LUMI)
+    assert ds.sizes == {"bytes": 25, "placement": 2}
+    assert ds.bytes.values[0] == 8 and ds.bytes.values[-1] == 134217728
+    assert ds.gpus.item() == 2 and ds.attrs["nthreads"] == 1
+    assert ds.time.sel(bytes=134217728).values.tolist() == pytest.approx([17524e-6, 17502e-6])
+    assert ds.busbw.sel(bytes=67108864).values.tolist() == [7.04, 7.14]
+    assert "error" in ds and float(ds.error.max()) == 0.0
+    assert ds.attrs["avg_busbw"] == 2.31741
+
+
+def test_rccl_tests_version_line():
+    ds = read_nccl_tests(ROCM_5571)  # "rccl-tests: Version develop:33cc4df", after the header
+    assert ds.attrs["nccl_tests_version"] == "rccl-tests develop:33cc4df"
+    assert ds.sizes == {"bytes": 25, "placement": 2} and ds.gpus.item() == 2
+    assert ds.attrs["avg_busbw"] == 3.51213
+
+
+def test_a_test_that_died_names_what_it_reported():
+    with pytest.raises(
+        InputFileError,
+        match=r"nccl-tests-issue-124-failed\.txt, line 41: the result table has a header but no rows; "
+        r"the test reported: \"NCCL WARN Cuda failure 'CUDA driver is a stub library'\"",
+    ):
+        read_nccl_tests(FAILED_124)

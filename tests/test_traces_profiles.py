@@ -96,6 +96,16 @@ def test_nccl_log_rccl_hand_counts():
     assert ops["rank"].isna().all()  # no globalrank, no init line: unknown, not the device
 
 
+def test_nccl_log_rccl7_acc_field():
+    # RCCL 7 prints "acc (nil)" between recvbuff and count; the rank is each line's globalrank
+    ops = read_nccl_log(NCCL / "rccl7-gfx1100-acc-nil.log")
+    assert len(ops) == 16 and set(ops["collective"]) == {"allreduce"}
+    assert sorted(ops["op_count"].tolist()) == sorted(list(range(8)) * 2)
+    assert ops["bytes"].tolist() == [4.0] * 16  # count 1 of datatype 7 (float32)
+    assert ops.groupby("pid")["rank"].unique().map(list).to_dict() == {829507: [0], 829508: [1]}
+    assert ops["line"].iloc[0] == 11 and ops["nranks"].tolist() == [2] * 16
+
+
 def test_nccl_log_interleaved_and_lost_prefixes():
     with pytest.warns(UserWarning, match="lines \\[6\\]"):
         ops = read_nccl_log(NCCL / "nccl-issue-147.log")

@@ -9,7 +9,8 @@
         datatype 7 op 0 root 0 comm 0x55bef0201370 [nranks=4] stream 0x.. [task 0 globalrank 2]
 
 ``opCount`` is hexadecimal (NCCL prints it with ``%lx``); ``[dev]`` is the CUDA device, not the
-rank; RCCL may put a timestamp before ``NCCL INFO`` and append ``task``/``globalrank``. The rank is
+rank; RCCL may put a timestamp before ``NCCL INFO``, an ``acc <ptr>`` after ``recvbuff`` (RCCL 7)
+and append ``task``/``globalrank``. The rank is
 the ``globalrank`` when logged, else the rank of the ``ncclCommInitRank comm 0x.. rank R nranks
 N`` line of the same process and communicator, else unknown (<NA>). With ``TUNING`` NCCL also logs
 its choice, ``[Coll: ]<bytes> Bytes -> Algo <a> proto <p> [time <us>|channel...]`` (numbers in
@@ -67,7 +68,7 @@ PROTOCOLS = ("ll", "ll128", "simple")
 _PREFIX = r"(?:(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:\d+ )?NCCL INFO )"
 _OP = re.compile(
     _PREFIX + r"?(?P<coll>[A-Za-z]+): opCount (?P<op>[0-9a-fA-F]+) sendbuff (?P<send>\S+) "
-    r"recvbuff (?P<recv>\S+) count (?P<count>\d+) datatype (?P<dt>\d+) op (?P<redop>\d+) "
+    r"recvbuff (?P<recv>\S+) (?:acc \S+ )?count (?P<count>\d+) datatype (?P<dt>\d+) op (?P<redop>\d+) "
     r"root (?P<root>\d+) comm (?P<comm>\S+) \[nranks=(?P<nranks>\d+)\] stream (?P<stream>\S+)"
     r"(?: task (?P<task>\d+) globalrank (?P<grank>\d+))?"
 )

@@ -18,7 +18,10 @@ row per message size with an out-of-place and an in-place measurement::
 The columns are read from the column header line, so every version is understood: recent ones
 (``size count type redop root`` then ``time algbw busbw #wrong`` twice; ``#wrong`` is a count of
 wrong elements, ``N/A`` where not checked), older ones without ``root`` for all-reduce or without
-``redop`` for all-gather, whose last column is ``error`` (the largest error, ``2e-07``).
+``redop`` for all-gather, whose last column is ``error`` (the largest error, ``2e-07``). rccl-tests
+print the same tables (older ones a header with colons, ``# nThread: 1 nGpus: 1 ...``, and their
+version as ``rccl-tests: Version ...``); ``NCCL_DEBUG=INFO`` lines between the rows are skipped, and a
+test that died before its first row is refused with the first error it reported.
 
 The result of one test is an ``xarray.Dataset`` on dims ``bytes`` (the ``size`` column, bytes, as
 nccl-tests counts it: the buffer of each rank for all-reduce, broadcast and reduce, the total

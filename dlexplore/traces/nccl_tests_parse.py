@@ -47,13 +47,22 @@ _BINARY = re.compile(
 )
 
 
-_HEADER = re.compile(r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
+# older nccl-tests and rccl-tests print "# nThread: 1 nGpus: 1 minBytes: 8 ..."
+_HEADER = re.compile(r"^#\s*nThread:?\s+(\d+)\s+nGpus:?\s+(\d+)")
 
 
 _DEVICE = re.compile(r"^#\s+Rank\s+\d+\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+")
 
 
 _VERSION = re.compile(r"^#\s*nccl-tests version\s+(.*)$")
+
+
+# rccl-tests print their version on a line of its own, not a comment
+_RCCL_VERSION = re.compile(r"^rccl-tests:\s*Version\s+(.*)$")
+
+
+# what nccl-tests print when a test dies ("host: Test NCCL failure all_reduce.cu:44 '...'")
+_FAILURE = re.compile(r"Test (?:NCCL|CUDA|HIP) failure .*|NCCL WARN .*")
 
 
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s*(\w*)")
@@ -93,6 +102,7 @@ class Test:
     out_of_bounds: str = ""
     skipped: list[int] = field(default_factory=list)
     closed: bool = False
+    failure: str = ""  # the first error nccl-tests or NCCL reported after the test's header
 
 
 def canonical_collective(name: str) -> str:
@@ -126,8 +136,9 @@ def parse(path: Path) -> list[Test]:
         )
     for test in tests:
         if not test.rows:
+            why = f"; the test reported: {test.failure!r}" if test.failure else " (truncated output?)"
             raise InputFileError(
-                path, "the result table has a header but no rows (truncated output?)", line=test.column_line
+                path, f"the result table has a header but no rows{why}", line=test.column_line
             )
     return tests
 
@@ -153,6 +164,12 @@ class _Scanner:
         if stripped.startswith("#"):
             self._comment(number, stripped, in_table)
             return
+        if _NCCL_LOG.match(stripped):
+            # before the row test: a host named by a container id ("3767c65d25c4:880:880 [1] NCCL
+            # INFO ...") starts with a digit
+            if current is not None and not current.failure and (failure := _FAILURE.search(stripped)):
+                current.failure = failure.group(0)
+            return
         if in_table and _ROW_START.match(line):
             fields = _fill_blanks(line.split(), current.columns)
             if len(fields) != len(current.columns):
@@ -165,8 +182,18 @@ class _Scanner:
                 )
             current.rows.append((number, fields))
             return
-        if in_table and not _NCCL_LOG.match(stripped):
+        if current is not None and not current.failure and (failure := _FAILURE.search(stripped)):
+            current.failure = failure.group(0)
+        if in_table:
             current.skipped.append(number)
+            return
+        match = _RCCL_VERSION.match(stripped)
+        if match:
+            version = f"rccl-tests {match.group(1).strip()}"
+            if current is not None and not current.columns and not current.version:
+                current.version = version  # rccl-tests print it after the test's header
+            else:
+                self.version = version
             return
         match = _BINARY.search(stripped)
         if match and not in_table:
