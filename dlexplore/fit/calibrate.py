@@ -132,7 +132,9 @@ def calibrate(
         all run inside one node, else ``bandwidth`` and ``latency``.
     per:
         One value per group of points: a column (``"workload"``), columns (``("workload",
-        "precision")``), or ``{parameter: columns}``; default one value for all points.
+        "precision")``), or ``{parameter: columns}``; default one value for all points. Points whose
+        group columns are all blank (empty, NaN) belong to no group: they keep the parameter's
+        default.
     level:
         Nominal coverage of the prediction intervals (``points["lower"]``, ``points["upper"]``,
         ``in_band``; and of :meth:`Calibration.predict`'s bounds), :mod:`dlexplore.fit.band`;

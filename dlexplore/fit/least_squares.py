@@ -326,8 +326,14 @@ def free_parameters(
             groups = []
             for g, key in enumerate(uniques):
                 first = rows[int(np.flatnonzero(codes == g)[0])]  # labelled as the table writes it
+                if all(_blank(v) for v in first):
+                    continue  # points that name no group keep their defaults
                 label = ", ".join(f"{c}={v}" for c, v in zip(columns, first, strict=True))
                 groups.append((label, codes == g, tuple(key)))
+            if not groups:
+                raise DlexploreError(
+                    f"per {name}: every point's {', '.join(columns)} is blank, so no group is left to fit"
+                )
         else:
             groups = [("all", None, ())]
         for label, members, key in groups:
@@ -343,6 +349,13 @@ def free_parameters(
                 start = PARAMETERS[name].typical
             free.append(Free(name, label, members, default, start, 0, key=key))
     return free
+
+
+def _blank(value: Any) -> bool:
+    """A cell that names no group: empty, NaN or None."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return True
+    return str(value).strip().lower() in ("", "nan", "none", "<na>")
 
 
 def covariance_frame(free: list[Free]) -> pd.DataFrame:
