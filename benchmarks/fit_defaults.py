@@ -1,17 +1,24 @@
 """Fit the model's default efficiencies and overheads to the bundled published measurements.
 
-Writes ``data/catalog/defaults.csv`` and ``data/catalog/gemm_fitted.csv``, the defaults every
-uncalibrated prediction uses, so that they are the best the shipped data can give rather than round
-figures:
+Writes ``data/catalog/defaults.csv``, ``data/catalog/defaults_by_architecture.csv`` and
+``data/catalog/gemm_fitted.csv``, the defaults every uncalibrated prediction uses, so that they are
+the best the shipped data can give rather than round figures:
 
-    python benchmarks/fit_defaults.py            # fit and write both files
+    python benchmarks/fit_defaults.py            # fit and write the three files
     python benchmarks/fit_defaults.py --check    # exit 1 if a committed file is not what the fit gives
 
 Method (``dlexplore.calibrate`` on every bundled training table at once, ``measured.concat``):
 
-- fitted jointly, one value for all points, by least squares on log(predicted / measured):
-  ``memory_efficiency``, ``kernel_time``, ``winograd_speedup`` (compute), ``tcp_efficiency``,
+- fitted jointly, by least squares on log(predicted / measured), one value for all points:
+  ``memory_efficiency``, ``winograd_speedup`` (compute), ``tcp_efficiency``,
   ``ps_efficiency`` and ``negotiation_time`` (communication; only the Horovod tables inform them);
+- ``kernel_time`` one value for each GPU architecture (``data/catalog/defaults_by_architecture.csv``):
+  the fixed time per kernel is as much the framework's as the chip's, and the bundled runs of one
+  architecture are those of one software generation (TensorFlow 1.x and Caffe2 on Pascal, 2017;
+  MXNet on Volta); an architecture whose runs do not determine it takes the prior with the GPUs
+  that have no bundled runs (its points are left out of the parameter's groups: ``per`` with a
+  blank group) and the data-parallel tables' framework settings that differ are their columns
+  (MXNet's fused batch norms, ``fusion``);
 - a parameter the points do not determine (not identifiable, or a standard error above half its
   value) keeps its prior, a published figure named below, and the others are fitted again;
 - the GEMM plateau (``compute_efficiency``) of each GPU and precision that bundled hybrid (LLM)
@@ -44,19 +51,21 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 import dlexplore as dlx
 from dlexplore._io import atomic_open
-from dlexplore.catalog.defaults import DEFAULTS_COLUMNS
+from dlexplore.catalog.defaults import ARCHITECTURE_COLUMNS, DEFAULTS_COLUMNS
 from dlexplore.catalog.gemm import FITTED_COLUMNS
 from dlexplore.fit.hybrid import HYBRID_DEFAULTS  # what a table's row takes where it does not say
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "data" / "catalog" / "defaults.csv"
 PLATEAUS = ROOT / "data" / "catalog" / "gemm_fitted.csv"
+ARCHITECTURES = ROOT / "data" / "catalog" / "defaults_by_architecture.csv"
 UNDETERMINED = 0.5  # a standard error above this share of the value: the data do not determine it
 
 
@@ -179,53 +188,114 @@ def training_tables() -> list[str]:
     ]
 
 
-def fit(names: list[str]) -> tuple[dict[str, tuple[float, float, str]], dict[str, float]]:
-    """Fitted values ``{name: (value, stderr, how)}`` and the in-sample MAPE of each table."""
+#: Fitted for each GPU architecture apart, where that architecture's runs determine it: the fixed
+#: time per kernel is as much the framework's (its dispatch, its unfused kernels) as the chip's, and
+#: the bundled runs of one architecture are those of one software generation.
+BY_ARCHITECTURE = ("kernel_time",)
+
+
+@dataclass
+class Fit:
+    """What :func:`fit` gives: ``values`` ``{name: (value, stderr, how)}``, the in-sample MAPE of
+    each table, and the rows of ``defaults_by_architecture.csv``."""
+
+    values: dict[str, tuple[float, float, str]]
+    mape: dict[str, float]
+    architectures: list[dict]
+
+
+def _group_column(name: str) -> str:
+    return f"{name}_architecture"
+
+
+def _undetermined(row: pd.Series) -> bool:
+    return not bool(row["identifiable"]) or not float(row["stderr"]) <= UNDETERMINED * abs(
+        float(row["value"])
+    )
+
+
+def fit(names: list[str]) -> Fit:
+    """The defaults fitted to the tables ``names`` (module docstring)."""
     combined = dlx.measured.concat(names, name="bundled training tables")
+    architecture = [dlx.catalog.gpu(str(g)).architecture for g in combined["gpu"].values]
+    for name in BY_ARCHITECTURE:  # blank: the points of an architecture that keeps the prior
+        combined = combined.assign_coords(
+            {_group_column(name): ("point", np.array(architecture, dtype=object))}
+        )
     priors = {name: prior.value for name, prior in PRIORS.items()}
     free = list(FITTED)
     held: dict[str, str] = {}
+    held_groups: dict[str, list[str]] = {name: [] for name in BY_ARCHITECTURE}
     while True:
+        per = {n: _group_column(n) for n in BY_ARCHITECTURE if n in free}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             # the priors are the held parameters' values and the fitted ones' starting points, so
-            # the fit does not depend on the defaults file it rewrites
+            # the fit does not depend on the defaults files it rewrites
             # level=None: no prediction intervals for the points (one evaluation per parameter
             # each round), which the defaults file does not use
-            cal = dlx.calibrate(combined, params=free, level=None, **priors)
-        rows = cal.params.set_index("name")
-        undetermined = [
-            n
-            for n in free
-            if not bool(rows.loc[n, "identifiable"])
-            or not float(rows.loc[n, "stderr"]) <= UNDETERMINED * abs(float(rows.loc[n, "value"]))
-        ]
-        if not undetermined:
-            break
-        for name in undetermined:
-            stderr = float(rows.loc[name, "stderr"])
-            held[name] = (
-                f"not determined by the bundled tables (fitted {float(rows.loc[name, 'value']):.3g}"
-                f" +- {stderr:.2g}): the prior"
-            )
+            cal = dlx.calibrate(combined, params=free, per=per, level=None, **priors)
+        rows = cal.params
+        changed = False
+        for name in list(free):
+            mine = rows[rows["name"] == name]
+            if name in per:
+                for _, row in mine[[_undetermined(r) for _, r in mine.iterrows()]].iterrows():
+                    group = str(row["group"]).split("=", 1)[1]
+                    held_groups[name].append(
+                        f"{group} (fitted {float(row['value']):.3g} +- {float(row['stderr']):.2g})"
+                    )
+                    column = combined[_group_column(name)].values.copy()
+                    column[column == group] = ""
+                    combined = combined.assign_coords({_group_column(name): ("point", column)})
+                    changed = True
+                if (combined[_group_column(name)].values != "").any():
+                    continue
+            elif not _undetermined(mine.iloc[0]):
+                continue
+            row = mine.iloc[0]
+            if name not in per:
+                held[name] = (
+                    f"not determined by the bundled tables (fitted {float(row['value']):.3g}"
+                    f" +- {float(row['stderr']):.2g}): the prior"
+                )
             free.remove(name)
-        if not free:
+            changed = True
+        if not changed or not free:
             break
+    return Fit(*_values(cal, free, held, held_groups, names), _architecture_rows(cal, free, names, combined))
+
+
+def _values(
+    cal: Any, free: list[str], held: dict[str, str], held_groups: dict[str, list[str]], names: list[str]
+) -> tuple[dict[str, tuple[float, float, str]], dict[str, float]]:
+    """The defaults.csv rows and the in-sample MAPE of each table."""
+    rows = cal.params.set_index("name")
+    fitted_points = int(cal.points["fitted"].sum())
     values: dict[str, tuple[float, float, str]] = {}
     for name, prior in PRIORS.items():
-        if name in free:
+        if name in free and name not in BY_ARCHITECTURE:
             values[name] = (
                 float(rows.loc[name, "value"]),
                 float(rows.loc[name, "stderr"]),
                 f"fitted by benchmarks/fit_defaults.py to the {len(names)} bundled "
-                f"training tables ({int(cal.points['fitted'].sum())} points)",
+                f"training tables ({fitted_points} points)",
             )
+        elif name in BY_ARCHITECTURE:
+            groups = held_groups[name]
+            how = (
+                "the prior, for the GPUs of an architecture without a value of its own in "
+                "defaults_by_architecture.csv (fitted there where an architecture's bundled runs determine it"
+            )
+            how += f"; not determined for {', '.join(groups)})" if groups else ")"
+            values[name] = (prior.value, math.nan, f"{how}; {prior.source}")
         else:
             values[name] = (
                 prior.value,
                 math.nan,
                 held.get(name, "not fitted") + "; " + prior.source if name in held else prior.source,
             )
+    combined = dlx.measured.concat(names, name="bundled training tables")
     sources = combined["source"].values
     mape = {}
     for name in names:
@@ -234,6 +304,35 @@ def fit(names: list[str]) -> tuple[dict[str, tuple[float, float, str]], dict[str
         errors = cal.points["error"].to_numpy(dtype=float)[mask]
         mape[name] = float(np.nanmean(np.abs(errors)))
     return values, mape
+
+
+def _architecture_rows(cal: Any, free: list[str], names: list[str], combined: Any) -> list[dict]:
+    """The rows of defaults_by_architecture.csv: each architecture's fitted value, with the tables
+    and the number of points it was fitted to."""
+    out = []
+    fitted = cal.points["fitted"].to_numpy(dtype=bool)
+    for _, row in cal.params[cal.params["name"].isin([n for n in BY_ARCHITECTURE if n in free])].iterrows():
+        column, architecture = str(row["group"]).split("=", 1)
+        members = combined[column].values.astype(str) == architecture
+        sources = combined["source"].values[members]
+        tables = [n for n in names if np.isin(sources, _sources(n)).any()]
+        gpus = sorted({str(g) for g in combined["gpu"].values[members]})
+        out.append(
+            {
+                "architecture": architecture,
+                "parameter": str(row["name"]),
+                "value": float(row["value"]),
+                "stderr": float(row["stderr"]),
+                "points": int((members & fitted).sum()),
+                "source": f"fitted by benchmarks/fit_defaults.py with the other defaults to the bundled "
+                f"runs on {', '.join(gpus)}: {', '.join(tables)}",
+            }
+        )
+    return out
+
+
+def _sources(name: str) -> np.ndarray:
+    return np.unique(dlx.measured.load(name)["source"].values)
 
 
 def _hybrid_rows() -> pd.DataFrame:
@@ -342,16 +441,27 @@ def render_plateaus(plateaus: list[dict]) -> str:
         ),
         ",".join(FITTED_COLUMNS),
     ]
-    for p in plateaus:
-        cells = [
-            p["gpu"],
-            p["precision"],
-            f"{p['efficiency']:.6g}",
-            f"{p['stderr']:.3g}",
-            str(p["points"]),
-            p["source"],
-        ]
-        lines.append(",".join(f'"{c}"' if "," in c else c for c in cells))
+    lines += [_fitted_row(p["gpu"], p["precision"], p["efficiency"], p) for p in plateaus]
+    return "\n".join(lines) + "\n"
+
+
+def _fitted_row(key: str, name: str, value: float, row: dict) -> str:
+    """One CSV line of a fitted value: its key, name, value, standard error, points and source."""
+    cells = [key, name, f"{value:.6g}", f"{row['stderr']:.3g}", str(row["points"]), row["source"]]
+    return ",".join(f'"{c}"' if "," in c else c for c in cells)
+
+
+def render_architectures(rows: list[dict]) -> str:
+    lines = [
+        "# dlexplore model defaults fitted for one GPU architecture, by benchmarks/fit_defaults.py:",
+        "# do not edit. Fitted together with defaults.csv (least squares on log(predicted/measured))",
+        "# where the bundled runs of the architecture determine the parameter (standard error at most",
+        f"# {UNDETERMINED:.0%} of the value); dlexplore.catalog.model_default gives a GPU of that",
+        "# architecture this value instead of defaults.csv's. It describes the runs it was fitted to:",
+        "# their software (framework, libraries) as much as the chip.",
+        ",".join(ARCHITECTURE_COLUMNS),
+    ]
+    lines += [_fitted_row(r["architecture"], r["parameter"], r["value"], r) for r in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -393,13 +503,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("-o", "--output", type=Path, default=OUTPUT)
     parser.add_argument("--plateaus", type=Path, default=PLATEAUS, help="where the fitted GEMM plateaus go")
+    parser.add_argument(
+        "--architectures",
+        type=Path,
+        default=ARCHITECTURES,
+        help="where the defaults fitted for one GPU architecture go",
+    )
     args = parser.parse_args(argv)
     names = training_tables()
     with dlx.catalog.published_plateaus():  # neither fit may depend on the plateaus it rewrites
-        values, mape = fit(names)
-        plateaus = fit_plateaus(values)
+        result = fit(names)
+        plateaus = fit_plateaus(result.values)
     _separate(names, plateaus)
-    outputs = {args.output: render(values, mape, held_out_tables()), args.plateaus: render_plateaus(plateaus)}
+    outputs = {
+        args.output: render(result.values, result.mape, held_out_tables()),
+        args.plateaus: render_plateaus(plateaus),
+        args.architectures: render_architectures(result.architectures),
+    }
     if args.check:
         stale = [
             path

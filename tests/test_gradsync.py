@@ -247,3 +247,63 @@ def test_fit_defaults_holds_out_the_training_tables_of_a_gpu_whose_plateau_is_fi
     header = text.split("\nparameter,")[0]
     assert all(f"#   {name} (" in header for name in held)
     assert not any(f"#   {name}: " in header for name in held)  # no in-sample MAPE for them
+
+
+def _architecture_rows() -> dict[tuple[str, str], float]:
+    import csv
+
+    path = ROOT / "data" / "catalog" / "defaults_by_architecture.csv"
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = csv.DictReader(line for line in handle if not line.startswith("#"))
+        return {(r["architecture"], r["parameter"]): float(r["value"]) for r in rows}
+
+
+def test_a_gpu_takes_its_architectures_fitted_kernel_time():
+    """data/catalog/defaults_by_architecture.csv's Pascal kernel time serves every Pascal GPU, in
+    dlexplore.predict and in the measured tables' point model alike; other architectures and GPUs
+    the catalog lacks take defaults.csv's. The kernel time is added once per kernel, so the step
+    of one GPU grows by (kernels) x (the difference)."""
+    from dlexplore.model.operator_table import operator_table
+
+    pascal = _architecture_rows()[("Pascal", "kernel_time")]
+    general = dlx.catalog.model_defaults()["kernel_time"].value
+    assert pascal > 10 * general
+    for gpu in ("P100", "P100-PCIe", "GTX1080Ti"):
+        assert dlx.catalog.model_default("kernel_time", gpu) == pascal
+    for gpu in ("V100-16GB", "A100-80GB", "no-such-gpu", None):
+        assert dlx.catalog.model_default("kernel_time", gpu) == general
+    setup = dict(workload="resnet50", gpus=1, batch_size=64, precision="fp32")
+    default = dlx.predict(gpu="P100", **setup)
+    assert default.kernel_time.attrs["source"].startswith(
+        f"P100: default {pascal:.3g}, fitted for Pascal GPUs"
+    )
+    assert dlx.predict(gpu="A100-80GB", **setup).kernel_time.attrs["source"].endswith("defaults.csv")
+    assert float(default.step_time) == float(dlx.predict(gpu="P100", kernel_time=pascal, **setup).step_time)
+    kernels = operator_table("resnet50", "fp32").kernels.sum()
+    at_general = dlx.predict(gpu="P100", kernel_time=general, **setup)
+    grown = float(default.step_time - at_general.step_time)
+    assert grown == pytest.approx(kernels * (pascal - general), rel=1e-9)
+    points = dlx.fit.predict_points("tf-benchmarks-2017-dgx1")
+    one = points.isel(
+        point=int(np.flatnonzero((points.gpus.values == 1) & (points.workload.values == "resnet50"))[0])
+    )
+    assert float(one.throughput) == pytest.approx(float(default.throughput), rel=1e-9)
+
+
+def test_defaults_by_architecture_name_a_known_parameter(tmp_path, monkeypatch):
+    path = tmp_path / "catalog" / "defaults_by_architecture.csv"
+    path.parent.mkdir()
+    for name in ("defaults.csv", "gpus.csv"):
+        (path.parent / name).write_text((ROOT / "data" / "catalog" / name).read_text(encoding="utf-8"))
+    path.write_text("architecture,parameter,value,stderr,points,source\nPascal,kernel_tim,1e-4,,3,typo\n")
+    monkeypatch.setattr("dlexplore.catalog.defaults.data_dir", lambda: tmp_path)
+    dlx.catalog.model_defaults.cache_clear()
+    dlx.catalog.architecture_defaults.cache_clear()
+    try:
+        with pytest.raises(
+            InputFileError, match=r"defaults_by_architecture\.csv, line 2: 'kernel_tim' is not"
+        ):
+            dlx.catalog.architecture_defaults()
+    finally:
+        dlx.catalog.model_defaults.cache_clear()
+        dlx.catalog.architecture_defaults.cache_clear()

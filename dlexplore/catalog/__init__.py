@@ -7,7 +7,7 @@ variable, a list of files separated by ``os.pathsep``) without editing the packa
 """
 
 from ._types import GPU, PRECISIONS, Layer, Link, StorageTier, Workload
-from .defaults import ModelDefault, model_default, model_defaults
+from .defaults import ModelDefault, architecture_defaults, model_default, model_defaults
 from .gemm import (
     GemmEfficiency,
     fitted_plateaus,
@@ -48,6 +48,7 @@ __all__ = [
     "published_plateaus",
     "GemmEfficiency",
     "model_defaults",
+    "architecture_defaults",
     "model_default",
     "ModelDefault",
     "with_sequence",

@@ -148,8 +148,9 @@ class PointModel:
             "gamma": np.full(n, float(kw.get("gamma", 0.0))),
             "servers": servers,
         }
-        for name in GLOBAL_DEFAULTS:
-            defaults[name] = np.full(n, float(kw[name]) if name in kw else model_default(name))
+        for name in GLOBAL_DEFAULTS:  # per point: a GPU architecture may have its own fitted default
+            by_gpu = {str(g): kw[name] if name in kw else model_default(name, str(g)) for g in set(gpu_names)}
+            defaults[name] = np.array([float(by_gpu[str(g)]) for g in gpu_names], dtype=float)
         self._resolve_links(networks, intra, gpu_names)
         if self.table == "training":
             self._resolve_training(defaults)

@@ -18,7 +18,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from ..catalog import GPU, PRECISIONS, gemm_plateau, model_default
+from ..catalog import GPU, PRECISIONS, architecture_defaults, gemm_plateau, model_default
+from ..catalog import gpu as catalog_gpu
 from ..catalog.gemm import unit_kind
 from ..errors import DlexploreError
 from .operators import Operators, operator_times
@@ -38,6 +39,7 @@ __all__ = [
     "compute_defaults",
     "fill_compute_defaults",
     "plateau_source",
+    "default_source",
     "kernel_times",
 ]
 
@@ -106,6 +108,19 @@ def default_compute_efficiency(precision: str, gpu: GPU | str | None = None) -> 
     return gemm_plateau(gpu, precision).value
 
 
+def default_source(name: str, gpus: Sequence[GPU | str]) -> str:
+    """Where the default of the compute parameter ``name`` comes from on each of ``gpus``, for the
+    ``source`` attribute of a prediction's variable: the GPU's architecture's fitted value
+    (``defaults_by_architecture.csv``) or ``defaults.csv``'s."""
+    said = {}
+    for gpu in gpus:
+        device = gpu if isinstance(gpu, GPU) else catalog_gpu(gpu)
+        fitted = architecture_defaults().get((device.architecture, name))
+        where = f"fitted for {device.architecture} GPUs ({fitted.source})" if fitted else "defaults.csv"
+        said[device.name] = f"default {model_default(name, device):.3g}, {where}"
+    return "; ".join(f"{k}: {v}" for k, v in said.items())
+
+
 def plateau_source(gpus: Sequence[GPU | str], precisions: Sequence[str]) -> str:
     """Where the default GEMM plateau of each ``gpus`` x ``precisions`` comes from, for the
     ``source`` attribute of a prediction's ``compute_efficiency`` (:func:`gemm_plateau`'s rule)."""
@@ -122,10 +137,11 @@ def plateau_source(gpus: Sequence[GPU | str], precisions: Sequence[str]) -> str:
 def compute_defaults(gpu: GPU | str, precision: str) -> dict[str, float]:
     """Default of every :data:`COMPUTE_PARAMETERS` entry for ``gpu`` at ``precision``: the GEMM
     plateau (fitted to bundled runs, else published GEMM measurements), the others from
-    :func:`dlexplore.catalog.model_defaults`."""
+    :func:`dlexplore.catalog.model_default` (the GPU's architecture's fitted value where there is
+    one)."""
     out = {"compute_efficiency": default_compute_efficiency(precision, gpu)}
     for name in COMPUTE_PARAMETERS[1:]:
-        out[name] = model_default(name)
+        out[name] = model_default(name, gpu)
     return out
 
 

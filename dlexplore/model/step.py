@@ -41,7 +41,7 @@ import xarray as xr
 
 from .. import catalog, validation
 from ..errors import DlexploreError
-from .compute import normalize_precision, plateau_source
+from .compute import default_source, normalize_precision, plateau_source
 from .conventions import finish_dataset, is_sweep
 from .memory import DEFAULT_WORKSPACE
 from .operators import normalize_fusion, normalize_layout
@@ -265,6 +265,9 @@ def predict(
         ds["compute_efficiency"].attrs["source"] = plateau_source(
             _each(args["gpu"]), _each(args["precision"])
         )
+    for name in ("memory_efficiency", "kernel_time", "winograd_speedup", "flash_efficiency"):
+        if numeric[name] is None and name in ds:  # and which default
+            ds[name].attrs["source"] = default_source(name, _each(args["gpu"]))
     title = "data-parallel training step"
     return finish_dataset(ds, title=title)
 
