@@ -545,3 +545,23 @@ def test_without_msgspec_the_reader_gives_the_same_trace(tmp_path, nccl):
     if nccl.memory is not None:
         pd.testing.assert_frame_equal(without.memory, nccl.memory)
     assert without.meta == {k: v for k, v in nccl.meta.items() if k != "parser"}
+
+
+def test_a_2021_kineto_trace_with_the_old_category_names():
+    """pytorch/kineto's tb_plugin test trace (PyTorch 1.8/1.9 on a V100, 2021; README.txt): the
+    categories 'Operator', 'Runtime', 'Kernel' and 'Memcpy' of that time, and the GPU's thread
+    named 'stream 7'. Hand counts from the file: 30 kernels of 48 us in all, 2 copies of 640 and
+    128 bytes, 42 runtime calls, one step (ProfilerStep#2, 13,410 us)."""
+    with pytest.warns(UserWarning, match="the rank is unknown"):
+        trace = load_trace(DATA / "kineto-2021-v100" / "gpu_metrics_input.json")
+    events = trace.events
+    counts = events["category"].value_counts()
+    assert (counts["compute"], counts["runtime"], counts["memcpy"]) == (30, 42, 2)
+    kernels = events[events["category"] == "compute"]
+    assert set(kernels["stream"]) == {"cuda:0:7"}
+    assert kernels["duration"].sum() == pytest.approx(48e-6)
+    assert sorted(events.loc[events["category"] == "memcpy", "bytes"]) == [128, 640]
+    steps = trace.breakdown()
+    assert steps.step.values.tolist() == [2]
+    assert float(steps.step_time.squeeze()) == pytest.approx(13410e-6)
+    assert float(steps.time_compute.squeeze()) == pytest.approx(48e-6)
