@@ -495,3 +495,17 @@ def test_byte_order_mark_and_gzip(tmp_path):
     path.write_bytes(gzip.compress(b"\xef\xbb\xbf" + OLD.read_bytes()))
     assert detect_format(path) == "horovod"
     assert len(load_quietly(path).events) == 40
+
+
+def test_a_timeline_rewritten_with_lasting_ready_ticks():
+    """SageMaker Debugger's rewrite of a Horovod timeline (README.txt) gives each rank-ready tick a
+    duration of about 812,355 s where Horovod writes 0: read as instants, with a warning, the step
+    spans the file's events (8,440,608 to 9,296,331 us) instead of nine days."""
+    with pytest.warns(
+        UserWarning, match=r"19 rank-ready tick\(s\) have a duration \(the longest 8\.12e\+05 s\)"
+    ):
+        trace = load_trace(DATA / "smdebug-rewritten-timeline.json")
+    ticks = trace.events[trace.events["ready_rank"] >= 0]
+    assert len(ticks) == 19 and (ticks["duration"] == 0).all()
+    step_time = float(trace.breakdown().step_time.max())
+    assert step_time == pytest.approx((9_296_331 - 8_440_608) * 1e-6, abs=5e-6)

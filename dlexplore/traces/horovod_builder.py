@@ -349,6 +349,7 @@ class Builder:
             "world_size": int(ticks.max()) + 1 if len(ticks) else None,
             "fusions": self.fusion_id + 1 - self.fusion_offset,
         }
+        _instant_ticks(self.path, kind == TICK, start, end)
         end -= start  # the duration, in place
         full = {
             "stream": (stream_codes, streams),
@@ -535,3 +536,19 @@ def _nullable(values: np.ndarray) -> pd.arrays.IntegerArray:
     """Int64 with <NA> where ``values`` is negative (the builder's "none")."""
     values = np.asarray(values, dtype=np.int64)
     return pd.arrays.IntegerArray(values, values < 0)
+
+
+def _instant_ticks(path: Path, ticks: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+    """Horovod writes a rank's ready tick with ``"dur": 0``; a timeline rewritten by another tool
+    (SageMaker Debugger's, for one) can carry durations of days there, which would stretch the step
+    they fall in: read them as instants (``end`` in place), and say so."""
+    lasting = ticks & (end > start)
+    if lasting.any():
+        longest = float(np.max(end[lasting] - start[lasting]))
+        warnings.warn(
+            f"{path}: {int(lasting.sum())} rank-ready tick(s) have a duration (the longest "
+            f"{longest:.3g} s) where Horovod writes 0 (a timeline rewritten by another tool?); "
+            "read as instants",
+            stacklevel=6,
+        )
+        end[lasting] = start[lasting]
