@@ -364,3 +364,16 @@ def test_env_variable_missing_file_fails_the_import(tmp_path):
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     assert str(missing) in last and "not found" in last and ENV_VAR in last
+
+
+def test_a_gpu_loaded_later_takes_its_architectures_defaults(tmp_path):
+    """A site's GPU of a fitted architecture (data/catalog/defaults_by_architecture.csv) takes
+    that architecture's kernel time by name too, also when its name was looked up before it was
+    loaded (then, as a GPU the catalog lacked, it had defaults.csv's)."""
+    general = dlexplore.catalog.model_defaults()["kernel_time"].value
+    pascal = dlexplore.catalog.architecture_defaults()[("Pascal", "kernel_time")].value
+    assert dlexplore.catalog.model_default("kernel_time", "GP100-site") == general
+    header = GPU_HEADER + ",architecture"
+    path = write(tmp_path, "site.csv", f"{header}\nGP100-site,NVIDIA,10.6,,21.2,,16,732,300,30,Pascal\n")
+    assert load_file(path) == ["GP100-site"]
+    assert dlexplore.catalog.model_default("kernel_time", "GP100-site") == pascal

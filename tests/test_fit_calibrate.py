@@ -474,6 +474,14 @@ def test_a_saved_calibration_predicts_each_setup_as_before(tmp_path):
         np.testing.assert_allclose(after.throughput.values, before.throughput.values, rtol=1e-12)
     v100 = back.predict(gpu="V100-16GB", precision="fp32")
     assert int(v100.batch_size) == 112 and str(v100.layout.values) == "nchw"
+    # fitted per workload: each workload its own efficiency, as before saving (one efficiency per
+    # network from its one single-GPU point: each is met exactly)
+    per = calibrate("tf-benchmarks-2017-dgx1", fit_on="gpus == 1", per="workload", level=None)
+    save_calibration(per, tmp_path / "per.json")
+    again = load_calibration(tmp_path / "per.json")
+    assert again.per == {"compute_efficiency": ("workload",)}
+    for workload, measured in (("resnet50", 219), ("vgg16", 154), ("inception_v3", 142)):
+        assert float(again.predict(workload=workload, gpus=1).throughput.squeeze()) == pytest.approx(measured)
 
 
 def test_points_that_name_no_group_keep_the_default():
@@ -492,6 +500,13 @@ def test_points_that_name_no_group_keep_the_default():
     assert np.allclose(predicted[others], default[others], rtol=1e-12)
     assert not np.allclose(predicted[~others], default[~others], rtol=1e-3)
     assert abs(cal.points["error"].to_numpy(dtype=float)[(~others) & (table.gpus.values == 1)][0]) < 1e-6
+    # so does a prediction for a point in no group
+    vgg = dict(workload="vgg16", gpus=1)
+    alone = dlx.predict(gpu="P100", network="NVLink1", batch_size=64, **vgg)
+    assert float(cal.predict(kernel_group="", **vgg).throughput.squeeze()) == float(alone.throughput)
+    # "none" written out is a value, not a blank: MXNet's unfused FP32 rows are a group of their own
+    mxnet = calibrate("nvidia-mxnet-resnet50-v1.5", params=["memory_efficiency"], per="fusion", level=None)
+    assert mxnet.params["group"].tolist() == ["fusion=none", "fusion=bn_add_relu"]
     with pytest.raises(DlexploreError, match="every point's kernel_group is blank"):
         calibrate(
             table.assign_coords(kernel_group=("point", np.full(table.sizes["point"], "", object))),

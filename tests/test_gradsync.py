@@ -290,19 +290,27 @@ def test_a_gpu_takes_its_architectures_fitted_kernel_time():
     assert float(one.throughput) == pytest.approx(float(default.throughput), rel=1e-9)
 
 
-def test_defaults_by_architecture_name_a_known_parameter(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ("Pascal,kernel_tim,1e-4,,3,typo\n", r"line 2: 'kernel_tim' is not a parameter"),
+        ("Pascall,kernel_time,1e-4,,3,typo\n", r"line 2: 'Pascall' is not the architecture of a catalog GPU"),
+        (
+            "Pascal,kernel_time,1e-4,,3,a\nPascal,kernel_time,2e-4,,3,b\n",
+            r"line 3: a second Pascal kernel_time",
+        ),
+    ],
+)
+def test_defaults_by_architecture_are_checked(tmp_path, monkeypatch, rows, message):
     path = tmp_path / "catalog" / "defaults_by_architecture.csv"
     path.parent.mkdir()
-    for name in ("defaults.csv", "gpus.csv"):
-        (path.parent / name).write_text((ROOT / "data" / "catalog" / name).read_text(encoding="utf-8"))
-    path.write_text("architecture,parameter,value,stderr,points,source\nPascal,kernel_tim,1e-4,,3,typo\n")
+    (path.parent / "defaults.csv").write_text((ROOT / "data" / "catalog" / "defaults.csv").read_text("utf-8"))
+    path.write_text("architecture,parameter,value,stderr,points,source\n" + rows)
     monkeypatch.setattr("dlexplore.catalog.defaults.data_dir", lambda: tmp_path)
     dlx.catalog.model_defaults.cache_clear()
     dlx.catalog.architecture_defaults.cache_clear()
     try:
-        with pytest.raises(
-            InputFileError, match=r"defaults_by_architecture\.csv, line 2: 'kernel_tim' is not"
-        ):
+        with pytest.raises(InputFileError, match=r"defaults_by_architecture\.csv, " + message):
             dlx.catalog.architecture_defaults()
     finally:
         dlx.catalog.model_defaults.cache_clear()

@@ -231,10 +231,32 @@ def test_rccl_tests_version_line():
     assert ds.attrs["avg_busbw"] == 3.51213
 
 
-def test_a_test_that_died_names_what_it_reported():
+def test_a_test_that_died_names_what_it_reported(tmp_path):
+    said = (
+        r"the test reported: \"Test NCCL failure all_reduce\.cu:44 'unhandled cuda error / '\", after "
+        r"NCCL warned: \"NCCL WARN Cuda failure 'CUDA driver is a stub library'\""
+    )
     with pytest.raises(
         InputFileError,
         match=r"nccl-tests-issue-124-failed\.txt, line 41: the result table has a header but no rows; "
-        r"the test reported: \"NCCL WARN Cuda failure 'CUDA driver is a stub library'\"",
+        + said,
     ):
         read_nccl_tests(FAILED_124)
+    # the same run in a container named by a digit: its log and failure lines are not rows
+    renamed = tmp_path / "container.txt"
+    renamed.write_text(FAILED_124.read_text().replace("ArchLinux", "3767c65d25c4"))
+    with pytest.raises(InputFileError, match=r"container\.txt, line 41: .*" + said):
+        read_nccl_tests(renamed)
+    # a harmless warning at start-up is not the cause when a later one is
+    text = FAILED_124.read_text()
+    early = "ArchLinux:6482:6500 [0] init.cc:1 NCCL WARN NUMA auto balancing enabled\n"
+    noted = tmp_path / "numa.txt"
+    noted.write_text(
+        text.replace(
+            "ArchLinux:6482:6500 [0] NCCL INFO comm 0x55a756b3ceb0",
+            early + "ArchLinux:6482:6500 [0] NCCL INFO comm 0x55a756b3ceb0",
+            1,
+        )
+    )
+    with pytest.raises(InputFileError, match=said):
+        read_nccl_tests(noted)

@@ -102,12 +102,19 @@ def architecture_defaults() -> dict[tuple[str, str], ModelDefault]:
     in :func:`model_defaults`, ``source`` naming the runs they were fitted to."""
     path = data_dir() / "catalog" / "defaults_by_architecture.csv"
     general = model_defaults()
+    known = sorted({g.architecture for g in hardware.GPUS if g.architecture})
     out: dict[tuple[str, str], ModelDefault] = {}
     for number, (arch, name, value, stderr, _points, source) in _rows(path, ARCHITECTURE_COLUMNS):
         if name not in general:
             raise InputFileError(
                 path, f"{name!r} is not a parameter of defaults.csv ({', '.join(general)})", line=number
             )
+        if arch not in known:
+            raise InputFileError(
+                path, f"{arch!r} is not the architecture of a catalog GPU ({', '.join(known)})", line=number
+            )
+        if (arch, name) in out:
+            raise InputFileError(path, f"a second {arch} {name}: one value per architecture", line=number)
         numbers = _numbers(path, number, name, value, stderr)
         out[(arch, name)] = ModelDefault(name, *numbers, general[name].units, general[name].meaning, source)
     return out
@@ -127,8 +134,8 @@ def model_default(name: str, gpu: GPU | str | None = None) -> float:
     return table[name].value
 
 
-@cache
 def _architecture(name: str) -> str:
+    # not cached: a catalog file loaded later may add or replace the GPU
     try:
         return hardware.gpu(name).architecture
     except DlexploreError:  # a GPU the catalog lacks has no architecture's defaults

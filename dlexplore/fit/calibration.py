@@ -25,7 +25,7 @@ from ..model.step import predict as model_predict
 from .band import BAND_TEXT, BAND_VARIABLES, DEFAULT_LEVEL, gradients, interval
 from .compare import ERROR_DEFINITION
 from .parameters import HYBRID_ARGUMENTS, PARAMETERS, PREDICT_ARGUMENTS, shared_settings
-from .points import canonical
+from .points import canonical, is_blank
 
 
 @dataclass
@@ -89,9 +89,11 @@ class Calibration:
                 if row["identifiable"]:
                     out[str(name)] = float(row["value"])
                 continue
+            values = [where.get(column, self.settings.get(column)) for column in columns]
+            if all(isinstance(v, str) and is_blank(v) for v in values):
+                continue  # a point in no group keeps the parameter's default, as in the fit
             key = []
-            for column in columns:
-                value = where.get(column, self.settings.get(column))
+            for column, value in zip(columns, values, strict=True):
                 if value is None or isinstance(value, (list, tuple, np.ndarray)):
                     groups = "; ".join(rows["group"])
                     raise DlexploreError(

@@ -1,7 +1,7 @@
 """A calibration as a JSON file: :func:`save_calibration` writes everything a
 :class:`~dlexplore.fit.Calibration` needs to predict and draw its band again (parameters with their
-covariance and residual variance, points, settings and each setup's, notes, and a traced run's
-explained steps);
+covariance and residual variance, points, settings and each setup's, the columns each parameter
+was fitted per and its groups' keys, notes, and a traced run's explained steps);
 :func:`load_calibration` reads it back, naming the file and what is wrong in its errors."""
 
 from __future__ import annotations
@@ -48,6 +48,12 @@ def save_calibration(cal: Calibration, path: str | os.PathLike) -> None:
         # each setup's own settings (layout, fusion, batch, sequence length ...): without them a
         # reloaded calibration of a table predicts at the model's defaults
         setups=None if cal.setups is None else cal.setups.to_dict(orient="records"),
+        # which columns each parameter was fitted per, and each group's key: without them a
+        # reloaded calibration per workload gives every workload the first group's value
+        per={name: list(columns) for name, columns in cal.per.items()},
+        group_keys={
+            name: {label: list(key) for label, key in keys.items()} for name, keys in cal.group_keys.items()
+        },
     )
     with atomic_open(path, "w", encoding="utf-8") as handle:
         json.dump(data, handle, indent=1, default=str)
@@ -119,6 +125,11 @@ def load_calibration(path: str | os.PathLike) -> Calibration:
         dof=int(data.get("dof") or 0),
         level=data.get("level"),
         setups=pd.DataFrame(data["setups"]) if data.get("setups") else None,
+        per={str(name): tuple(columns) for name, columns in (data.get("per") or {}).items()},
+        group_keys={
+            str(name): {str(label): tuple(key) for label, key in keys.items()}
+            for name, keys in (data.get("group_keys") or {}).items()
+        },
     )
     if isinstance(cal, TraceCalibration):
         cal.explained = list(data["explained"])

@@ -24,7 +24,7 @@ from .band import gradients, interval
 from .calibration import Calibration, _num
 from .parameters import _DEPENDENT, _PROBE, _ZERO, PARAMETERS, ParameterSpec
 from .point_model import PointModel
-from .points import canonical
+from .points import canonical, is_blank
 
 
 @dataclass
@@ -326,7 +326,7 @@ def free_parameters(
             groups = []
             for g, key in enumerate(uniques):
                 first = rows[int(np.flatnonzero(codes == g)[0])]  # labelled as the table writes it
-                if all(_blank(v) for v in first):
+                if all(is_blank(v) for v in first):
                     continue  # points that name no group keep their defaults
                 label = ", ".join(f"{c}={v}" for c, v in zip(columns, first, strict=True))
                 groups.append((label, codes == g, tuple(key)))
@@ -349,13 +349,6 @@ def free_parameters(
                 start = PARAMETERS[name].typical
             free.append(Free(name, label, members, default, start, 0, key=key))
     return free
-
-
-def _blank(value: Any) -> bool:
-    """A cell that names no group: empty, NaN or None."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return True
-    return str(value).strip().lower() in ("", "nan", "none", "<na>")
 
 
 def covariance_frame(free: list[Free]) -> pd.DataFrame:

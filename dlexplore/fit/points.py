@@ -7,6 +7,7 @@ which a point becomes the model's arguments are in :mod:`dlexplore.fit.compare`.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -253,3 +254,14 @@ def canonical(kind: str, value: str) -> str:
     except DlexploreError:
         pass
     return text.lower()
+
+
+def is_blank(value: Any) -> bool:
+    """A cell that names no group: None, NaN, pandas' NA, or a string of blanks ("none" and "nan"
+    written out are values: a table's ``fusion`` or ``algorithm`` says ``none``)."""
+    if isinstance(value, str):
+        return not value.strip()
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):  # an array or another object: a value
+        return False

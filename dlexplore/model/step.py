@@ -141,7 +141,9 @@ def predict(
         The rest of the per-operator compute model: the fraction of memory bandwidth that
         memory-bound kernels reach, the fixed time of one kernel (s), the FLOP saving of
         Winograd's algorithm on 3x3 convolutions (applied on vector units only), and the fraction
-        of peak of a flash-attention kernel. Defaults: :func:`dlexplore.catalog.model_defaults`.
+        of peak of a flash-attention kernel. Defaults: :func:`dlexplore.catalog.model_default` for
+        the GPU (its architecture's fitted value where ``defaults_by_architecture.csv`` has one, else
+        ``defaults.csv``'s); the variable's ``source`` attribute says which served.
     grad_accum:
         Micro-batches per step (gradient accumulation): each GPU runs ``grad_accum`` forward and
         backward passes of ``batch_size`` samples, then one allreduce and one update; only the

@@ -37,7 +37,8 @@ PLACEMENTS = ("out-of-place", "in-place")
 _LAUNCHER_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+:\s|[A-Za-z][\w.-]*:\s(?=\s*[#\d]))")
 
 
-_NCCL_LOG = re.compile(r"^\S+:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN|TRACE|ABORT)")
+# NCCL puts the source location before WARN ("host:pid:tid [0] misc/strongstream.cc:60 NCCL WARN")
+_NCCL_LOG = re.compile(r"^\S+:\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL (?:INFO|WARN|TRACE|ABORT)")
 
 
 _BINARY = re.compile(
@@ -61,8 +62,10 @@ _VERSION = re.compile(r"^#\s*nccl-tests version\s+(.*)$")
 _RCCL_VERSION = re.compile(r"^rccl-tests:\s*Version\s+(.*)$")
 
 
-# what nccl-tests print when a test dies ("host: Test NCCL failure all_reduce.cu:44 '...'")
-_FAILURE = re.compile(r"Test (?:NCCL|CUDA|HIP) failure .*|NCCL WARN .*")
+# what nccl-tests print when a test dies ("host: Test NCCL failure all_reduce.cu:44 '...'"), and
+# NCCL's warnings before it
+_FAILURE = re.compile(r"Test (?:\w+ )?failure\b.*")
+_WARN = re.compile(r"NCCL WARN .*")
 
 
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s*(\w*)")
@@ -102,7 +105,8 @@ class Test:
     out_of_bounds: str = ""
     skipped: list[int] = field(default_factory=list)
     closed: bool = False
-    failure: str = ""  # the first error nccl-tests or NCCL reported after the test's header
+    failure: str = ""  # the first "Test ... failure" nccl-tests printed after the test's header
+    warning: str = ""  # NCCL's last warning before it
 
 
 def canonical_collective(name: str) -> str:
@@ -136,7 +140,9 @@ def parse(path: Path) -> list[Test]:
         )
     for test in tests:
         if not test.rows:
-            why = f"; the test reported: {test.failure!r}" if test.failure else " (truncated output?)"
+            said = [f"the test reported: {test.failure!r}"] if test.failure else []
+            said += [f"NCCL warned: {test.warning!r}"] if test.warning else []
+            why = f"; {', after '.join(said)}" if said else " (truncated output?)"
             raise InputFileError(
                 path, f"the result table has a header but no rows{why}", line=test.column_line
             )
@@ -164,11 +170,17 @@ class _Scanner:
         if stripped.startswith("#"):
             self._comment(number, stripped, in_table)
             return
+        # before the row test: a host named by a container id ("3767c65d25c4:880:880 [1] NCCL
+        # INFO ...", "3767c65d25c4: Test NCCL failure ...") starts with a digit
         if _NCCL_LOG.match(stripped):
-            # before the row test: a host named by a container id ("3767c65d25c4:880:880 [1] NCCL
-            # INFO ...") starts with a digit
-            if current is not None and not current.failure and (failure := _FAILURE.search(stripped)):
+            if current is not None and not current.failure and (warning := _WARN.search(stripped)):
+                current.warning = warning.group(0)  # the last before the failure: its cause
+            return
+        if failure := _FAILURE.search(stripped):
+            if current is not None and not current.failure:
                 current.failure = failure.group(0)
+            if in_table:
+                current.skipped.append(number)
             return
         if in_table and _ROW_START.match(line):
             fields = _fill_blanks(line.split(), current.columns)
@@ -182,8 +194,6 @@ class _Scanner:
                 )
             current.rows.append((number, fields))
             return
-        if current is not None and not current.failure and (failure := _FAILURE.search(stripped)):
-            current.failure = failure.group(0)
         if in_table:
             current.skipped.append(number)
             return
