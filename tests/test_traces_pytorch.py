@@ -565,3 +565,16 @@ def test_a_2021_kineto_trace_with_the_old_category_names():
     assert steps.step.values.tolist() == [2]
     assert float(steps.step_time.squeeze()) == pytest.approx(13410e-6)
     assert float(steps.time_compute.squeeze()) == pytest.approx(48e-6)
+
+
+def test_a_tensorflow_profiler_trace_is_named_as_such():
+    """TensorFlow's profiler writes Chrome traces too (tests/data/traces/tensorflow/README.txt):
+    read as PyTorch's, its uncategorised host events are 'other' and the breakdown counts their time
+    as idle, so the reader says what the file is."""
+    path = Path(__file__).parent / "data" / "traces" / "tensorflow" / "sagemaker-debugger-tf2-trace.json"
+    with pytest.warns(
+        UserWarning, match=r"a TensorFlow profiler trace \(processes /device:GPU:0, .*\), read as"
+    ):
+        trace = load_trace(path)
+    assert set(trace.events["category"]) == {"other"} and len(trace.events) == 256
+    assert float(trace.breakdown().step_time.squeeze()) == pytest.approx(63_929.222e-6)

@@ -18,6 +18,7 @@ error is named from the same event index.
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -369,6 +370,29 @@ class RankFile:
             name = c.meta_args.get(row, {}).get("name")
             if name is not None:
                 self.threads[f"{pid}:{tid}"] = str(name)
+        self._tensorflow(ph_labels)
+
+    def _tensorflow(self, ph_labels: list[str]) -> None:
+        """TensorFlow's profiler writes Chrome traces too: processes named "/host:CPU" and
+        "/device:GPU:0", events without a category. Read as PyTorch's they are all 'other', which
+        the breakdown counts as idle: say so."""
+        c = self._columns
+        names = c.labels["name"]
+        categories = c.labels["cat"]
+        if "process_name" not in names or any(categories[k] for k in np.unique(c.columns["cat"]).tolist()):
+            return
+        rows = np.flatnonzero(
+            (c.columns["ph"] == ph_labels.index("M")) & (c.columns["name"] == names.index("process_name"))
+        )
+        processes = [str(c.meta_args.get(r, {}).get("name", "")) for r in rows.tolist()]
+        tensorflow = [p for p in processes if re.match(r"^/(?:host|device|job):", p)]
+        if tensorflow:
+            warnings.warn(
+                f"{self.path}: a TensorFlow profiler trace (processes {', '.join(tensorflow[:3])}"
+                f"{' ...' if len(tensorflow) > 3 else ''}), read as PyTorch's: its events carry no "
+                "PyTorch category, so they count as 'other' and the breakdown shows their time as idle",
+                stacklevel=6,
+            )
 
     # -- rank --------------------------------------------------------------------------------
 
