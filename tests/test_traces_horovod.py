@@ -509,3 +509,15 @@ def test_a_timeline_rewritten_with_lasting_ready_ticks():
     assert len(ticks) == 19 and (ticks["duration"] == 0).all()
     step_time = float(trace.breakdown().step_time.max())
     assert step_time == pytest.approx((9_296_331 - 8_440_608) * 1e-6, abs=5e-6)
+
+
+def test_a_cycle_marker_stamped_out_of_order_stays_out_of_the_step():
+    """SageMaker Debugger's test timeline (README.txt): one CYCLE_START written between markers
+    0.76 s apart carries a time 36.5 s later; left out of the steps, with a warning, the step spans
+    the run's events, 77,575,718,041 to 77,576,573,892 us, instead of 37 s."""
+    with pytest.warns(UserWarning, match=r"1 CYCLE_START marker\(s\) stamped later .* 77613\.073301 s"):
+        trace = load_trace(DATA / "smdebug-timeline-small.json")
+    markers = trace.events[trace.events["name"] == "CYCLE_START"]
+    assert len(markers) == 11 and markers["step"].isna().sum() == 2  # the first, before any step, too
+    step_time = float(trace.breakdown().step_time.max())
+    assert step_time == pytest.approx((77_576_573_892 - 77_575_718_041) * 1e-6, abs=2e-6)

@@ -80,7 +80,9 @@ Steps: a Horovod timeline has no step marker (``CYCLE_START`` is a background-lo
 reduced once per step) define the steps: step *k* starts at the earliest start (negotiation
 included) of those tensors' *k*-th operation and lasts until step *k+1* starts; every event gets
 the step it starts in, events before step 0 (the initial broadcast) get <NA>. ``steps=None`` leaves
-every step <NA>.
+every step <NA>. Two things another tool's rewrite of a timeline can carry are read with a warning:
+a cycle marker stamped later than the markers written after it gets <NA> (else it would stretch
+its step to its time), and a rank-ready tick with a duration is read as an instant.
 
 Reading goes in stages, a module each: the bytes and the JSON array, terminated or not
 (:mod:`.horovod_json`); the events decoded straight into columns, 256 KiB of JSON at a time

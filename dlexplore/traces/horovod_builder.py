@@ -322,6 +322,7 @@ class Builder:
         size, dtype_codes, dtypes = self._sizes(pid, occurrence, carries)
         fusion_bytes = self._fusion_bytes((kind == OP) & keep, fusion, size)
         step = self.steps(start) if steps == "auto" else np.full(n, -1)
+        _markers_out_of_order(self.path, np.flatnonzero(kind == MARKER), start, step)
         cycle = np.full(n, -1)
         if len(self.markers):
             cycle = np.searchsorted(np.sort(np.array(self.markers) * _US), start, side="right") - 1
@@ -552,3 +553,22 @@ def _instant_ticks(path: Path, ticks: np.ndarray, start: np.ndarray, end: np.nda
             stacklevel=6,
         )
         end[lasting] = start[lasting]
+
+
+def _markers_out_of_order(path: Path, markers: np.ndarray, start: np.ndarray, step: np.ndarray) -> None:
+    """Horovod's background loop writes its cycle markers one after the other, so their times only
+    grow down the file; a marker stamped later than one written after it (a clock that jumped, or
+    an edited file) would stretch the step it falls in to its time: leave it out of the steps
+    (``step`` in place), and say so."""
+    if len(markers) < 2:
+        return
+    times = start[markers]
+    later = np.minimum.accumulate(times[::-1])[::-1]  # the earliest time from each marker on
+    ahead = markers[:-1][times[:-1] > later[1:]]
+    if len(ahead):
+        warnings.warn(
+            f"{path}: {len(ahead)} CYCLE_START marker(s) stamped later than markers written after "
+            f"them (the first at {start[ahead[0]]:.6f} s); left out of the steps",
+            stacklevel=6,
+        )
+        step[ahead] = -1
