@@ -260,3 +260,19 @@ def test_a_test_that_died_names_what_it_reported(tmp_path):
     )
     with pytest.raises(InputFileError, match=said):
         read_nccl_tests(noted)
+
+
+def test_old_output_without_the_hash_and_without_its_header():
+    """nccl-tests before 2019 printed the column header and the summary without "#"; this paste
+    (nccl-tests issue 37) also lost its "nThread ... nGpus" header, so the GPUs come from the
+    echoed command's -g 8, with a warning that one process is assumed."""
+    path = DATA / "nccl-tests-issue-37-no-hash.txt"
+    assert detect_format(path) == "nccl-tests"
+    with pytest.warns(UserWarning, match="no 'Using devices' list .* gpus = nThread x nGpus = 8"):
+        ds = read_nccl_tests(path)
+    assert ds.collective.item() == "allgather" and ds.gpus.item() == 8
+    assert ds.bytes.values.tolist() == [4294967296]
+    assert ds.time.values.ravel().tolist() == pytest.approx([29122e-6, 29169e-6])
+    assert ds.busbw.values.ravel().tolist() == [129.05, 128.84]
+    assert ds.error.values.ravel().tolist() == [1.0, 1.0]
+    assert ds.attrs["out_of_bounds"] == "2 FAILED" and ds.attrs["avg_busbw"] == 128.942

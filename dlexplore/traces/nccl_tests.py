@@ -20,8 +20,10 @@ The columns are read from the column header line, so every version is understood
 wrong elements, ``N/A`` where not checked), older ones without ``root`` for all-reduce or without
 ``redop`` for all-gather, whose last column is ``error`` (the largest error, ``2e-07``). rccl-tests
 print the same tables (older ones a header with colons, ``# nThread: 1 nGpus: 1 ...``, and their
-version as ``rccl-tests: Version ...``); ``NCCL_DEBUG=INFO`` lines between the rows are skipped, and a
-test that died before its first row is refused with the first error it reported.
+version as ``rccl-tests: Version ...``); versions before 2019 printed the header lines without the
+``#``; a paste that lost the ``nThread`` header takes the threads and GPUs from the echoed command's
+``-t`` and ``-g``. ``NCCL_DEBUG=INFO`` lines between the rows are skipped, and a test that died
+before its first row is refused with the failure it reported.
 
 The result of one test is an ``xarray.Dataset`` on dims ``bytes`` (the ``size`` column, bytes, as
 nccl-tests counts it: the buffer of each rank for all-reduce, broadcast and reduce, the total

@@ -77,6 +77,18 @@ _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([-+0-9.eE]+|[-+]?nan|[-+]?inf)
 _ROW_START = re.compile(r"^\s*[-+]?\d")
 
 
+# nccl-tests before 2019 printed their header, column header and summary without the "#"
+_BARE_COMMENT = re.compile(
+    r"^(?:nThread:?\s+\d+\s+nGpus|Using devices$|Rank\s+\d+\s+(?:Group\s+\d+\s+)?Pid\s|"
+    r"(?:out-of-place|in-place)\b|size\s+count\s|\(B\)\s|Out of bounds values|Avg bus bandwidth|"
+    r"Errors with asterisks)"
+)
+
+
+# the threads (-t) and GPUs per thread (-g) of an echoed command, where no header says them
+_COMMAND_OPTION = re.compile(r"(?:^|\s)-([tg])\s*(\d+)")
+
+
 _LEADING = ("size", "count", "type", "redop", "root")
 
 
@@ -159,6 +171,7 @@ class _Scanner:
         self.current: Test | None = None
         self.binary: str | None = None
         self.version = ""
+        self.options: dict[str, str] = {}  # the -t and -g of the last echoed command
         self.pending_placements: tuple[str, ...] = ()
 
     def line(self, number: int, line: str) -> None:
@@ -169,6 +182,9 @@ class _Scanner:
         in_table = current is not None and bool(current.columns) and not current.closed
         if stripped.startswith("#"):
             self._comment(number, stripped, in_table)
+            return
+        if _BARE_COMMENT.match(stripped):
+            self._comment(number, "# " + stripped, in_table)
             return
         # before the row test: a host named by a container id ("3767c65d25c4:880:880 [1] NCCL
         # INFO ...", "3767c65d25c4: Test NCCL failure ...") starts with a digit
@@ -211,6 +227,7 @@ class _Scanner:
                 current.binary = match.group(1)  # e.g. "$ ./all_reduce_perf ..." echoed after the header
             else:
                 self.binary = match.group(1)
+                self.options = dict(_COMMAND_OPTION.findall(stripped[match.end() :]))
 
     def _comment(self, number: int, stripped: str, in_table: bool) -> None:
         match = _HEADER.match(stripped)
@@ -230,13 +247,15 @@ class _Scanner:
         ):
             self.binary = match.group(1)
             return
+        tokens = stripped.lstrip("#").split()
+        if current is None and (tokens[:2] == ["size", "count"] or ("size" in tokens and "time" in tokens)):
+            current = self._headerless(number)  # a column header with no "# nThread" header before it
         if current is None:
             return
         if _DEVICE.match(stripped):
             if not current.rows:
                 current.devices.append(stripped.lstrip("#").strip())
             return
-        tokens = stripped.lstrip("#").split()
         if "out-of-place" in tokens or "in-place" in tokens:
             self.pending_placements = tuple(t for t in tokens if t in PLACEMENTS)
             return
@@ -258,6 +277,21 @@ class _Scanner:
                     line=number,
                 ) from None
             current.closed = True
+
+    def _headerless(self, number: int) -> Test:
+        """A test whose header is missing (cut from a pasted log): its threads and GPUs per thread
+        from the echoed command's -t and -g, where there is one."""
+        options = self.options
+        self.current = Test(
+            first_line=number,
+            binary=self.binary,
+            version=self.version,
+            nthreads=int(options["t"]) if "t" in options else None,
+            ngpus=int(options["g"]) if "g" in options else None,
+        )
+        self.tests.append(self.current)
+        self.binary, self.version = None, ""
+        return self.current
 
     def _header(self, number: int, stripped: str, match: re.Match) -> None:
         current = self.current
