@@ -12,6 +12,11 @@
   ``dlio_benchmark/utils/statscounter.py`` (StatsCounter.end_run/save_data); numbers chosen by hand:
   per-epoch throughput 100 and 120 samples/s, record_length 146600628 bytes (unet3d), so
   train_io_mean_MB_per_second = 110 x 146600628 / 2**20.
+- dlio-checkpointing/summary.json: a real MLPerf Storage v3.0 checkpointing run (Llama 3 1T, 1024
+  accelerators on 16 hosts), closed/NVIDIA/results/aistore-12n-oci-bm-denseio-e5-128-16client/
+  checkpointing/llama3-1t/20260718_030234/summary.json of mlcommons/storage_results_v3.0, commit
+  068d91f6d7bc57a6e6309f59d73980fe9e6e0336, copied from the code-search index's stored text (5,376
+  characters, the size the index records).
 """
 
 from pathlib import Path
@@ -108,3 +113,16 @@ def test_read_dlio_summary_errors(tmp_path):
         read_dlio_summary(bad)
     with pytest.raises(InputFileError, match="cannot read"):
         read_dlio_summary(tmp_path / "missing.json")
+
+
+def test_read_dlio_checkpointing_summary():
+    """A checkpointing run has scalars only, in DLIO's binary GB: 15,426.6 GiB written at 133.27
+    GiB/s is 115.8 s a checkpoint, the mean duration it records (116.4 s) within 1%."""
+    ds = read_dlio_summary(DATA / "dlio-checkpointing")
+    assert ds.attrs["workload"] == "checkpointing" and ds.attrs["num_accelerators"] == 1024
+    assert ds["save_checkpoint_io_mean_GB_per_second"].attrs["units"] == "GiB/s"
+    size, rate = float(ds["checkpoint_size_GB"]), float(ds["save_checkpoint_io_mean_GB_per_second"])
+    assert size / rate == pytest.approx(float(ds["save_checkpoint_duration_mean_seconds"]), rel=0.01)
+    assert float(ds["checkpoint_bytes"]) == 15426.589264154434 * 2**30
+    assert "train_au_percentage" not in ds and "load_checkpoint_io_mean_GB_per_second" not in ds
+    assert read_dlio_summary(DATA / "dlio").attrs["workload"] == "training"

@@ -5,6 +5,11 @@ Keys follow DLIO's ``dlio_benchmark/utils/statscounter.py`` (argonne-lcf/dlio_be
 one value per epoch; ``train_io_mean_MB_per_second`` is ``mean(throughput) x record_length / 1024
 / 1024``, so its "MB" are MiB (2**20 bytes); ``num_accelerators``, ``num_hosts``,
 ``num_files_train``, ``num_samples_per_file``, ``epochs``, ``start``, ``end`` at the top level.
+
+A checkpointing run (MLPerf Storage's checkpointing workload) has scalars only: the mean and
+standard deviation of each checkpoint's write (``save_``) and read (``load_``) rate and duration,
+and ``checkpoint_size_GB``, the checkpoint summed over the ranks. Its "GB" are GiB (2**30 bytes:
+DLIO divides the bytes by 1024**3), so the rates are aggregate GiB/s.
 """
 
 from __future__ import annotations
@@ -36,6 +41,19 @@ _SCALAR = {
 }
 
 
+_CHECKPOINT = {
+    "save_checkpoint_io_mean_GB_per_second": ("GiB/s", "mean checkpoint write rate, all ranks"),
+    "save_checkpoint_io_stdev_GB_per_second": ("GiB/s", "std of the checkpoint write rate"),
+    "save_checkpoint_duration_mean_seconds": ("s", "mean time to write a checkpoint"),
+    "save_checkpoint_duration_stdev_seconds": ("s", "std of the time to write a checkpoint"),
+    "load_checkpoint_io_mean_GB_per_second": ("GiB/s", "mean checkpoint read rate, all ranks"),
+    "load_checkpoint_io_stdev_GB_per_second": ("GiB/s", "std of the checkpoint read rate"),
+    "load_checkpoint_duration_mean_seconds": ("s", "mean time to read a checkpoint"),
+    "load_checkpoint_duration_stdev_seconds": ("s", "std of the time to read a checkpoint"),
+    "checkpoint_size_GB": ("GiB", "checkpoint size summed over the ranks (DLIO's GB = GiB)"),
+}
+
+
 def _is_float(value: object) -> bool:
     """A JSON number that converts to a float (an integer beyond 1.8e308 does not)."""
     return isinstance(value, (int, float)) and (isinstance(value, float) or abs(value) < 2**1023)
@@ -62,8 +80,14 @@ def read_dlio_summary(path: str | os.PathLike) -> xr.Dataset:
         raise InputFileError(p, "expected a DLIO summary: an object with a 'metric' object")
     metric = doc["metric"]
     missing = [k for k in ("train_au_percentage", "train_throughput_samples_per_second") if k not in metric]
+    if missing and "save_checkpoint_io_mean_GB_per_second" in metric:
+        return _finish(_checkpointing(p, metric), doc, p, "checkpointing")
     if missing:
-        raise InputFileError(p, f"metric lacks {', '.join(missing)}")
+        raise InputFileError(
+            p,
+            f"metric lacks {', '.join(missing)} (a training run's) and save_checkpoint_io_mean_GB_per_second "
+            "(a checkpointing run's)",
+        )
     data = {}
     n_epochs = None
     for key, (units, long) in _PER_EPOCH.items():
@@ -99,6 +123,26 @@ def read_dlio_summary(path: str | os.PathLike) -> xr.Dataset:
             ds["record_length"].attrs.update(
                 units="bytes", long_name="bytes per sample (from DLIO's I/O rate)"
             )
+    return _finish(ds, doc, p, "training")
+
+
+def _checkpointing(p: Path, metric: dict) -> xr.Dataset:
+    """A checkpointing run's scalars (module docstring), and ``checkpoint_bytes``."""
+    data = {}
+    for key, (units, long) in _CHECKPOINT.items():
+        if key in metric:
+            if not _is_float(metric[key]):
+                raise InputFileError(p, f"metric.{key} must be a number, got {metric[key]!r}")
+            data[key] = xr.DataArray(float(metric[key]), attrs={"units": units, "long_name": long})
+    ds = xr.Dataset(data)
+    if "checkpoint_size_GB" in ds:
+        ds["checkpoint_bytes"] = ds["checkpoint_size_GB"] * 2**30
+        ds["checkpoint_bytes"].attrs.update(units="bytes", long_name="checkpoint size summed over the ranks")
+    return ds
+
+
+def _finish(ds: xr.Dataset, doc: dict, p: Path, workload: str) -> xr.Dataset:
+    """The run's settings and the dataset's source as attributes."""
     keys = (
         "num_accelerators",
         "num_hosts",
@@ -110,5 +154,5 @@ def read_dlio_summary(path: str | os.PathLike) -> xr.Dataset:
         "end",
     )
     attrs = {k: doc[k] for k in keys if isinstance(doc.get(k), (int, float, str))}
-    ds.attrs.update(attrs, source=f"measured: DLIO benchmark summary {p}", kind="measured")
+    ds.attrs.update(attrs, source=f"measured: DLIO benchmark summary {p}", kind="measured", workload=workload)
     return ds
