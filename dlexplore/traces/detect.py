@@ -99,9 +99,8 @@ def detect_format(path: str | Path) -> str:
     if is_nccl_log(text):
         return "nccl-log"
     stripped = text.lstrip("\ufeff \t\r\n")
-    # nccl-tests first: under mpirun its lines start with "[1,0]<stdout>:", which looks like JSON
+    # nccl-tests first: its lines under mpirun start "[1,0]<stdout>:", like JSON ("#" from 2019 on)
     prefix = r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+:\s|[A-Za-z][\w.-]*:\s)?"
-    # (before 2019 without the "#"; older and rccl-tests' headers with colons: "nThread: 1")
     if re.search(prefix + r"#\s+(out-of-place|size\s+count)", text, flags=re.M) or re.search(
         prefix + r"\s*#?\s*(?:nThread:? \d+ nGpus|size\s+count\s+type\b)", text, flags=re.M
     ):
