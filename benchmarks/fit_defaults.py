@@ -263,11 +263,19 @@ def fit(names: list[str]) -> Fit:
             changed = True
         if not changed or not free:
             break
-    return Fit(*_values(cal, free, held, held_groups, names), _architecture_rows(cal, free, names, combined))
+    return Fit(
+        *_values(cal, free, held, held_groups, names, combined),
+        _architecture_rows(cal, free, names, combined),
+    )
 
 
 def _values(
-    cal: Any, free: list[str], held: dict[str, str], held_groups: dict[str, list[str]], names: list[str]
+    cal: Any,
+    free: list[str],
+    held: dict[str, str],
+    held_groups: dict[str, list[str]],
+    names: list[str],
+    combined: Any,
 ) -> tuple[dict[str, tuple[float, float, str]], dict[str, float]]:
     """The defaults.csv rows and the in-sample MAPE of each table."""
     rows = cal.params.set_index("name")
@@ -295,7 +303,6 @@ def _values(
                 math.nan,
                 held.get(name, "not fitted") + "; " + prior.source if name in held else prior.source,
             )
-    combined = dlx.measured.concat(names, name="bundled training tables")
     sources = combined["source"].values
     mape = {}
     for name in names:

@@ -107,11 +107,7 @@ def read_dlio_summary(path: str | os.PathLike) -> xr.Dataset:
             data[key] = xr.DataArray(
                 np.asarray(values, float), dims="eval_epoch", attrs={"units": units, "long_name": long}
             )
-    for key, (units, long) in _SCALAR.items():
-        if key in metric:
-            if not _is_float(metric[key]):
-                raise InputFileError(p, f"metric.{key} must be a number, got {metric[key]!r}")
-            data[key] = xr.DataArray(float(metric[key]), attrs={"units": units, "long_name": long})
+    data.update(_scalars(p, metric, _SCALAR))
     ds = xr.Dataset(data, coords={"epoch": np.arange(1, n_epochs + 1)})
     ds["epoch"].attrs.update(units="1", long_name="epoch")
     if "train_io_mean_MB_per_second" in ds:
@@ -128,17 +124,22 @@ def read_dlio_summary(path: str | os.PathLike) -> xr.Dataset:
 
 def _checkpointing(p: Path, metric: dict) -> xr.Dataset:
     """A checkpointing run's scalars (module docstring), and ``checkpoint_bytes``."""
-    data = {}
-    for key, (units, long) in _CHECKPOINT.items():
-        if key in metric:
-            if not _is_float(metric[key]):
-                raise InputFileError(p, f"metric.{key} must be a number, got {metric[key]!r}")
-            data[key] = xr.DataArray(float(metric[key]), attrs={"units": units, "long_name": long})
-    ds = xr.Dataset(data)
+    ds = xr.Dataset(_scalars(p, metric, _CHECKPOINT))
     if "checkpoint_size_GB" in ds:
         ds["checkpoint_bytes"] = ds["checkpoint_size_GB"] * 2**30
         ds["checkpoint_bytes"].attrs.update(units="bytes", long_name="checkpoint size summed over the ranks")
     return ds
+
+
+def _scalars(p: Path, metric: dict, table: dict[str, tuple[str, str]]) -> dict[str, xr.DataArray]:
+    """The numbers of ``table`` that ``metric`` holds, each with its units and meaning."""
+    out = {}
+    for key, (units, long) in table.items():
+        if key in metric:
+            if not _is_float(metric[key]):
+                raise InputFileError(p, f"metric.{key} must be a number, got {metric[key]!r}")
+            out[key] = xr.DataArray(float(metric[key]), attrs={"units": units, "long_name": long})
+    return out
 
 
 def _finish(ds: xr.Dataset, doc: dict, p: Path, workload: str) -> xr.Dataset:
