@@ -268,11 +268,56 @@ def test_old_output_without_the_hash_and_without_its_header():
     echoed command's -g 8, with a warning that one process is assumed."""
     path = DATA / "nccl-tests-issue-37-no-hash.txt"
     assert detect_format(path) == "nccl-tests"
-    with pytest.warns(UserWarning, match="no 'Using devices' list .* gpus = nThread x nGpus = 8"):
+    with pytest.warns(UserWarning) as said:
         ds = read_nccl_tests(path)
+    messages = " | ".join(str(w.message) for w in said)
+    assert "no 'Using devices' list" in messages and "gpus = nThread x nGpus = 8" in messages
+    assert "check of the test on line" in messages and "2 FAILED" in messages
     assert ds.collective.item() == "allgather" and ds.gpus.item() == 8
     assert ds.bytes.values.tolist() == [4294967296]
     assert ds.time.values.ravel().tolist() == pytest.approx([29122e-6, 29169e-6])
     assert ds.busbw.values.ravel().tolist() == [129.05, 128.84]
     assert ds.error.values.ravel().tolist() == [1.0, 1.0]
     assert ds.attrs["out_of_bounds"] == "2 FAILED" and ds.attrs["avg_busbw"] == 128.942
+
+
+def test_a_datatype_sweep_is_never_averaged_over_types():
+    """``all_reduce_perf --datatype all`` on 16 H200s measures each size in 12 data types; by size,
+    the 12 rows are 12 measurements (int8 389.40 GB/s, float 484.55 at 10 GiB), not repeats."""
+    path = DATA / "h200-datatype-all-2.18.3.txt"
+    with pytest.raises(
+        InputFileError,
+        match=r"h200-datatype-all-2\.18\.3\.txt, line 38: measures a size with several data types "
+        r"\(bfloat16, double, f8e4m3, .*\): by='bytes' would average them; read it with by='point'",
+    ):
+        read_nccl_tests(path)
+    ds = read_nccl_tests(path, by="point")
+    assert ds.sizes == {"point": 36, "placement": 2} and ds.gpus.item() == 16
+    assert len(set(ds.dtype.values.tolist())) == 12
+    float_10g = ((ds.dtype == "float") & (ds.bytes == 10737418240)).values
+    assert ds.busbw.sel(placement="out-of-place").values[float_10g].tolist() == [484.55]
+    assert ds.time.sel(placement="out-of-place").values[float_10g] == pytest.approx([41549.0e-6])
+    int8_10g = ((ds.dtype == "int8") & (ds.bytes == 10737418240)).values
+    assert ds.busbw.sel(placement="out-of-place").values[int8_10g].tolist() == [389.40]
+
+
+def test_a_test_that_died_before_its_table_names_its_failure():
+    # nccl-tests 2.17.8 on 8 GH200s, the devices busy: the header and device list, then failures
+    with pytest.raises(
+        InputFileError,
+        match=r"gh200-busy-failure-2\.17\.8\.txt, line 14: the test whose header is on line 3 died before "
+        r"its result table; the test reported: \"Test CUDA failure common\.cu:1304 'CUDA-capable "
+        r"device\(s\) is/are busy or unavailable'\"",
+    ):
+        read_nccl_tests(DATA / "gh200-busy-failure-2.17.8.txt")
+
+
+def test_a_failed_check_is_read_with_a_warning():
+    # the same GH200 cluster on 2 nodes: 96 and 32 wrong elements at 1 MiB, "4 FAILED"
+    with pytest.warns(
+        UserWarning, match=r"check of the test on line 3 failed \('Out of bounds values : 4 FAILED'\)"
+    ):
+        ds = read_nccl_tests(DATA / "gh200-2node-wrong-2.17.8.txt")
+    assert ds.sizes == {"bytes": 25, "placement": 2} and ds.gpus.item() == 2
+    assert ds.wrong.sel(bytes=1048576).values.tolist() == [96, 32]
+    assert int(ds.wrong.sum()) == 128

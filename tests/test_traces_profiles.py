@@ -4,6 +4,7 @@ by torch.utils.tensorboard), with hand-counted expectations and errors naming fi
 
 from __future__ import annotations
 
+import re
 import struct
 import warnings
 from pathlib import Path
@@ -104,6 +105,26 @@ def test_nccl_log_rccl7_acc_field():
     assert ops["bytes"].tolist() == [4.0] * 16  # count 1 of datatype 7 (float32)
     assert ops.groupby("pid")["rank"].unique().map(list).to_dict() == {829507: [0], 829508: [1]}
     assert ops["line"].iloc[0] == 11 and ops["nranks"].tolist() == [2] * 16
+
+
+@pytest.mark.parametrize(
+    "init",
+    [
+        "ncclCommInitRankConfig_impl comm",  # as this RCCL 7 log writes it
+        "comm",  # NCCL <= 2.18: "c197-012:7085:7104 [0] NCCL INFO comm 0x60c2d60 rank 0 nranks 2 .."
+    ],
+)
+def test_nccl_log_rank_from_the_init_line(tmp_path, init):
+    # without "task N globalrank N" on the operation lines, the rank is the init line's of the same
+    # process and communicator (0x2bc1f840 rank 0 in pid 829507, 0x3ab1b680 rank 1 in pid 829508)
+    text = (NCCL / "rccl7-gfx1100-acc-nil.log").read_text()
+    text = re.sub(r" task \d+ globalrank \d+", "", text).replace("ncclCommInitRankConfig_impl comm", init)
+    assert "globalrank" not in text
+    log = tmp_path / "no-globalrank.log"
+    log.write_text(text)
+    ops = read_nccl_log(log)
+    assert len(ops) == 16
+    assert ops.groupby("pid")["rank"].unique().map(list).to_dict() == {829507: [0], 829508: [1]}
 
 
 def test_nccl_log_interleaved_and_lost_prefixes():

@@ -11,8 +11,10 @@
 ``opCount`` is hexadecimal (NCCL prints it with ``%lx``); ``[dev]`` is the CUDA device, not the
 rank; RCCL may put a timestamp before ``NCCL INFO``, an ``acc <ptr>`` after ``recvbuff`` (RCCL 7)
 and append ``task``/``globalrank``. The rank is
-the ``globalrank`` when logged, else the rank of the ``ncclCommInitRank comm 0x.. rank R nranks
-N`` line of the same process and communicator, else unknown (<NA>). With ``TUNING`` NCCL also logs
+the ``globalrank`` when logged, else the rank of the communicator's initialisation line of the same
+process (``ncclCommInitRank comm 0x.. rank R nranks N``, also ``ncclCommInitRankConfig``,
+``ncclCommSplit`` ..., and in NCCL <= 2.18 ``comm 0x.. rank R nranks N .. - Init COMPLETE``), else
+unknown (<NA>). With ``TUNING`` NCCL also logs
 its choice, ``[Coll: ]<bytes> Bytes -> Algo <a> proto <p> [time <us>|channel...]`` (numbers in
 NCCL 2.2x, names in later versions; ``include/nccl_common.h`` orders the algorithms TREE, RING,
 COLLNET_DIRECT, COLLNET_CHAIN, NVLS, NVLS_TREE, PAT and the protocols LL, LL128, SIMPLE): those
@@ -76,9 +78,10 @@ _TUNING = re.compile(
     _PREFIX + r"(?:(?P<coll>[A-Za-z]+): )?(?P<bytes>\d+) Bytes -> Algo (?P<algo>\w+) "
     r"proto (?P<proto>\w+)(?: time (?P<time>[0-9.]+))?"
 )
+# "ncclCommInitRank comm .. rank R nranks N" (NCCL 2.19+); ncclCommInitRankConfig, ncclCommSplit,
+# ncclCommInitAll and RCCL's *_impl name their call too; NCCL <= 2.18 logs "comm .. rank R nranks N"
 _INIT = re.compile(
-    _PREFIX + r"ncclCommInitRank comm (?P<comm>\S+) rank (?P<rank>\d+) "
-    r"nranks (?P<nranks>\d+)"
+    _PREFIX + r"(?:ncclComm\w+ )?comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+)"
 )
 _GATHERED = {"allgather", "reduce_scatter"}
 

@@ -46,7 +46,10 @@ runs started with ``-b 0`` repeat size 0), the default ``by="bytes"`` aggregates
 ``time``, ``algbw`` and ``busbw`` are their means, ``wrong`` their sum, ``error`` their maximum,
 and the variable ``rows`` says how many rows each size stands for (the lines are in
 ``attrs["aggregated_lines"]``). ``by="point"`` keeps every row (dims ``point``, ``placement``, with
-``bytes`` a coordinate on ``point``).
+``bytes`` a coordinate on ``point``). Rows of one size that are different measurements (several
+data types, reduction operations or roots: ``--datatype all``, ``--op all``) are never averaged:
+``by="bytes"`` refuses them, naming the line, and ``by="point"`` reads them. A test whose check
+failed (``# Out of bounds values : 4 FAILED``) is read with a warning.
 
 A file may hold several tests (one run after another, or pasted from a log); :func:`read_all`
 returns them all, :func:`read` the only one or the one chosen with ``collective=``, and
@@ -68,7 +71,6 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import xarray as xr
 
 from ..errors import DlexploreError, InputFileError
@@ -80,6 +82,7 @@ from .nccl_tests_parse import (
     collective_of,
     parse,
 )
+from .nccl_tests_repeats import aggregate_repeats, refuse_mixed_rows
 from .schema import normalize_collective_name
 
 __all__ = ["read", "read_all", "read_tests", "COLLECTIVE_OF_BINARY", "PLACEMENTS"]
@@ -213,12 +216,20 @@ def _dataset(path: Path, test: Test, *, collective: str | None, gpus: int | None
     rows = np.ones(len(size_array), dtype=np.int64)
     aggregated = ""
     if by == "bytes" and len(np.unique(size_array)) < len(size_array):
-        size_array, rows, values, counts, extra, aggregated = _aggregate(
+        refuse_mixed_rows(path, test, size_array, extra)
+        size_array, rows, values, counts, extra, aggregated = aggregate_repeats(
             size_array, values, counts, extra, [line for line, _ in test.rows], check
         )
     data_vars = _variables(values, check, dim, rows if by == "bytes" else None)
     coords = _coordinates(test, name, ranks, dim, size_array, counts, extra)
     ds = xr.Dataset(data_vars, coords=coords)
+    if "FAILED" in test.out_of_bounds.upper():
+        warnings.warn(
+            f"{path}: nccl-tests' check of the test on line {test.first_line} failed ('Out of bounds "
+            f"values : {test.out_of_bounds}'): the collective computed wrong values (variable "
+            "'wrong' says at which sizes), so its times may not be those of a working run",
+            stacklevel=3,
+        )
     shown = test.binary + "_perf" if test.binary else name
     ds.attrs.update(
         source=f"measured: nccl-tests output {path}",
@@ -348,43 +359,3 @@ def _coordinates(
         else:
             coords[coord] = (dim, np.asarray(column_values), attrs)
     return coords
-
-
-def _aggregate(
-    sizes: np.ndarray,
-    values: dict[str, np.ndarray],
-    counts: list,
-    extra: dict[str, list],
-    lines: list[int],
-    check: str,
-) -> tuple:
-    """Rows of repeated sizes as one row per size (first appearance order): time, algbw, busbw
-    means; wrong elements summed; the largest error kept. Returns the new columns and a note."""
-    unique, first, inverse, repeats = np.unique(
-        sizes, return_index=True, return_inverse=True, return_counts=True
-    )
-    order = np.argsort(first, kind="stable")
-    position = np.empty(len(order), dtype=np.int64)
-    position[order] = np.arange(len(order))
-    group = position[inverse]
-    out = {}
-    for name, array in values.items():
-        frame = pd.DataFrame(array).groupby(group, sort=True)
-        if name == "check":
-            out[name] = (frame.sum(min_count=1) if check == "#wrong" else frame.max()).to_numpy(float)
-        else:
-            out[name] = frame.mean().to_numpy(float)
-    keep = first[order]
-    notes = [
-        f"{int(unique[i])} B: lines {', '.join(str(lines[j]) for j in np.flatnonzero(inverse == i))}"
-        for i in order
-        if repeats[i] > 1
-    ]
-    return (
-        unique[order],
-        repeats[order],
-        out,
-        [counts[i] for i in keep],
-        {k: [v[i] for i in keep] for k, v in extra.items()},
-        "; ".join(notes),
-    )

@@ -118,6 +118,7 @@ class Test:
     skipped: list[int] = field(default_factory=list)
     closed: bool = False
     failure: str = ""  # the first "Test ... failure" nccl-tests printed after the test's header
+    failure_line: int = 0
     warning: str = ""  # NCCL's last warning before it
 
 
@@ -145,6 +146,14 @@ def parse(path: Path) -> list[Test]:
         scanner.line(number, _LAUNCHER_PREFIX.sub("", raw.rstrip("\r"), count=1))
     tests = [t for t in scanner.tests if t.columns or t.rows]
     if not tests:
+        died = next((t for t in scanner.tests if t.failure), None)
+        if died is not None:  # it died before printing its table (a busy GPU, a failed init ...)
+            raise InputFileError(
+                path,
+                f"the test whose header is on line {died.first_line} died before its result "
+                f"table; {_said(died)}",
+                line=died.failure_line,
+            )
         raise InputFileError(
             path,
             "holds no nccl-tests result table; expected a column header line "
@@ -152,13 +161,18 @@ def parse(path: Path) -> list[Test]:
         )
     for test in tests:
         if not test.rows:
-            said = [f"the test reported: {test.failure!r}"] if test.failure else []
-            said += [f"NCCL warned: {test.warning!r}"] if test.warning else []
-            why = f"; {', after '.join(said)}" if said else " (truncated output?)"
+            why = f"; {_said(test)}" if test.failure or test.warning else " (truncated output?)"
             raise InputFileError(
                 path, f"the result table has a header but no rows{why}", line=test.column_line
             )
     return tests
+
+
+def _said(test: Test) -> str:
+    """What a test that died reported, and NCCL's warning before it."""
+    said = [f"the test reported: {test.failure!r}"] if test.failure else []
+    said += [f"NCCL warned: {test.warning!r}"] if test.warning else []
+    return ", after ".join(said)
 
 
 class _Scanner:
@@ -194,7 +208,7 @@ class _Scanner:
             return
         if failure := _FAILURE.search(stripped):
             if current is not None and not current.failure:
-                current.failure = failure.group(0)
+                current.failure, current.failure_line = failure.group(0), number
             if in_table:
                 current.skipped.append(number)
             return
