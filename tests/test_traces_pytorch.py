@@ -578,3 +578,36 @@ def test_a_tensorflow_profiler_trace_is_named_as_such():
         trace = load_trace(path)
     assert set(trace.events["category"]) == {"other"} and len(trace.events) == 256
     assert float(trace.breakdown().step_time.squeeze()) == pytest.approx(63_929.222e-6)
+
+
+GPUS_WITHOUT_ACTIVITY = Path(__file__).parent / "data" / "traces" / "kineto-gpus-without-activity"
+
+
+def test_a_trace_listing_gpus_without_gpu_activity_says_so():
+    """Two real traces whose headers list GPUs but that hold no kernel or copy
+    (tests/data/traces/kineto-gpus-without-activity/README.txt) are read as CPU-only traces, which
+    counts host work as compute: the reader says so, and what the file suggests happened."""
+    runtime_only = GPUS_WITHOUT_ACTIVITY / "flowmatch_3090_runtime_only.json"
+    with pytest.warns(
+        UserWarning,
+        match=r"lists 2 GPU\(s\) \(NVIDIA GeForce RTX 3090\); the trace holds CUDA runtime calls but no "
+        r"kernels or copies \(CUPTI delivered no device activity records\); read as a CPU-only trace",
+    ):
+        trace = load_trace(runtime_only, cache=False)
+    assert trace.meta["device"] == "cpu"
+    assert (trace.events["category"] == "runtime").sum() == 5  # cudaGetDeviceCount x2, ... Synchronize
+    # its header says profile_memory, but memory events come with the CPU activity it did not record
+    with pytest.raises(
+        DlexploreError, match=r"profile_memory=True, but PyTorch records memory events with the CPU"
+    ):
+        trace.memory_timeline()
+    host_only = GPUS_WITHOUT_ACTIVITY / "cudaguide_rtx4080_cpuonly.json"
+    with pytest.warns(
+        UserWarning,
+        match=r"lists 1 GPU\(s\) \(NVIDIA GeForce RTX 4080 SUPER\); the trace holds no GPU activity "
+        r"\(profile with activities=\[ProfilerActivity\.CPU, ProfilerActivity\.CUDA\]",
+    ):
+        trace = load_trace(host_only, cache=False)
+    assert (trace.events["category"] == "compute").sum() == 110  # its 110 cpu_op events
+    with pytest.raises(DlexploreError, match=r"no memory events; record them with .*profile_memory=True"):
+        trace.memory_timeline()

@@ -164,6 +164,7 @@ def _meta(files: list[RankFile], streams: Labels, gpu_trace: bool, epoch_ns: int
                 "deviceProperties": f.meta.get("deviceProperties"),
                 "baseTimeNanoseconds": f.meta.get("baseTimeNanoseconds"),
                 "schemaVersion": f.meta.get("schemaVersion"),
+                "profile_memory": f.meta.get("profile_memory"),
                 "threads": {_thread_stream(k, streams): v for k, v in f.threads.items()},
                 "events_read": f.events_read,
             }

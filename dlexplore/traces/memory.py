@@ -17,7 +17,7 @@ memory in use per (rank, device) as a step function of time:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -42,8 +42,7 @@ def memory_timeline(trace: Trace) -> pd.DataFrame:
     memory = getattr(trace, "memory", None)
     if memory is None or not len(memory):
         raise DlexploreError(
-            f"{getattr(trace, 'source', 'this trace')}: no memory events; record them "
-            "with torch.profiler.profile(profile_memory=True)"
+            f"{getattr(trace, 'source', 'this trace')}: no memory events; {_why_none(trace)}"
         )
     table = memory.sort_values(["rank", "device", "time"], kind="stable").reset_index(drop=True)
     running = table.groupby(["rank", "device"], observed=True, sort=False)["bytes"].cumsum()
@@ -107,3 +106,19 @@ def memory_summary(trace: Trace | pd.DataFrame) -> xr.Dataset:
         source=timeline.attrs.get("source", ""), kind="measured", title="memory per rank and device"
     )
     return ds
+
+
+def _why_none(trace: Any) -> str:
+    """What to do about a trace without memory events: its header may say memory was profiled."""
+    ranks = (getattr(trace, "meta", None) or {}).get("ranks") or {}
+    if not any(info.get("profile_memory") for info in ranks.values() if isinstance(info, dict)):
+        return "record them with torch.profiler.profile(profile_memory=True)"
+    events = getattr(trace, "events", None)
+    host_ops = "cpu" if trace.meta.get("device") == "cuda" else "compute"  # (a CPU-only trace's)
+    if events is not None and "category" in events and (events["category"] == host_ops).any():
+        return "its header says profile_memory=True: the run allocated and freed nothing while profiled"
+    return (
+        "its header says profile_memory=True, but PyTorch records memory events with the CPU "
+        "activity, which this trace lacks (no CPU operators): profile with "
+        "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]"
+    )

@@ -175,7 +175,31 @@ def read(paths: list[Path], **options: Any) -> Trace:
     trace = assemble(files, world_size, names, cats, streams)
     trace.meta["missing_ranks"] = missing
     trace.meta["rank_unknown"] = [f.rank for f in files if not f.rank_known]
+    if trace.meta["device"] == "cpu":
+        _say_gpus_without_activity(files, runtime_calls=bool((trace.events["category"] == "runtime").any()))
     return trace
+
+
+def _say_gpus_without_activity(files: list[RankFile], runtime_calls: bool) -> None:
+    """A trace whose header lists GPUs but that holds no GPU kernels or copies is read as a
+    CPU-only trace (its host work counts as compute): say so, and what probably happened."""
+    for file in files:
+        listed = file.meta.get("deviceProperties")
+        if isinstance(listed, list) and listed:
+            gpus = ", ".join(sorted({str(d.get("name", "?")) for d in listed if isinstance(d, dict)}))
+            why = (
+                "the trace holds CUDA runtime calls but no kernels or copies (CUPTI delivered no "
+                "device activity records)"
+                if runtime_calls
+                else "the trace holds no GPU activity (profile with activities=[ProfilerActivity.CPU, "
+                "ProfilerActivity.CUDA] to see the GPU)"
+            )
+            warnings.warn(
+                f"{file.path}: its header lists {len(listed)} GPU(s) ({gpus}); {why}; read as a "
+                "CPU-only trace, host work counted as compute",
+                stacklevel=4,
+            )
+            return
 
 
 def _assign_ranks(files: list[RankFile], allow_missing: bool, ranks: Any = None) -> tuple[int, list[int]]:
