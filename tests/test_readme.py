@@ -103,12 +103,23 @@ def collected(tmp_path_factory) -> Path:
     return folder / "run"
 
 
-@pytest.mark.parametrize("command", PLAIN, ids=[c[:70] for c in PLAIN])
+def _plain_params() -> list:
+    """The plain commands; those that read the traced run share a worker, so that it is made once."""
+    run_group = pytest.mark.xdist_group("readme-traced-run")
+    return [
+        pytest.param(c, id=c[:70], marks=[run_group] if " run/" in c or c == COLLECT else []) for c in PLAIN
+    ]
+
+
+@pytest.mark.parametrize("command", _plain_params())
 def test_readme_command_runs(command, workdir, request):
-    if " run/" in command and command != COLLECT:
-        (workdir / "run").symlink_to(request.getfixturevalue("collected"))
-    done = _run(command, workdir)
-    assert done.returncode == 0, f"$ {command}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    if command == COLLECT:  # the fixture ran it, exactly, and checked its exit status: once is enough
+        workdir = request.getfixturevalue("collected").parent
+    else:
+        if " run/" in command:
+            (workdir / "run").symlink_to(request.getfixturevalue("collected"))
+        done = _run(command, workdir)
+        assert done.returncode == 0, f"$ {command}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     for output in re.findall(r"(?:-o|--out)\s+(\S+)", command):
         assert (workdir / output).exists(), f"{command} did not write {output}"
 
