@@ -273,6 +273,7 @@ def test_old_output_without_the_hash_and_without_its_header():
     messages = " | ".join(str(w.message) for w in said)
     assert "no 'Using devices' list" in messages and "gpus = nThread x nGpus = 8" in messages
     assert "check of the test on line" in messages and "2 FAILED" in messages
+    assert "variable 'error' says at which sizes" in messages  # this old format's check column
     assert ds.collective.item() == "allgather" and ds.gpus.item() == 8
     assert ds.bytes.values.tolist() == [4294967296]
     assert ds.time.values.ravel().tolist() == pytest.approx([29122e-6, 29169e-6])
@@ -321,3 +322,30 @@ def test_a_failed_check_is_read_with_a_warning():
     assert ds.sizes == {"bytes": 25, "placement": 2} and ds.gpus.item() == 2
     assert ds.wrong.sel(bytes=1048576).values.tolist() == [96, 32]
     assert int(ds.wrong.sum()) == 128
+
+
+def test_a_test_that_died_beside_one_that_ran_is_a_warning(tmp_path):
+    # two runs logged to one file: the H100 all-reduce that ran, then the GH200 one that died
+    both = tmp_path / "two-runs.log"
+    ran = TOGETHER.read_text()
+    both.write_text(ran + (DATA / "gh200-busy-failure-2.17.8.txt").read_text())  # as two runs log
+    header = len(ran.splitlines()) + 3
+    with pytest.warns(
+        UserWarning,
+        match=rf"two-runs\.log, line {header + 11}: the test whose header is on line {header} died before "
+        r"its result table; the test reported: \"Test CUDA failure .*\"; the file's other tests are read",
+    ):
+        datasets = nccl_tests.read_all(both)
+    assert len(datasets) == 1 and datasets[0].gpus.item() == 8
+    # asked for by name, the test that died says so rather than "holds no allgather test"
+    gathered = tmp_path / "gather-died.log"
+    died = (DATA / "gh200-busy-failure-2.17.8.txt").read_text()
+    gathered.write_text(ran + died.replace("all_reduce_perf", "all_gather_perf"))
+    with (
+        pytest.warns(UserWarning),
+        pytest.raises(
+            InputFileError,
+            match=rf"gather-died\.log, line {header + 11}: the test whose header is on line {header} died",
+        ),
+    ):
+        read_nccl_tests(gathered, collective="allgather")

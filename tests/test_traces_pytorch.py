@@ -583,15 +583,15 @@ def test_a_tensorflow_profiler_trace_is_named_as_such():
 GPUS_WITHOUT_ACTIVITY = Path(__file__).parent / "data" / "traces" / "kineto-gpus-without-activity"
 
 
-def test_a_trace_listing_gpus_without_gpu_activity_says_so():
+def test_a_trace_listing_gpus_without_gpu_activity_says_so(tmp_path):
     """Two real traces whose headers list GPUs but that hold no kernel or copy
     (tests/data/traces/kineto-gpus-without-activity/README.txt) are read as CPU-only traces, which
     counts host work as compute: the reader says so, and what the file suggests happened."""
     runtime_only = GPUS_WITHOUT_ACTIVITY / "flowmatch_3090_runtime_only.json"
     with pytest.warns(
         UserWarning,
-        match=r"lists 2 GPU\(s\) \(NVIDIA GeForce RTX 3090\); the trace holds CUDA runtime calls but no "
-        r"kernels or copies \(CUPTI delivered no device activity records\); read as a CPU-only trace",
+        match=r"lists 2 GPU\(s\) \(NVIDIA GeForce RTX 3090\); nothing was launched on the GPU while it "
+        r"was profiled \(its runtime calls launch no work\); read as a CPU-only trace",
     ):
         trace = load_trace(runtime_only, cache=False)
     assert trace.meta["device"] == "cpu"
@@ -601,6 +601,17 @@ def test_a_trace_listing_gpus_without_gpu_activity_says_so():
         DlexploreError, match=r"profile_memory=True, but PyTorch records memory events with the CPU"
     ):
         trace.memory_timeline()
+    # its runtime calls (cudaGetDeviceCount, cudaGetDeviceProperties_v2, cudaDeviceSynchronize)
+    # launch nothing; with a launch and its kernel record lost, CUPTI is the suspect
+    events = json.loads(runtime_only.read_text())
+    launch = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1}
+    events["traceEvents"].append({**launch, "ts": 2545290572870.0, "dur": 4.0, "args": {"correlation": 9}})
+    lost = tmp_path / "launch_without_kernel.json"
+    lost.write_text(json.dumps(events))
+    with pytest.warns(
+        UserWarning, match=r"holds 1 kernel launches or copies by the runtime but nothing that ran"
+    ):
+        load_trace(lost, cache=False)
     host_only = GPUS_WITHOUT_ACTIVITY / "cudaguide_rtx4080_cpuonly.json"
     with pytest.warns(
         UserWarning,

@@ -119,6 +119,7 @@ def _why_none(trace: Any) -> str:
         return "its header says profile_memory=True: the run allocated and freed nothing while profiled"
     return (
         "its header says profile_memory=True, but PyTorch records memory events with the CPU "
-        "activity, which this trace lacks (no CPU operators): profile with "
-        "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]"
+        "activity, and this trace holds no CPU operator: either that activity was not recorded "
+        "(profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) or no operator "
+        "ran while profiled"
     )

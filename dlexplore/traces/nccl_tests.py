@@ -80,7 +80,9 @@ from .nccl_tests_parse import (
     Test,
     canonical_collective,
     collective_of,
+    died_before_table,
     parse,
+    parse_tests,
 )
 from .nccl_tests_repeats import aggregate_repeats, refuse_mixed_rows
 from .schema import normalize_collective_name
@@ -102,10 +104,13 @@ def read(
     ``bytes``, ``placement``) or ``"point"`` (dims ``point``, ``placement``).
     """
     path = Path(path)
-    tests = parse(path)
+    tests, died = parse_tests(path)
     if collective is not None:
         wanted = canonical_collective(collective)
         chosen = [t for t in tests if collective_of(t) in (wanted, None)]
+        dead = [t for t in died if collective_of(t) == wanted]
+        if not chosen and dead:
+            raise InputFileError(path, died_before_table(dead[0]), line=dead[0].failure_line)
         if not chosen:
             found = ", ".join(f"{collective_of(t)} (line {t.first_line})" for t in tests)
             raise InputFileError(path, f"holds no {wanted} test; it holds {found}")
@@ -227,7 +232,8 @@ def _dataset(path: Path, test: Test, *, collective: str | None, gpus: int | None
         warnings.warn(
             f"{path}: nccl-tests' check of the test on line {test.first_line} failed ('Out of bounds "
             f"values : {test.out_of_bounds}'): the collective computed wrong values (variable "
-            "'wrong' says at which sizes), so its times may not be those of a working run",
+            f"{'wrong' if check == '#wrong' else 'error'!r} says at which sizes), so its times may "
+            "not be those of a working run",
             stacklevel=3,
         )
     shown = test.binary + "_perf" if test.binary else name

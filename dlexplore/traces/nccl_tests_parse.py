@@ -2,11 +2,16 @@
 binary, command, devices, column header and result rows, as nccl-tests prints them (the 2.x formats
 with ``#wrong``, the older ones with ``error``, launchers' prefixes and NCCL's own log lines in
 between). :mod:`dlexplore.traces.nccl_tests` turns them into datasets.
+
+Kept whole: one scanner reads every kind of line, and what a line means depends on the state the
+lines before it left (the test being read, its table's columns, the echoed command's options, a
+failure reported); :func:`parse_tests` judges the tests that state describes (died, stopped, sound).
 """
 
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -117,6 +122,7 @@ class Test:
     out_of_bounds: str = ""
     skipped: list[int] = field(default_factory=list)
     closed: bool = False
+    closed_line: int = 0
     failure: str = ""  # the first "Test ... failure" nccl-tests printed after the test's header
     failure_line: int = 0
     warning: str = ""  # NCCL's last warning before it
@@ -140,20 +146,24 @@ def collective_of(test: Test) -> str | None:
 
 
 def parse(path: Path) -> list[Test]:
-    """Every test in the file at ``path``, in file order, each with its rows."""
+    """Every test in the file at ``path`` that printed a result table, in file order, each with its
+    rows (:func:`parse_tests`, whose warnings it gives)."""
+    return parse_tests(path)[0]
+
+
+def parse_tests(path: Path) -> tuple[list[Test], list[Test]]:
+    """The tests in the file at ``path`` with a result table, and those that died before theirs.
+
+    A file where every test died is refused, naming the failure; a test that died beside others
+    that ran, or that stopped inside its table, is a warning."""
     scanner = _Scanner(path)
     for number, raw in enumerate(read_text(path, "nccl-tests output").split("\n"), start=1):
         scanner.line(number, _LAUNCHER_PREFIX.sub("", raw.rstrip("\r"), count=1))
     tests = [t for t in scanner.tests if t.columns or t.rows]
+    died = [t for t in scanner.tests if t.failure and not (t.columns or t.rows)]
     if not tests:
-        died = next((t for t in scanner.tests if t.failure), None)
-        if died is not None:  # it died before printing its table (a busy GPU, a failed init ...)
-            raise InputFileError(
-                path,
-                f"the test whose header is on line {died.first_line} died before its result "
-                f"table; {_said(died)}",
-                line=died.failure_line,
-            )
+        if died:  # it died before printing its table (a busy GPU, a failed init ...)
+            raise InputFileError(path, died_before_table(died[0]), line=died[0].failure_line)
         raise InputFileError(
             path,
             "holds no nccl-tests result table; expected a column header line "
@@ -165,7 +175,23 @@ def parse(path: Path) -> list[Test]:
             raise InputFileError(
                 path, f"the result table has a header but no rows{why}", line=test.column_line
             )
-    return tests
+        if test.failure and (not test.closed or test.failure_line < test.closed_line):
+            warnings.warn(
+                f"{path}, line {test.failure_line}: the test whose header is on line {test.first_line} "
+                f"died inside its result table, after {len(test.rows)} rows; {_said(test)}",
+                stacklevel=4,
+            )
+    for test in died:
+        warnings.warn(
+            f"{path}, line {test.failure_line}: {died_before_table(test)}; the file's other tests are read",
+            stacklevel=4,
+        )
+    return tests, died
+
+
+def died_before_table(test: Test) -> str:
+    """What to say of a test that died before its result table."""
+    return f"the test whose header is on line {test.first_line} died before its result table; {_said(test)}"
 
 
 def _said(test: Test) -> str:
@@ -290,7 +316,7 @@ class _Scanner:
                     f"'# Avg bus bandwidth' is {match.group(1)!r}; expected a number of GB/s",
                     line=number,
                 ) from None
-            current.closed = True
+            current.closed, current.closed_line = True, number
 
     def _headerless(self, number: int) -> Test:
         """A test whose header is missing (cut from a pasted log): its threads and GPUs per thread

@@ -34,12 +34,13 @@ def refuse_mixed_rows(path: Path, test: Test, sizes: np.ndarray, extra: dict[str
         seen: dict[int, object] = {}
         for i, (size, value) in enumerate(zip(sizes.tolist(), extra[column], strict=True)):
             if seen.setdefault(size, value) != value:
-                kinds = sorted({str(v) for v in extra[column]})
+                kinds = [str(v) for v in sorted(set(extra[column]))]
                 raise InputFileError(
                     path,
                     f"measures a size with several {what} ({', '.join(kinds)}; nccl-tests run with "
                     f"--datatype all, --op all or several roots): by='bytes' would average them; read "
-                    f"it with by='point' (one row each, {coordinate} a coordinate on point)",
+                    f"it with by='point' (--by point on the command line; one row each, {coordinate} "
+                    "a coordinate on point)",
                     line=test.rows[i][0],
                 )
 

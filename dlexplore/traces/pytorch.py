@@ -176,30 +176,47 @@ def read(paths: list[Path], **options: Any) -> Trace:
     trace.meta["missing_ranks"] = missing
     trace.meta["rank_unknown"] = [f.rank for f in files if not f.rank_known]
     if trace.meta["device"] == "cpu":
-        _say_gpus_without_activity(files, runtime_calls=bool((trace.events["category"] == "runtime").any()))
+        _say_gpus_without_activity(trace, files)
     return trace
 
 
-def _say_gpus_without_activity(files: list[RankFile], runtime_calls: bool) -> None:
-    """A trace whose header lists GPUs but that holds no GPU kernels or copies is read as a
-    CPU-only trace (its host work counts as compute): say so, and what probably happened."""
-    for file in files:
-        listed = file.meta.get("deviceProperties")
-        if isinstance(listed, list) and listed:
-            gpus = ", ".join(sorted({str(d.get("name", "?")) for d in listed if isinstance(d, dict)}))
-            why = (
-                "the trace holds CUDA runtime calls but no kernels or copies (CUPTI delivered no "
-                "device activity records)"
-                if runtime_calls
-                else "the trace holds no GPU activity (profile with activities=[ProfilerActivity.CPU, "
-                "ProfilerActivity.CUDA] to see the GPU)"
-            )
-            warnings.warn(
-                f"{file.path}: its header lists {len(listed)} GPU(s) ({gpus}); {why}; read as a "
-                "CPU-only trace, host work counted as compute",
-                stacklevel=4,
-            )
-            return
+def _say_gpus_without_activity(trace: Trace, files: list[RankFile]) -> None:
+    """A trace whose header lists GPUs but that holds no GPU kernel is read as a CPU-only trace
+    (its host work counts as compute): say so, and what the trace shows of why."""
+    listed = next(
+        (f.meta["deviceProperties"] for f in files if isinstance(f.meta.get("deviceProperties"), list)),
+        [],
+    )
+    if not listed:
+        return
+    events = trace.events
+    copies = int(events["category"].isin(("memcpy", "memset")).sum())
+    runtime = events.loc[events["category"] == "runtime", "name"].astype(str)
+    launches = int(runtime.str.contains(_LAUNCHES, regex=True).sum())
+    if copies:
+        why = f"the trace holds {copies} GPU copies or memsets but no kernel"
+    elif launches:
+        why = (
+            f"the trace holds {launches} kernel launches or copies by the runtime but nothing that "
+            "ran on the GPU (CUPTI delivered no device activity records)"
+        )
+    elif len(runtime):
+        why = "nothing was launched on the GPU while it was profiled (its runtime calls launch no work)"
+    else:
+        why = (
+            "the trace holds no GPU activity (profile with activities=[ProfilerActivity.CPU, "
+            "ProfilerActivity.CUDA] to see the GPU)"
+        )
+    gpus = ", ".join(sorted({str(d.get("name", "?")) for d in listed if isinstance(d, dict)}))
+    warnings.warn(
+        f"{files[0].path}: its header lists {len(listed)} GPU(s) ({gpus}); {why}; read as a CPU-only "
+        "trace, host work counted as compute",
+        stacklevel=4,
+    )
+
+
+#: Runtime calls that put work on a GPU (CUDA and HIP): kernel launches, graph launches, copies.
+_LAUNCHES = r"(?i)launch|memcpy|memset"
 
 
 def _assign_ranks(files: list[RankFile], allow_missing: bool, ranks: Any = None) -> tuple[int, list[int]]:
