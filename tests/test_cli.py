@@ -164,6 +164,18 @@ def test_measured_list_and_show():
     assert 1787.4 in frame.throughput.round(1).tolist()
 
 
+def test_measured_show_one_data_type_of_a_datatype_sweep():
+    # nccl-tests --datatype all on 16 H200s: each size in 12 types, one of them chosen
+    sweep = Path(__file__).parent / "data" / "traces" / "nccl-tests" / "h200-datatype-all-2.18.3.txt"
+    refused = cli("measured", "show", str(sweep))
+    assert refused.returncode != 0 and "--dtype on the command line" in refused.stderr
+    shown = cli("measured", "show", str(sweep), "--dtype", "bfloat16", "--format", "csv")
+    assert shown.returncode == 0, shown.stderr
+    frame = pd.read_csv(io.StringIO(shown.stdout))
+    out_of_place = frame[frame.placement == "out-of-place"]
+    assert out_of_place.busbw.tolist() == [481.75, 483.37, 484.17] and set(frame.dtype) == {"bfloat16"}
+
+
 @pytest.mark.parametrize(
     "args, expected",
     [

@@ -289,9 +289,22 @@ def test_a_datatype_sweep_is_never_averaged_over_types():
     with pytest.raises(
         InputFileError,
         match=r"h200-datatype-all-2\.18\.3\.txt, line 38: measures a size with several data types "
-        r"\(bfloat16, double, f8e4m3, .*\): by='bytes' would average them; read it with by='point'",
+        r"\(bfloat16, double, f8e4m3, .*\): by='bytes' would average them; choose one \(dtype='bfloat16'; "
+        r"--dtype on the command line\), or read every row with by='point'",
     ):
         read_nccl_tests(path)
+    # one data type is one measurement per size: readable by size
+    half = read_nccl_tests(path, dtype="half")
+    assert half.bytes.values.tolist() == [10737418240, 21474836480, 42949672960]
+    assert half.busbw.sel(placement="out-of-place").values.tolist() == [482.32, 483.42, 483.49]
+    assert (
+        half["count"].values.tolist() == [5368709120, 10737418240, 21474836480]
+        and half.dtype.item() == "half"
+    )
+    with pytest.raises(
+        InputFileError, match=r"measured no dtype='fp16'; its data types: bfloat16, .*, uint8$"
+    ):
+        read_nccl_tests(path, dtype="fp16")
     ds = read_nccl_tests(path, by="point")
     assert ds.sizes == {"point": 36, "placement": 2} and ds.gpus.item() == 16
     assert len(set(ds.dtype.values.tolist())) == 12

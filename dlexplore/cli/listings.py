@@ -6,7 +6,7 @@ import argparse
 
 import pandas as pd
 
-from .options import UsageError, add_output
+from .options import UsageError, add_nccl_tests_choice, add_output
 from .output import emit_frame, show_measured
 
 
@@ -55,7 +55,7 @@ def run_measured(args: argparse.Namespace) -> None:
         return
     if not args.name:
         raise UsageError("measured show needs a dataset NAME (see: dlexplore measured list)")
-    ds = measured.load(args.name, by=args.by)
+    ds = measured.load(args.name, by=args.by, dtype=args.dtype, redop=args.redop, root=args.root)
     show_measured(ds, args, f"measured: {ds.attrs.get('title', args.name)}")
 
 
@@ -75,5 +75,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default="bytes",
         help="nccl-tests output: one row per size (repeats averaged) or per result row",
     )
+    add_nccl_tests_choice(m)
     add_output(m)
     m.set_defaults(func=run_measured)

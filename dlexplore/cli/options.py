@@ -98,6 +98,13 @@ def add_output(parser: argparse.ArgumentParser, formats: Sequence[str] = FORMATS
     )
 
 
+def add_nccl_tests_choice(parser: argparse.ArgumentParser) -> None:
+    """nccl-tests output run with --datatype all or --op all: which rows to read."""
+    parser.add_argument("--dtype", help="nccl-tests output: the rows of this data type (float, bfloat16 ...)")
+    parser.add_argument("--redop", help="nccl-tests output: the rows of this reduction operation (sum ...)")
+    parser.add_argument("--root", type=int, help="nccl-tests output: the rows of this root rank")
+
+
 def add_trace_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-missing-ranks",

@@ -8,7 +8,7 @@ import sys
 
 import xarray as xr
 
-from .options import FORMATS, Parser, UsageError, add_output, add_trace_options
+from .options import FORMATS, Parser, UsageError, add_nccl_tests_choice, add_output, add_trace_options
 from .output import dataset_to_frame, emit, emit_frame, readable_table, show_measured, write_text
 
 #: Breakdown variables in the order ``trace summary`` prints them.
@@ -34,6 +34,9 @@ def load_trace_from_args(args: argparse.Namespace, *, any_format: bool = False):
         return load_trace(args.paths, format=args.trace_format, **options)
     if getattr(args, "by", None):
         options["by"] = args.by
+    for choice in ("dtype", "redop", "root"):
+        if getattr(args, choice, None) is not None:
+            options[choice] = getattr(args, choice)
     return load(args.paths, format=args.trace_format, **options)
 
 
@@ -166,6 +169,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                 choices=("bytes", "point"),
                 help="nccl-tests output: one row per size (repeats averaged, the default) or per result row",
             )
+            add_nccl_tests_choice(a)
             a.add_argument(
                 "--dask",
                 choices=("threads", "processes", "sync"),

@@ -176,12 +176,20 @@ def read_csv(path: str | Path) -> xr.Dataset:
     return read_table(path)
 
 
-def load(name: str | os.PathLike[str], *, by: str = "bytes") -> xr.Dataset:
+def load(
+    name: str | os.PathLike[str],
+    *,
+    by: str = "bytes",
+    dtype: str | None = None,
+    redop: str | None = None,
+    root: int | None = None,
+) -> xr.Dataset:
     """Load a bundled measured dataset by name (see :func:`available`), or a CSV file by path.
 
     A path to nccl-tests output returns :func:`dlexplore.traces.nccl_tests.read_tests`'s dataset
     (dims ``bytes`` or, with ``by="point"``, ``point``; ``placement``; ``test`` when the file holds
-    several results).
+    several results; ``dtype``, ``redop``, ``root`` keep the rows of that data type, reduction
+    operation and root, as :func:`dlexplore.traces.nccl_tests.read` does).
 
     An unknown name raises :class:`~dlexplore.errors.UnknownNameError` with the nearest names.
     """
@@ -209,7 +217,7 @@ def load(name: str | os.PathLike[str], *, by: str = "bytes") -> xr.Dataset:
         if kind == "nccl-tests":
             from ..traces.nccl_tests import read_tests
 
-            return read_tests(path, by=by)
+            return read_tests(path, by=by, dtype=dtype, redop=redop, root=root)
     # Anything that looks like a path is read as one, so that a typo in a path says "no such
     # file" rather than suggesting bundled dataset names.
     if path.is_file() or path.suffix.lower() == ".csv" or len(path.parts) > 1:

@@ -69,6 +69,7 @@ import math
 import os
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xarray as xr
@@ -84,7 +85,7 @@ from .nccl_tests_parse import (
     parse,
     parse_tests,
 )
-from .nccl_tests_repeats import aggregate_repeats, refuse_mixed_rows
+from .nccl_tests_rows import aggregate_repeats, refuse_mixed_rows, row_values, select_rows
 from .schema import normalize_collective_name
 
 __all__ = ["read", "read_all", "read_tests", "COLLECTIVE_OF_BINARY", "PLACEMENTS"]
@@ -94,16 +95,27 @@ _MICROSECOND = 1e-6  # s
 
 
 def read(
-    path: str | os.PathLike, *, collective: str | None = None, gpus: int | None = None, by: str = "bytes"
+    path: str | os.PathLike,
+    *,
+    collective: str | None = None,
+    gpus: int | None = None,
+    by: str = "bytes",
+    dtype: str | None = None,
+    redop: str | None = None,
+    root: int | None = None,
 ) -> xr.Dataset:
     """One nccl-tests result of the file at ``path`` as a measured dataset (see the module docs).
 
     ``collective`` picks the test when the file holds several (``"allreduce"``, ``"allgather"``
     ...), and names the collective when the file does not (no binary name in it). ``gpus``
     overrides the number of ranks when the device list is missing. ``by`` is ``"bytes"`` (dims
-    ``bytes``, ``placement``) or ``"point"`` (dims ``point``, ``placement``).
+    ``bytes``, ``placement``) or ``"point"`` (dims ``point``, ``placement``). ``dtype``, ``redop``
+    and ``root`` keep the rows of that data type (as nccl-tests prints it: ``"float"``,
+    ``"bfloat16"``), reduction operation and root only: one measurement per size of a run with
+    ``--datatype all`` or ``--op all``, which ``by="bytes"`` refuses to average otherwise.
     """
     path = Path(path)
+    choice = {"dtype": dtype, "redop": redop, "root": root}
     tests, died = parse_tests(path)
     if collective is not None:
         wanted = canonical_collective(collective)
@@ -121,7 +133,7 @@ def read(
                 f"holds {len(chosen)} {wanted} tests (starting on lines {where}); "
                 "use read_all() and pick one",
             )
-        return _dataset(path, chosen[0], collective=wanted, gpus=gpus, by=by)
+        return _dataset(path, chosen[0], collective=wanted, gpus=gpus, by=by, choice=choice)
     if len(tests) > 1:
         found = ", ".join(f"{collective_of(t) or 'unknown'} (line {t.first_line})" for t in tests)
         raise InputFileError(
@@ -129,21 +141,34 @@ def read(
             f"holds {len(tests)} nccl-tests results: {found}; pass collective=... "
             "to pick one, or use read_all()",
         )
-    return _dataset(path, tests[0], collective=None, gpus=gpus, by=by)
+    return _dataset(path, tests[0], collective=None, gpus=gpus, by=by, choice=choice)
 
 
-def read_all(path: str | os.PathLike, *, gpus: int | None = None, by: str = "bytes") -> list[xr.Dataset]:
-    """Every nccl-tests result in the file at ``path``, in file order (see :func:`read`)."""
+def read_all(
+    path: str | os.PathLike, *, gpus: int | None = None, by: str = "bytes", **choice: Any
+) -> list[xr.Dataset]:
+    """Every nccl-tests result in the file at ``path``, in file order (see :func:`read`; ``choice``:
+    its ``dtype``, ``redop``, ``root``)."""
     path = Path(path)
-    return [_dataset(path, test, collective=None, gpus=gpus, by=by) for test in parse(path)]
+    choice = _choice(choice)
+    return [_dataset(path, test, collective=None, gpus=gpus, by=by, choice=choice) for test in parse(path)]
 
 
-def read_tests(path: str | os.PathLike, *, gpus: int | None = None, by: str = "bytes") -> xr.Dataset:
+def _choice(options: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(options) - {"dtype", "redop", "root"})
+    if unknown:
+        raise TypeError(f"unexpected keyword arguments {unknown}; expected dtype, redop or root")
+    return {k: options.get(k) for k in ("dtype", "redop", "root")}
+
+
+def read_tests(
+    path: str | os.PathLike, *, gpus: int | None = None, by: str = "bytes", **choice: Any
+) -> xr.Dataset:
     """Every nccl-tests result in the file at ``path`` as one dataset: :func:`read_all`'s results
     along a ``test`` dimension (0, 1, ... in file order), with ``collective`` and ``gpus`` (and
     ``dtype``, ``redop``, ``root``) as coordinates on ``test``; sizes a test lacks are NaN. A file
     with one test gives that test's dataset, without the ``test`` dimension."""
-    tests = read_all(path, gpus=gpus, by=by)
+    tests = read_all(path, gpus=gpus, by=by, **choice)
     if len(tests) == 1:
         return tests[0]
     names = set().union(*(t.data_vars for t in tests))
@@ -170,20 +195,9 @@ def read_tests(path: str | os.PathLike, *, gpus: int | None = None, by: str = "b
 # --- building the dataset ----------------------------------------------------------------------
 
 
-def _number(path: Path, text: str, line: int, column: str, kind: type) -> float:
-    if text.upper() == "N/A":
-        return math.nan
-    try:
-        value = kind(text)
-        if kind is int and not -(2**63) <= value < 2**63:
-            raise ValueError("beyond 64 bits")
-        return value
-    except ValueError:
-        expected = "a whole number" if kind is int else "a number"
-        raise InputFileError(path, f"column {column!r}: {text!r} is not {expected}", line=line) from None
-
-
-def _dataset(path: Path, test: Test, *, collective: str | None, gpus: int | None, by: str) -> xr.Dataset:
+def _dataset(
+    path: Path, test: Test, *, collective: str | None, gpus: int | None, by: str, choice: dict[str, Any]
+) -> xr.Dataset:
     if by not in ("bytes", "point"):
         raise DlexploreError(f"by must be 'bytes' or 'point', got {by!r}")
     found = collective_of(test)
@@ -206,7 +220,7 @@ def _dataset(path: Path, test: Test, *, collective: str | None, gpus: int | None
                 stacklevel=3,
             )
             name = "unknown"
-    sizes, counts, extra, values, check = _row_values(path, test)
+    sizes, counts, extra, values, check = row_values(path, test)
     ranks = gpus if gpus is not None else len(test.devices)
     if not ranks:
         ranks = (test.nthreads or 1) * (test.ngpus or 1)
@@ -217,25 +231,26 @@ def _dataset(path: Path, test: Test, *, collective: str | None, gpus: int | None
         )
 
     dim = "bytes" if by == "bytes" else "point"
+    lines = [line for line, _ in test.rows]
+    if any(v is not None for v in choice.values()):
+        keep = select_rows(path, choice, extra)
+        sizes, counts, lines = (
+            [x for x, k in zip(v, keep, strict=True) if k] for v in (sizes, counts, lines)
+        )
+        extra = {k: [x for x, kept in zip(v, keep, strict=True) if kept] for k, v in extra.items()}
+        values = {k: v[keep] for k, v in values.items()}
     size_array = np.asarray(sizes, dtype=np.int64)
     rows = np.ones(len(size_array), dtype=np.int64)
     aggregated = ""
     if by == "bytes" and len(np.unique(size_array)) < len(size_array):
-        refuse_mixed_rows(path, test, size_array, extra)
+        refuse_mixed_rows(path, lines, size_array, extra)
         size_array, rows, values, counts, extra, aggregated = aggregate_repeats(
-            size_array, values, counts, extra, [line for line, _ in test.rows], check
+            size_array, values, counts, extra, lines, check
         )
     data_vars = _variables(values, check, dim, rows if by == "bytes" else None)
     coords = _coordinates(test, name, ranks, dim, size_array, counts, extra)
     ds = xr.Dataset(data_vars, coords=coords)
-    if "FAILED" in test.out_of_bounds.upper():
-        warnings.warn(
-            f"{path}: nccl-tests' check of the test on line {test.first_line} failed ('Out of bounds "
-            f"values : {test.out_of_bounds}'): the collective computed wrong values (variable "
-            f"{'wrong' if check == '#wrong' else 'error'!r} says at which sizes), so its times may "
-            "not be those of a working run",
-            stacklevel=3,
-        )
+    _say_failed_check(path, test, check)
     shown = test.binary + "_perf" if test.binary else name
     ds.attrs.update(
         source=f"measured: nccl-tests output {path}",
@@ -257,35 +272,15 @@ def _dataset(path: Path, test: Test, *, collective: str | None, gpus: int | None
     return ds
 
 
-def _row_values(path: Path, test: Test) -> tuple:
-    """The result rows as numbers: sizes, counts, the leading text columns (type, redop, root),
-    time, algbw, busbw and the check column per placement, and the check column's name."""
-    leading = [c for c in test.columns[: test.columns.index("time")]]
-    n_groups = len(test.placements)
-    sizes, counts, extra = [], [], {c: [] for c in ("type", "redop", "root") if c in leading}
-    values = {v: np.full((len(test.rows), n_groups), np.nan) for v in ("time", "algbw", "busbw", "check")}
-    check = test.columns[len(leading) + 3]
-    for i, (line, fields) in enumerate(test.rows):
-        row = dict(zip(leading, fields[: len(leading)], strict=True))
-        sizes.append(_number(path, row["size"], line, "size", int))
-        counts.append(_number(path, row["count"], line, "count", int))
-        if "type" in extra:
-            extra["type"].append(row["type"])
-        if "redop" in extra:
-            extra["redop"].append(row["redop"])
-        if "root" in extra:  # blank (all-to-all): no root, which nccl-tests prints as -1
-            extra["root"].append(_number(path, row["root"] or "-1", line, "root", int))
-        for g in range(n_groups):
-            base = len(leading) + 4 * g
-            for offset, var in enumerate(("time", "algbw", "busbw")):
-                values[var][i, g] = _number(
-                    path, fields[base + offset], line, test.columns[base + offset], float
-                )
-            kind = int if check == "#wrong" else float
-            values["check"][i, g] = _number(path, fields[base + 3], line, check, kind)
-    if any(math.isnan(s) for s in sizes):
-        raise InputFileError(path, "a row has 'N/A' as its size", line=test.rows[0][0])
-    return sizes, counts, extra, values, check
+def _say_failed_check(path: Path, test: Test, check: str) -> None:
+    if "FAILED" in test.out_of_bounds.upper():
+        warnings.warn(
+            f"{path}: nccl-tests' check of the test on line {test.first_line} failed ('Out of bounds "
+            f"values : {test.out_of_bounds}'): the collective computed wrong values (variable "
+            f"{'wrong' if check == '#wrong' else 'error'!r} says at which sizes), so its times may "
+            "not be those of a working run",
+            stacklevel=4,
+        )
 
 
 def _variables(values: dict, check: str, dim: str, rows: np.ndarray | None) -> dict:
