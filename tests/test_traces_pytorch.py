@@ -622,3 +622,19 @@ def test_a_trace_listing_gpus_without_gpu_activity_says_so(tmp_path):
     assert (trace.events["category"] == "compute").sum() == 110  # its 110 cpu_op events
     with pytest.raises(DlexploreError, match=r"no memory events; record them with .*profile_memory=True"):
         trace.memory_timeline()
+
+
+def test_a_chrome_trace_of_another_tool_says_its_categories_are_unknown():
+    """An NPU simulator's Chrome trace (tests/data/traces/not-kineto/README.txt) has the shape of a
+    PyTorch trace; its 8 events, category "AIV", all read as 'other', which the breakdown counts as
+    idle: the reader says so."""
+    path = Path(__file__).parent / "data" / "traces" / "not-kineto" / "npu-simulator-last-events.json"
+    with pytest.warns(
+        UserWarning,
+        match=r"npu-simulator-last-events\.json: none of its 8 events has a category PyTorch's profiler "
+        r"writes \(its categories: AIV\); read as a PyTorch trace, every event is 'other'",
+    ):
+        trace = load_trace(path, cache=False)
+    assert set(trace.events["category"]) == {"other"}
+    # the span is the events' own: 332.541 us to 430.523 + 1.045 us
+    assert float(trace.breakdown().step_time.squeeze()) == pytest.approx((431.568 - 332.541) * 1e-6)

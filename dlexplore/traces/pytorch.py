@@ -177,7 +177,25 @@ def read(paths: list[Path], **options: Any) -> Trace:
     trace.meta["rank_unknown"] = [f.rank for f in files if not f.rank_known]
     if trace.meta["device"] == "cpu":
         _say_gpus_without_activity(trace, files)
+    _say_unknown_categories(trace, files, [c for c in cats.values if c])
     return trace
+
+
+def _say_unknown_categories(trace: Trace, files: list[RankFile], categories: list[str]) -> None:
+    """A Chrome trace that another tool wrote (a simulator, a vendor profiler) reads as a PyTorch
+    trace whose events are all 'other', which the breakdown counts as idle: say so. (TensorFlow's,
+    whose events carry no category at all, is named by :class:`RankFile`.)"""
+    events = trace.events
+    if not categories or not len(events) or (events["category"] != "other").any():
+        return
+    warnings.warn(
+        f"{files[0].path}{f' (and {len(files) - 1} more files)' if len(files) > 1 else ''}: none of "
+        f"its {len(events)} events has a category "
+        f"PyTorch's profiler writes (its categories: {', '.join(sorted(categories)[:6])}"
+        f"{' ...' if len(categories) > 6 else ''}); read as a PyTorch trace, every event is 'other', "
+        "which the breakdown counts as idle",
+        stacklevel=4,
+    )
 
 
 def _say_gpus_without_activity(trace: Trace, files: list[RankFile]) -> None:
