@@ -30,7 +30,10 @@ ROCM_5571 = DATA / "rocm-issue-5571-r9700-allreduce.txt"
 FAILED_124 = DATA / "nccl-tests-issue-124-failed.txt"
 
 
-@pytest.mark.parametrize("path", [TOGETHER, XXRJUN, WOHLBIER, DOCKER, LUMI, ROCM_5571, FAILED_124])
+@pytest.mark.parametrize(
+    "path",
+    [TOGETHER, XXRJUN, WOHLBIER, DOCKER, LUMI, ROCM_5571, FAILED_124, DATA / "mscclpp-alltoall-2n8p.txt"],
+)
 def test_detect_format(path):
     assert detect_format(path) == "nccl-tests"
 
@@ -362,3 +365,34 @@ def test_a_test_that_died_beside_one_that_ran_is_a_warning(tmp_path):
         ),
     ):
         read_nccl_tests(gathered, collective="allgather")
+
+
+@pytest.mark.parametrize(
+    "name, collective, gpus, placement, time_us, algbw, busbw",
+    [
+        ("mscclpp-alltoall-1n8p.txt", "alltoall", 8, "out-of-place", 7186.2, 149.42, 130.74),
+        ("mscclpp-alltoall-2n8p.txt", "alltoall", 16, "out-of-place", 23275, 46.13, 43.25),
+        ("mscclpp-allgather-1n8p.txt", "allgather", 8, "in-place", 73.02, 0.01, 0.01),
+    ],
+)
+def test_mscclpp_test_tables_with_a_placement_left_blank(
+    name, collective, gpus, placement, time_us, algbw, busbw
+):
+    """mscclpp-test prints nccl-tests' table without the type column, in-place first, and leaves
+    blank the placement it did not run: each value is read under the header it ends under."""
+    ds = read_nccl_tests(DATA / name, collective=collective, gpus=gpus)
+    assert ds.placement.values.tolist() == ["in-place", "out-of-place"] and "dtype" not in ds.coords
+    ran = ds.sel(placement=placement)
+    assert ran.time.values.tolist() == pytest.approx([time_us * 1e-6])
+    assert (ran.algbw.values.tolist(), ran.busbw.values.tolist()) == ([algbw], [busbw])
+    other = ds.sel(placement="in-place" if placement == "out-of-place" else "out-of-place")
+    assert np.isnan(other.time.values).all() and np.isnan(other.busbw.values).all()
+
+
+def test_a_row_cut_inside_a_placement_is_still_refused(tmp_path):
+    # blank cells are read only as whole placements: a value missing inside one is a cut row
+    text = (DATA / "mscclpp-alltoall-1n8p.txt").read_text().replace("  149.42  130.74      0", "")
+    cut = tmp_path / "cut.txt"
+    cut.write_text(text)
+    with pytest.raises(InputFileError, match=r"cut\.txt, line 8: a result row needs 10 columns"):
+        read_nccl_tests(cut, collective="alltoall", gpus=8)

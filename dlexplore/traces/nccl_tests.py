@@ -22,8 +22,11 @@ wrong elements, ``N/A`` where not checked), older ones without ``root`` for all-
 print the same tables (older ones a header with colons, ``# nThread: 1 nGpus: 1 ...``, and their
 version as ``rccl-tests: Version ...``); versions before 2019 printed the header lines without the
 ``#``; a paste that lost the ``nThread`` header takes the threads and GPUs from the echoed command's
-``-t`` and ``-g``. ``NCCL_DEBUG=INFO`` lines between the rows are skipped, and a test that died
-before its first row is refused with the failure it reported.
+``-t`` and ``-g``. mscclpp-test (MSCCL++'s nccl-tests) prints the table without ``type``, in-place
+first, and leaves the placement it did not run blank: each value is read under the column header it
+ends under (placements wholly there or wholly blank; anything else is a row cut short).
+``NCCL_DEBUG=INFO`` lines between the rows are skipped, and a test that died before its first row
+is refused with the failure it reported.
 
 The result of one test is an ``xarray.Dataset`` on dims ``bytes`` (the ``size`` column, bytes, as
 nccl-tests counts it: the buffer of each rank for all-reduce, broadcast and reduce, the total

@@ -117,6 +117,7 @@ class Test:
     columns: tuple[str, ...] = ()
     placements: tuple[str, ...] = ()
     column_line: int = 0
+    edges: list[int] = field(default_factory=list)  # where each column header ends on its line
     rows: list[tuple[int, list[str]]] = field(default_factory=list)
     avg_busbw: float | None = None
     out_of_bounds: str = ""
@@ -213,8 +214,10 @@ class _Scanner:
         self.version = ""
         self.options: dict[str, str] = {}  # the -t and -g of the last echoed command
         self.pending_placements: tuple[str, ...] = ()
+        self.raw = ""  # the line being read, as written (columns are placed by where they end)
 
     def line(self, number: int, line: str) -> None:
+        self.raw = line
         stripped = line.strip()
         if not stripped:
             return
@@ -240,6 +243,8 @@ class _Scanner:
             return
         if in_table and _ROW_START.match(line):
             fields = _fill_blanks(line.split(), current.columns)
+            if len(fields) != len(current.columns) and "type" not in current.columns:
+                fields = _by_position(line, current.edges, current.columns) or fields
             if len(fields) != len(current.columns):
                 names = " ".join(current.columns)
                 raise InputFileError(
@@ -290,14 +295,14 @@ class _Scanner:
         tokens = stripped.lstrip("#").split()
         if current is None and (tokens[:2] == ["size", "count"] or ("size" in tokens and "time" in tokens)):
             current = self._headerless(number)  # a column header with no "# nThread" header before it
+        if "out-of-place" in tokens or "in-place" in tokens:  # (mscclpp-test: before any test)
+            self.pending_placements = tuple(t for t in tokens if t in PLACEMENTS)
+            return
         if current is None:
             return
         if _DEVICE.match(stripped):
             if not current.rows:
                 current.devices.append(stripped.lstrip("#").strip())
-            return
-        if "out-of-place" in tokens or "in-place" in tokens:
-            self.pending_placements = tuple(t for t in tokens if t in PLACEMENTS)
             return
         if tokens[:2] == ["size", "count"] or ("size" in tokens and "time" in tokens):
             self._column_header(number, tokens)
@@ -373,6 +378,33 @@ class _Scanner:
             self.current = current
         current.columns, current.placements = _columns(self.path, tokens, self.pending_placements, number)
         current.column_line = number
+        ends = [m.end() for m in re.finditer(r"\S+", self.raw) if m.group() != "#"]
+        current.edges = ends[-len(current.columns) :] if len(ends) >= len(current.columns) else []
+
+
+def _by_position(line: str, edges: list[int], columns: tuple[str, ...]) -> list[str] | None:
+    """A row of mscclpp-test, which leaves the placement it did not run blank, read by where each
+    value ends: under its column's header (both are right-aligned). None unless every value ends
+    under a header of its own and each placement's four cells are all there or all blank (a row
+    cut short is no such row)."""
+    if len(edges) != len(columns):
+        return None
+    cells = [""] * len(edges)
+    for match in re.finditer(r"\S+", line):
+        column = min(range(len(edges)), key=lambda j: abs(edges[j] - match.end()))
+        if abs(edges[column] - match.end()) > _ALIGN_SLACK or cells[column]:
+            return None
+        cells[column] = match.group()
+    first = columns.index("time")
+    groups = [cells[i : i + 4] for i in range(first, len(cells), 4)]
+    whole = [all(g) for g in groups]
+    blank = [not any(g) for g in groups]
+    if not all(cells[:first]) or not any(whole) or not all(w or b for w, b in zip(whole, blank, strict=True)):
+        return None
+    return cells
+
+
+_ALIGN_SLACK = 2  # characters a value may end off its header's end (a wider number, a wider header)
 
 
 def _fill_blanks(fields: list[str], columns: tuple[str, ...]) -> list[str]:
@@ -399,10 +431,12 @@ def _columns(
     leading = tuple(tokens[:first])
     groups = tokens[first:]
     problems = [name for name in leading if name not in _LEADING]
-    if problems or leading[:3] != ("size", "count", "type"):
+    # mscclpp-test (MSCCL++'s nccl-tests) prints no type column
+    if problems or (leading[:3] != ("size", "count", "type") and leading != ("size", "count")):
         raise InputFileError(
             path,
-            f"unexpected leading columns {leading}; expected size, count, type and optionally redop, root",
+            f"unexpected leading columns {leading}; expected size, count, type and optionally "
+            "redop, root (or size, count alone, as mscclpp-test prints them)",
             line=number,
         )
     n_groups, rest = divmod(len(groups), 4)

@@ -24,7 +24,7 @@ __all__ = ["row_values", "aggregate_repeats", "refuse_mixed_rows", "select_rows"
 
 
 def _number(path: Path, text: str, line: int, column: str, kind: type) -> float:
-    if text.upper() == "N/A":
+    if text.upper() == "N/A" or not text:  # not measured, or a blank cell (a placement not run)
         return math.nan
     try:
         value = kind(text)
