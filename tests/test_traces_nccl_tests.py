@@ -396,3 +396,35 @@ def test_a_row_cut_inside_a_placement_is_still_refused(tmp_path):
     cut.write_text(text)
     with pytest.raises(InputFileError, match=r"cut\.txt, line 8: a result row needs 10 columns"):
         read_nccl_tests(cut, collective="alltoall", gpus=8)
+
+
+def test_mscclpp_test_header_devices_and_runs(tmp_path):
+    """mscclpp-test's own header (``# minBytes ...``, as test/mscclpp-test/common.cc prints it) and
+    device list before the real 1-node all-gather table; two runs in one log, neither with the
+    "# Avg bus bandwidth" line nccl-tests ends a table with; a -c 0 row without its #wrong cell."""
+    header = (
+        "# minBytes 1024 maxBytes 1024 step: 2(factor) warmup iters: 10 iters: 100 validation: 1\n"
+        "#\n# Using devices\n"
+        + "".join(
+            f"#  Rank  {r} Pid  1234{r} on   node-001 device  {r} [0x1{r}] NVIDIA A100\n" for r in range(4)
+        )
+    )
+    table = (DATA / "mscclpp-allgather-1n8p.txt").read_text()
+    log = tmp_path / "two-runs.log"
+    log.write_text(
+        header + table + header + table.replace("73.02    0.01    0.01      0", "73.02    0.01    0.01")
+    )
+    first, second = nccl_tests.read_all(log)
+    assert first.gpus.item() == second.gpus.item() == 4  # the device list, not 1 assumed
+    assert first.time.sel(placement="in-place").values.tolist() == pytest.approx([73.02e-6])
+    assert second.time.sel(placement="in-place").values.tolist() == pytest.approx([73.02e-6])
+    assert np.isnan(second.wrong.sel(placement="in-place").values).all()  # -c 0: not checked
+
+
+def test_choices_are_for_nccl_tests_output_and_roots_are_numbers():
+    with pytest.raises(DlexploreError, match=r"dtype='float' chooses rows of nccl-tests output only"):
+        dlexplore.measured.load("deepbench-allreduce-p100", dtype="float")
+    h200 = DATA / "h200-datatype-all-2.18.3.txt"
+    assert read_nccl_tests(h200, dtype="float", root=-1.0).sizes == {"bytes": 3, "placement": 2}
+    with pytest.raises(InputFileError, match=r"measured no root=0; its roots: -1"):
+        read_nccl_tests(h200, dtype="float", root=0)

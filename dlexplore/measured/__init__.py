@@ -125,7 +125,7 @@ import pandas as pd
 import xarray as xr
 
 from .._data import data_dir
-from ..errors import UnknownNameError
+from ..errors import DlexploreError, UnknownNameError
 from ._columns import COLUMNS, UNIT_ALIASES
 from ._reader import MEASURED_PREFIX, read_table
 
@@ -194,6 +194,12 @@ def load(
     An unknown name raises :class:`~dlexplore.errors.UnknownNameError` with the nearest names.
     """
     text = os.fspath(name)
+    choice = {k: v for k, v in (("dtype", dtype), ("redop", redop), ("root", root)) if v is not None}
+    if choice and not _is_nccl_tests(Path(text)):
+        raise DlexploreError(
+            f"{', '.join(f'{k}={v!r}' for k, v in choice.items())} chooses rows of nccl-tests output "
+            f"only; {text} is not nccl-tests output"
+        )
     names = available()
     if text in names:
         return read_table(_folder() / f"{text}.csv")
@@ -205,24 +211,28 @@ def load(
     if text.lower() in lowered:
         return read_table(_folder() / f"{lowered[text.lower()]}.csv")
     path = Path(text)
-    if path.is_file() and path.suffix.lower() != ".csv":
+    if _is_nccl_tests(path):
         # nccl-tests output (all_reduce_perf ...) is a measured communication dataset too.
-        from ..errors import DlexploreError
-        from ..traces.detect import detect_format
+        from ..traces.nccl_tests import read_tests
 
-        try:
-            kind = detect_format(path)
-        except DlexploreError:
-            kind = None  # not a trace either: the CSV reader below says what is wrong
-        if kind == "nccl-tests":
-            from ..traces.nccl_tests import read_tests
-
-            return read_tests(path, by=by, dtype=dtype, redop=redop, root=root)
+        return read_tests(path, by=by, dtype=dtype, redop=redop, root=root)
     # Anything that looks like a path is read as one, so that a typo in a path says "no such
     # file" rather than suggesting bundled dataset names.
     if path.is_file() or path.suffix.lower() == ".csv" or len(path.parts) > 1:
         return read_table(path)
     raise UnknownNameError("measured dataset", text, names)
+
+
+def _is_nccl_tests(path: Path) -> bool:
+    if not path.is_file() or path.suffix.lower() == ".csv":
+        return False
+    from ..errors import DlexploreError
+    from ..traces.detect import detect_format
+
+    try:
+        return detect_format(path) == "nccl-tests"
+    except DlexploreError:
+        return False  # not a trace either: the CSV reader says what is wrong
 
 
 def describe() -> pd.DataFrame:

@@ -57,6 +57,10 @@ _BINARY = re.compile(
 _HEADER = re.compile(r"^#\s*nThread:?\s+(\d+)\s+nGpus:?\s+(\d+)")
 
 
+# mscclpp-test's header: no threads or GPUs per thread, and no "# Avg bus bandwidth" at the end
+_MSCCLPP_HEADER = re.compile(r"^#\s*minBytes\s+\d+\s+maxBytes\s+\d+")
+
+
 _DEVICE = re.compile(r"^#\s+Rank\s+\d+\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+")
 
 
@@ -117,7 +121,7 @@ class Test:
     columns: tuple[str, ...] = ()
     placements: tuple[str, ...] = ()
     column_line: int = 0
-    edges: list[int] = field(default_factory=list)  # where each column header ends on its line
+    edges: list[int] = field(default_factory=list)  # where each column header ends: places blank cells
     rows: list[tuple[int, list[str]]] = field(default_factory=list)
     avg_busbw: float | None = None
     out_of_bounds: str = ""
@@ -275,7 +279,7 @@ class _Scanner:
                 self.options = dict(_COMMAND_OPTION.findall(stripped[match.end() :]))
 
     def _comment(self, number: int, stripped: str, in_table: bool) -> None:
-        match = _HEADER.match(stripped)
+        match = _HEADER.match(stripped) or _MSCCLPP_HEADER.match(stripped)
         if match:
             self._header(number, stripped, match)
             return
@@ -348,8 +352,8 @@ class _Scanner:
             binary=self.binary,
             header=stripped,
             version=self.version,
-            nthreads=int(match.group(1)),
-            ngpus=int(match.group(2)),
+            nthreads=int(match.group(1)) if match.re is _HEADER else None,
+            ngpus=int(match.group(2)) if match.re is _HEADER else None,
         )
         self.tests.append(self.current)
         self.pending_placements = ()
@@ -378,7 +382,7 @@ class _Scanner:
             self.current = current
         current.columns, current.placements = _columns(self.path, tokens, self.pending_placements, number)
         current.column_line = number
-        ends = [m.end() for m in re.finditer(r"\S+", self.raw) if m.group() != "#"]
+        ends = [m.end() for m in re.finditer(r"\S+", self.raw.expandtabs()) if m.group() != "#"]
         current.edges = ends[-len(current.columns) :] if len(ends) >= len(current.columns) else []
 
 
@@ -390,14 +394,14 @@ def _by_position(line: str, edges: list[int], columns: tuple[str, ...]) -> list[
     if len(edges) != len(columns):
         return None
     cells = [""] * len(edges)
-    for match in re.finditer(r"\S+", line):
+    for match in re.finditer(r"\S+", line.expandtabs()):
         column = min(range(len(edges)), key=lambda j: abs(edges[j] - match.end()))
         if abs(edges[column] - match.end()) > _ALIGN_SLACK or cells[column]:
             return None
         cells[column] = match.group()
     first = columns.index("time")
     groups = [cells[i : i + 4] for i in range(first, len(cells), 4)]
-    whole = [all(g) for g in groups]
+    whole = [all(g[:3]) for g in groups]  # time, algbw, busbw; mscclpp-test -c 0 leaves #wrong blank
     blank = [not any(g) for g in groups]
     if not all(cells[:first]) or not any(whole) or not all(w or b for w, b in zip(whole, blank, strict=True)):
         return None

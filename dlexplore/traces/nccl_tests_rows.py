@@ -86,8 +86,7 @@ def select_rows(path: Path, wanted: dict[str, object], extra: dict[str, list]) -
             continue
         if column not in extra:
             raise InputFileError(path, f"has no {column} column to choose {coordinate}={value!r} by")
-        found = np.asarray([str(v) for v in extra[column]])
-        hit = found == str(value)
+        hit = _matches(path, column, extra[column], value)
         if not hit.any():
             listed = ", ".join(str(v) for v in sorted(set(extra[column])))
             raise InputFileError(path, f"measured no {coordinate}={value!r}; its {what}: {listed}")
@@ -95,6 +94,17 @@ def select_rows(path: Path, wanted: dict[str, object], extra: dict[str, list]) -
     if keep is not None and not keep.any():
         raise InputFileError(path, f"measured no row with {wanted}")
     return keep
+
+
+def _matches(path: Path, column: str, values: list, wanted: object) -> np.ndarray:
+    """Which rows hold ``wanted``: roots as whole numbers (0, 0.0, "0"), the rest as printed."""
+    if column != "root":
+        return np.asarray([str(v) for v in values]) == str(wanted)
+    try:
+        root = float(wanted)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise InputFileError(path, f"root={wanted!r}: expected a whole number (a rank)") from None
+    return np.asarray(values, dtype=float) == root
 
 
 def refuse_mixed_rows(path: Path, lines: list[int], sizes: np.ndarray, extra: dict[str, list]) -> None:
@@ -111,7 +121,8 @@ def refuse_mixed_rows(path: Path, lines: list[int], sizes: np.ndarray, extra: di
                     path,
                     f"measures a size with several {what} ({', '.join(kinds)}; nccl-tests run with "
                     f"--datatype all, --op all or several roots): by='bytes' would average them; "
-                    f"choose one ({coordinate}={kinds[0]!r}; --{coordinate} on the command line), or "
+                    f"choose one ({coordinate}={kinds[0] if column == 'root' else repr(kinds[0])}; "
+                    f"--{coordinate} on the command line), or "
                     f"read every row with by='point' (--by point; {coordinate} a coordinate on point)",
                     line=lines[i],
                 )

@@ -201,10 +201,8 @@ def _say_unknown_categories(trace: Trace, files: list[RankFile], categories: lis
 def _say_gpus_without_activity(trace: Trace, files: list[RankFile]) -> None:
     """A trace whose header lists GPUs but that holds no GPU kernel is read as a CPU-only trace
     (its host work counts as compute): say so, and what the trace shows of why."""
-    listed = next(
-        (f.meta["deviceProperties"] for f in files if isinstance(f.meta.get("deviceProperties"), list)),
-        [],
-    )
+    lister = next((f for f in files if isinstance(f.meta.get("deviceProperties"), list)), None)
+    listed = lister.meta["deviceProperties"] if lister is not None else []
     if not listed:
         return
     events = trace.events
@@ -227,7 +225,7 @@ def _say_gpus_without_activity(trace: Trace, files: list[RankFile]) -> None:
         )
     gpus = ", ".join(sorted({str(d.get("name", "?")) for d in listed if isinstance(d, dict)}))
     warnings.warn(
-        f"{files[0].path}: its header lists {len(listed)} GPU(s) ({gpus}); {why}; read as a CPU-only "
+        f"{lister.path}: its header lists {len(listed)} GPU(s) ({gpus}); {why}; read as a CPU-only "
         "trace, host work counted as compute",
         stacklevel=4,
     )
