@@ -9,6 +9,7 @@ expected values are read off the files by hand; the bad inputs are those files d
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -428,3 +429,47 @@ def test_choices_are_for_nccl_tests_output_and_roots_are_numbers():
     assert read_nccl_tests(h200, dtype="float", root=-1.0).sizes == {"bytes": 3, "placement": 2}
     with pytest.raises(InputFileError, match=r"measured no root=0; its roots: -1"):
         read_nccl_tests(h200, dtype="float", root=0)
+
+
+def test_a_count_of_wrong_elements_printed_in_exponent_form():
+    # nccl-tests prints #wrong with %g: a million wrong elements is "1.04858e+06" (SHARP on 3090s)
+    with pytest.warns(UserWarning, match=r"108 FAILED"):
+        ds = read_nccl_tests(DATA / "sharp-3090-2node-wrong-exponent.txt")
+    assert ds.wrong.sel(bytes=2097152).values.tolist() == [1.04858e06, 1.04858e06]
+    assert ds.wrong.sel(bytes=131072).values.tolist() == [65536, 65536]
+    assert ds.busbw.sel(bytes=16777216).values.tolist() == [6.96, 6.98]
+
+
+@pytest.mark.parametrize(
+    "name, gpus, named, collective",
+    [
+        # 16 device lines and no nThread header; the paste names no binary (busbw/algbw: 2 x 15/16)
+        ("nccl-tests-issue-290-devices-without-header.txt", 16, False, "allreduce"),
+        ("coreweave-pr-43-gb200-last-device-line.txt", 72, False, "allreduce"),  # "Rank 71" alone
+        # "Rank 127" alone; the binary named only by "# Collective test concluded: all_reduce_perf"
+        ("oci-hpc-oke-gb200-concluded-line.txt", 128, True, "allreduce"),
+        # Ray's and mpirun's prefixes on every line; no binary named (busbw/algbw: 15/16)
+        ("skypilot-h200-ray-mpirun-prefixes.txt", 16, False, "allgather"),
+    ],
+)
+def test_the_ranks_of_a_pasted_device_list(name, gpus, named, collective):
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        ds = read_nccl_tests(DATA / name, **({} if named else {"collective": collective}))
+    assert not [w for w in said if "Using devices" in str(w.message)]
+    assert ds.gpus.item() == gpus and ds.collective.item() == collective
+    factor = busbw_factor(ds.collective.item(), gpus)
+    big = ds.sel(bytes=ds.bytes.values.max(), placement="out-of-place")
+    assert float(big.busbw) == pytest.approx(float(big.algbw) * factor, abs=0.01 * factor)
+
+
+def test_the_ranks_from_busbw_over_algbw_and_each_tests_summary_lines():
+    """rccl-tests all_gather and all_reduce pasted without their device lists: busbw / algbw says
+    32 ranks (31/32 and 2 x 31/32 on the largest rows), with a warning; each test keeps its own
+    "# Avg bus bandwidth" line (37.9868 and 43.7269 GB/s) as a coordinate on test."""
+    path = DATA / "rccl-issue-1490-mi250x-no-device-list.txt"
+    with pytest.warns(UserWarning, match=r"no 'Using devices' list .*; gpus = 32, as its busbw / algbw says"):
+        ds = dlexplore.load(path)
+    assert ds.collective.values.tolist() == ["allgather", "allreduce"] and ds.gpus.item() == 32  # both
+    assert ds.avg_busbw.values.tolist() == [37.9868, 43.7269] and ds.avg_busbw.attrs["units"] == "GB/s"
+    assert ds.out_of_bounds.values.tolist() == ["0 OK", "0 OK"]

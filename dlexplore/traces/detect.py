@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from ..errors import DlexploreError, InputFileError
+from .nccl_tests_parse import LAUNCHER_PREFIX
 
 __all__ = ["FORMATS", "MEASURED_FORMATS", "detect_format", "head_text"]
 
@@ -100,7 +101,7 @@ def detect_format(path: str | Path) -> str:
         return "nccl-log"
     stripped = text.lstrip("\ufeff \t\r\n")
     # nccl-tests first: its lines under mpirun start "[1,0]<stdout>:", like JSON ("#" from 2019 on)
-    prefix = r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+:\s|[A-Za-z][\w.-]*:\s)?"
+    prefix = r"^" + LAUNCHER_PREFIX + r"{0,3}"
     if re.search(prefix + r"#\s+(out-of-place|size\s+count)", text, flags=re.M) or re.search(
         prefix + r"\s*#?\s*(?:nThread:? \d+ nGpus|size\s+count\s+type\b)", text, flags=re.M
     ):

@@ -41,8 +41,11 @@ over a prediction by coordinate::
 Variables: ``time`` (s; nccl-tests prints µs), ``algbw`` and ``busbw`` (GB/s, as printed, two
 decimals), ``wrong`` (count) or ``error`` (largest error) for older versions. Coordinates:
 ``collective`` (from the binary's name, e.g. ``all_reduce_perf`` -> ``allreduce``, or the
-``collective=`` option), ``gpus`` (the ranks listed under "Using devices", i.e. processes x
-threads x GPUs per thread), ``dtype``, ``redop``, ``root``, ``count`` (elements, on ``bytes``).
+``collective=`` option, or the ``# Collective test concluded: ..._perf`` line after a table that
+lost its binary's name), ``gpus`` (the ranks listed under "Using devices", i.e. processes x
+threads x GPUs per thread: the highest ``Rank N`` + 1, for a list pasted in part; without a list,
+the ranks busbw / algbw implies where the printed decimals fix them, with a warning),
+``dtype``, ``redop``, ``root``, ``count`` (elements, on ``bytes``).
 
 Where nccl-tests repeats a size (reduce-scatter and all-gather round small sizes down to 0 bytes;
 runs started with ``-b 0`` repeat size 0), the default ``by="bytes"`` aggregates the repeated rows:
@@ -56,8 +59,10 @@ failed (``# Out of bounds values : 4 FAILED``) is read with a warning.
 
 A file may hold several tests (one run after another, or pasted from a log); :func:`read_all`
 returns them all, :func:`read` the only one or the one chosen with ``collective=``, and
-:func:`read_tests` all of them in one dataset (a ``test`` dimension). Lines that launchers prefix
-(``mpirun``'s ``[1,0]<stdout>:``, ``srun -l``'s ``0:``, ``pdsh``'s ``host:``) and NCCL's own log
+:func:`read_tests` all of them in one dataset (a ``test`` dimension, each test's ``avg_busbw`` and
+``out_of_bounds`` lines coordinates on it). Lines that launchers prefix (``mpirun``'s
+``[1,0]<stdout>:``, ``srun -l``'s ``0:``, ``pdsh``'s ``host:``, Ray's ``(head, rank=0, pid=3808)``,
+up to three of them) and NCCL's own log
 lines (``host:pid:tid [0] NCCL INFO``) are understood; any other line inside a table that is not a
 row is skipped and listed in ``attrs["skipped_lines"]``. Rows whose ``redop`` (or ``root``) is
 blank, as all-to-all prints them, read with an empty value. A row that cannot be read is an
@@ -88,7 +93,14 @@ from .nccl_tests_parse import (
     parse,
     parse_tests,
 )
-from .nccl_tests_rows import aggregate_repeats, refuse_mixed_rows, row_values, select_rows
+from .nccl_tests_rows import (
+    aggregate_repeats,
+    ranks_listed,
+    ranks_unlisted,
+    refuse_mixed_rows,
+    row_values,
+    select_rows,
+)
 from .schema import normalize_collective_name
 
 __all__ = ["read", "read_all", "read_tests", "COLLECTIVE_OF_BINARY", "PLACEMENTS"]
@@ -185,7 +197,20 @@ def read_tests(
     ds = xr.concat(
         filled, dim="test", join="outer", coords="different", compat="equals", combine_attrs="drop_conflicts"
     )
-    ds = ds.assign_coords(test=("test", np.arange(len(tests)), {"long_name": "result in the file"}))
+    ds = ds.assign_coords(
+        test=("test", np.arange(len(tests)), {"long_name": "result in the file"}),
+        # each test's summary lines (the attributes of one test's dataset)
+        avg_busbw=(
+            "test",
+            [t.attrs["avg_busbw"] for t in tests],
+            {"units": "GB/s", "long_name": "the test's '# Avg bus bandwidth' line"},
+        ),
+        out_of_bounds=(
+            "test",
+            [t.attrs["out_of_bounds"] for t in tests],
+            {"long_name": "the test's '# Out of bounds values' line"},
+        ),
+    )
     first_lines = ", ".join(str(t.attrs.get("first_line")) for t in tests)
     kinds = ", ".join(str(t.collective.item()) for t in tests)
     ds.attrs.update(title=f"{len(tests)} nccl-tests results: {kinds}", first_line=first_lines)
@@ -224,14 +249,9 @@ def _dataset(
             )
             name = "unknown"
     sizes, counts, extra, values, check = row_values(path, test)
-    ranks = gpus if gpus is not None else len(test.devices)
+    ranks = gpus if gpus is not None else ranks_listed(test.devices)
     if not ranks:
-        ranks = (test.nthreads or 1) * (test.ngpus or 1)
-        warnings.warn(
-            f"{path}: no 'Using devices' list for the test on line {test.first_line}; gpus = "
-            f"nThread x nGpus = {ranks} (one process assumed; pass gpus=... for MPI runs)",
-            stacklevel=3,
-        )
+        ranks = ranks_unlisted(path, test, name, values)
 
     dim = "bytes" if by == "bytes" else "point"
     lines = [line for line, _ in test.rows]

@@ -39,7 +39,12 @@ PLACEMENTS = ("out-of-place", "in-place")
 
 
 # What launchers put before each line: mpirun --tag-output, srun -l, pdsh/clush "host: ".
-_LAUNCHER_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+:\s|[A-Za-z][\w.-]*:\s(?=\s*[#\d]))")
+#: What launchers put before each line: mpirun's "[1,0]<stdout>:", srun -l's "0: ", pdsh's "host: ",
+#: Ray's "(head, rank=0, pid=3808) " (SkyPilot runs mpirun under Ray: both, in that order).
+LAUNCHER_PREFIX = (
+    r"(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+:\s|[A-Za-z][\w.-]*:\s(?=\s*[#\d])|\([^()]*\bpid=\d+[^()]*\)\s)"
+)
+_LAUNCHER_PREFIX = re.compile(r"^" + LAUNCHER_PREFIX + r"{1,3}")
 
 
 # NCCL puts the source location before WARN ("host:pid:tid [0] misc/strongstream.cc:60 NCCL WARN")
@@ -219,6 +224,7 @@ class _Scanner:
         self.options: dict[str, str] = {}  # the -t and -g of the last echoed command
         self.pending_placements: tuple[str, ...] = ()
         self.raw = ""  # the line being read, as written (columns are placed by where they end)
+        self.pending_devices: list[str] = []  # device lines before any test header
 
     def line(self, number: int, line: str) -> None:
         self.raw = line
@@ -289,11 +295,11 @@ class _Scanner:
             return
         match = _BINARY.search(stripped)
         current = self.current
-        if (
-            match
-            and "concluded" not in stripped
-            and ("starting" in stripped or current is None or current.closed)
-        ):
+        if match and "concluded" in stripped:
+            if current is not None and current.binary is None:
+                current.binary = match.group(1)  # a paste that lost the binary's name before it
+            return
+        if match and ("starting" in stripped or current is None or current.closed):
             self.binary = match.group(1)
             return
         tokens = stripped.lstrip("#").split()
@@ -301,6 +307,9 @@ class _Scanner:
             current = self._headerless(number)  # a column header with no "# nThread" header before it
         if "out-of-place" in tokens or "in-place" in tokens:  # (mscclpp-test: before any test)
             self.pending_placements = tuple(t for t in tokens if t in PLACEMENTS)
+            return
+        if _DEVICE.match(stripped) and (current is None or current.closed):
+            self.pending_devices.append(stripped.lstrip("#").strip())  # a paste that lost its header
             return
         if current is None:
             return
@@ -337,7 +346,9 @@ class _Scanner:
             version=self.version,
             nthreads=int(options["t"]) if "t" in options else None,
             ngpus=int(options["g"]) if "g" in options else None,
+            devices=self.pending_devices,
         )
+        self.pending_devices = []
         self.tests.append(self.current)
         self.binary, self.version = None, ""
         return self.current
@@ -356,7 +367,7 @@ class _Scanner:
             ngpus=int(match.group(2)) if match.re is _HEADER else None,
         )
         self.tests.append(self.current)
-        self.pending_placements = ()
+        self.pending_placements, self.pending_devices = (), []
         self.binary, self.version = None, ""
 
     def _column_header(self, number: int, tokens: list[str]) -> None:
@@ -376,8 +387,9 @@ class _Scanner:
                 header=current.header,
                 nthreads=current.nthreads,
                 ngpus=current.ngpus,
-                devices=list(current.devices),
+                devices=self.pending_devices or list(current.devices),
             )
+            self.pending_devices = []
             self.tests.append(current)
             self.current = current
         current.columns, current.placements = _columns(self.path, tokens, self.pending_placements, number)

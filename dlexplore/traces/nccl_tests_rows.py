@@ -1,6 +1,7 @@
 """The result rows of one nccl-tests test, for :mod:`dlexplore.traces.nccl_tests`: read as numbers
 (:func:`row_values`), chosen by data type, reduction operation and root (:func:`select_rows`), and
-made one row per size (``by="bytes"``) where a size repeats.
+made one row per size (``by="bytes"``) where a size repeats; and the ranks they were measured on
+(:func:`ranks_listed`, and where no device list says, :func:`ranks_unlisted`).
 
 nccl-tests repeat a size where reduce-scatter and all-gather round small sizes down to 0 bytes, and
 where a run starts at ``-b 0``: the same measurement again, which :func:`aggregate_repeats` makes one
@@ -12,6 +13,8 @@ measure each size once per data type or reduction operation: different measureme
 from __future__ import annotations
 
 import math
+import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +23,14 @@ import pandas as pd
 from ..errors import InputFileError
 from .nccl_tests_parse import Test
 
-__all__ = ["row_values", "aggregate_repeats", "refuse_mixed_rows", "select_rows", "CHOICES"]
+__all__ = [
+    "ranks_from_bandwidths",
+    "row_values",
+    "aggregate_repeats",
+    "refuse_mixed_rows",
+    "select_rows",
+    "CHOICES",
+]
 
 
 def _number(path: Path, text: str, line: int, column: str, kind: type) -> float:
@@ -60,8 +70,8 @@ def row_values(path: Path, test: Test) -> tuple:
                 values[var][i, g] = _number(
                     path, fields[base + offset], line, test.columns[base + offset], float
                 )
-            kind = int if check == "#wrong" else float
-            values["check"][i, g] = _number(path, fields[base + 3], line, check, kind)
+            # float for #wrong too: nccl-tests prints the count with %g, 1.04858e+06 from a million on
+            values["check"][i, g] = _number(path, fields[base + 3], line, check, float)
     if any(math.isnan(s) for s in sizes):
         raise InputFileError(path, "a row has 'N/A' as its size", line=test.rows[0][0])
     return sizes, counts, extra, values, check
@@ -166,3 +176,50 @@ def aggregate_repeats(
         {k: [v[i] for i in keep] for k, v in extra.items()},
         "; ".join(notes),
     )
+
+
+def ranks_from_bandwidths(collective: str, algbw: np.ndarray, busbw: np.ndarray) -> int | None:
+    """The ranks that nccl-tests' bus-bandwidth factor of ``collective`` implies (``busbw = algbw x
+    2(n-1)/n`` for allreduce, ``(n-1)/n`` for allgather, reduce_scatter and alltoall), from the rows
+    whose two printed decimals fix it to +-0.5 rank; None where the collective has no such factor,
+    no row is that precise, or the precise rows disagree."""
+    scale = {"allreduce": 2.0, "allgather": 1.0, "reduce_scatter": 1.0, "alltoall": 1.0}.get(collective)
+    if scale is None:
+        return None
+    ok = np.isfinite(algbw) & np.isfinite(busbw) & (algbw > 0) & (busbw < scale * algbw)
+    ratio = busbw[ok] / algbw[ok]
+    ranks = scale / (scale - ratio)  # factor = scale (n - 1) / n
+    # each printed value is within 0.005 GB/s, so the ratio within 0.005 (1 + ratio) / algbw, and
+    # the ranks within that times dn/dratio = n^2 / scale
+    spread = 0.005 * (1 + ratio) / algbw[ok] * ranks**2 / scale
+    sure = np.rint(ranks[spread < 0.5]).astype(np.int64)
+    if not len(sure) or (sure != sure[0]).any():
+        return None
+    return int(sure[0])
+
+
+def ranks_unlisted(path: Path, test: Test, name: str, values: dict) -> int:
+    """Ranks of a test without its device list: what busbw / algbw says (nccl-tests' factor of the
+    ranks, for the collectives that have one), else nThread x nGpus of one process; with a warning."""
+    assumed = (test.nthreads or 1) * (test.ngpus or 1)
+    said = ranks_from_bandwidths(name, values["algbw"].ravel(), values["busbw"].ravel())
+    if said is not None and said != assumed:
+        warnings.warn(
+            f"{path}: no 'Using devices' list for the test on line {test.first_line}; gpus = {said}, "
+            f"as its busbw / algbw says ({name}'s factor of the ranks; pass gpus=... to override)",
+            stacklevel=4,
+        )
+        return said
+    warnings.warn(
+        f"{path}: no 'Using devices' list for the test on line {test.first_line}; gpus = "
+        f"nThread x nGpus = {assumed} (one process assumed; pass gpus=... for MPI runs)",
+        stacklevel=4,
+    )
+    return assumed
+
+
+def ranks_listed(devices: list[str]) -> int:
+    """Ranks in the test: its highest "Rank N" + 1 (a long list pasted with its middle left out, or
+    only its last line, names the last rank), at least the lines listed."""
+    numbers = [int(m.group(1)) for d in devices if (m := re.match(r"Rank\s+(\d+)", d))]
+    return max([len(devices), *(n + 1 for n in numbers)])
