@@ -9,6 +9,7 @@ expected values are read off the files by hand; the bad inputs are those files d
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from pathlib import Path
 
@@ -473,3 +474,22 @@ def test_the_ranks_from_busbw_over_algbw_and_each_tests_summary_lines():
     assert ds.collective.values.tolist() == ["allgather", "allreduce"] and ds.gpus.item() == 32  # both
     assert ds.avg_busbw.values.tolist() == [37.9868, 43.7269] and ds.avg_busbw.attrs["units"] == "GB/s"
     assert ds.out_of_bounds.values.tolist() == ["0 OK", "0 OK"]
+
+
+def test_a_device_list_printed_twice_or_cut_short(tmp_path):
+    """The 8-H100 all-reduce with its device list printed twice (older MPI runs print the header
+    once per process) is 8 ranks; with its last 4 lines cut from the paste, busbw / algbw (2 x 7/8,
+    which nccl-tests computes from the communicator's size) says 8, with a warning."""
+    text = TOGETHER.read_text()
+    lines = text.splitlines(keepends=True)
+    devices = [line for line in lines if re.match(r"#\s+Rank\s+\d", line)]
+    assert len(devices) == 8
+    twice = tmp_path / "twice.out"
+    twice.write_text(text.replace("".join(devices), "".join(devices) * 2))
+    assert read_nccl_tests(twice).gpus.item() == 8
+    cut = tmp_path / "cut.out"
+    cut.write_text(text.replace("".join(devices[4:]), ""))
+    with pytest.warns(
+        UserWarning, match=r"device list of the test on line \d+ shows 4 ranks but its busbw / algbw says 8"
+    ):
+        assert read_nccl_tests(cut).gpus.item() == 8

@@ -249,8 +249,11 @@ def _dataset(
             )
             name = "unknown"
     sizes, counts, extra, values, check = row_values(path, test)
-    ranks = gpus if gpus is not None else ranks_listed(test.devices)
-    if not ranks:
+    if gpus is not None:
+        ranks = gpus
+    elif test.devices:
+        ranks = ranks_listed(path, test, name, values)
+    else:
         ranks = ranks_unlisted(path, test, name, values)
 
     dim = "bytes" if by == "bytes" else "point"

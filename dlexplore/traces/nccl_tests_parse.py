@@ -42,7 +42,8 @@ PLACEMENTS = ("out-of-place", "in-place")
 #: What launchers put before each line: mpirun's "[1,0]<stdout>:", srun -l's "0: ", pdsh's "host: ",
 #: Ray's "(head, rank=0, pid=3808) " (SkyPilot runs mpirun under Ray: both, in that order).
 LAUNCHER_PREFIX = (
-    r"(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+:\s|[A-Za-z][\w.-]*:\s(?=\s*[#\d])|\([^()]*\bpid=\d+[^()]*\)\s)"
+    r"(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+:\s|[A-Za-z][\w.-]*:\s(?=\s*[#\d])"
+    r"|\([^()]{0,200}\bpid=\d+[^()]{0,200}\)\s)"  # (bounded: a "(" line without ")" is not quadratic)
 )
 _LAUNCHER_PREFIX = re.compile(r"^" + LAUNCHER_PREFIX + r"{1,3}")
 
@@ -246,6 +247,8 @@ class _Scanner:
                 current.warning = warning.group(0)  # the last before the failure: its cause
             return
         if failure := _FAILURE.search(stripped):
+            if current is None or current.closed:
+                self.pending_devices = []  # the devices of a run that died: not the next table's
             if current is not None and not current.failure:
                 current.failure, current.failure_line = failure.group(0), number
             if in_table:
@@ -296,7 +299,7 @@ class _Scanner:
         match = _BINARY.search(stripped)
         current = self.current
         if match and "concluded" in stripped:
-            if current is not None and current.binary is None:
+            if current is not None and current.binary is None and (current.closed or current.rows):
                 current.binary = match.group(1)  # a paste that lost the binary's name before it
             return
         if match and ("starting" in stripped or current is None or current.closed):
@@ -325,7 +328,7 @@ class _Scanner:
             current.out_of_bounds = f"{match.group(1)} {match.group(2)}".strip()
             return
         match = _AVG.match(stripped)
-        if match and current.columns:
+        if match and current.columns and not current.closed:  # (a stray second line: the first holds)
             try:
                 current.avg_busbw = float(match.group(1))
             except ValueError:  # "5e": the pattern admits what float() does not

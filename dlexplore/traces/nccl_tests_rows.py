@@ -218,8 +218,20 @@ def ranks_unlisted(path: Path, test: Test, name: str, values: dict) -> int:
     return assumed
 
 
-def ranks_listed(devices: list[str]) -> int:
-    """Ranks in the test: its highest "Rank N" + 1 (a long list pasted with its middle left out, or
-    only its last line, names the last rank), at least the lines listed."""
-    numbers = [int(m.group(1)) for d in devices if (m := re.match(r"Rank\s+(\d+)", d))]
-    return max([len(devices), *(n + 1 for n in numbers)])
+def ranks_listed(path: Path, test: Test, name: str, values: dict) -> int:
+    """Ranks in a test with a device list: its highest "Rank N" + 1 (a list pasted with its middle
+    left out, or only its last line, names the last rank; a list printed twice counts once), the
+    lines where none is numbered. Where busbw / algbw fixes another number (nccl-tests computed it
+    from the communicator's size: a list pasted in part), that one, with a warning."""
+    numbers = {int(m.group(1)) for d in test.devices if (m := re.match(r"Rank\s+(\d+)", d))}
+    listed = max(numbers) + 1 if numbers else len(test.devices)
+    said = ranks_from_bandwidths(name, values["algbw"].ravel(), values["busbw"].ravel())
+    if said is None or said == listed:
+        return listed
+    warnings.warn(
+        f"{path}: the device list of the test on line {test.first_line} shows {listed} ranks but its "
+        f"busbw / algbw says {said} ({name}'s factor of the ranks, which nccl-tests computes from the "
+        f"communicator's size); gpus = {said} (pass gpus=... to override)",
+        stacklevel=4,
+    )
+    return said
