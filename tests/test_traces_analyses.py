@@ -11,8 +11,10 @@ HTA cannot read the two CPU-only traces of ../shared/traces-real (it needs GPU k
 
 from __future__ import annotations
 
+import gzip
 import json
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -321,3 +323,25 @@ def test_trace_report_carries_the_analyses(tmp_path):
     summary = critical_path_summary(critical_path(trace))
     assert "trace_critical_path" in text and "trace_launches" in text
     assert f"Critical path of step {summary.attrs['step']} on rank 0" in text
+
+
+def test_device_work_without_correlation_ids_is_counted_unlinked(tmp_path):
+    # the 2-rank NCCL trace's rank 0 with the correlation ids taken off its kernels, copies and
+    # memsets (as a trace that links them some other way writes them): nothing links, and it says so
+    source = Path(__file__).parent / "data" / "traces" / "pytorch" / "nccl-mlp-2rank"
+    rank0 = source / "rank0.pt.trace.json.gz"
+    document = json.loads(gzip.decompress(rank0.read_bytes()))
+    device = {"kernel", "gpu_memcpy", "gpu_memset"}
+    stripped = 0
+    for event in document["traceEvents"]:
+        if event.get("cat") in device and "correlation" in event.get("args", {}):
+            del event["args"]["correlation"]
+            stripped += 1
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(json.dumps(document))
+    trace = quiet(path, cache=False)
+    with pytest.warns(
+        UserWarning, match=rf"none of its {stripped} kernels, copies and memsets carries a correlation"
+    ):
+        stats = launch_stats(trace)
+    assert len(stats) == 0 and stats.attrs["unlinked"] == stripped > 0

@@ -18,11 +18,13 @@ the trace's ``correlation`` id (PyTorch profiler and Nsight Systems traces have 
 :func:`queue_length` counts, for each stream, the operations launched and not yet finished: it
 steps up at each launch call's start and down at each device event's end. Device events whose
 launch is not in the trace (launched before the profiler started) are left out of both, so the
-count never goes below zero.
+count never goes below zero. :func:`launch_stats`' ``attrs["unlinked"]`` counts the device events
+left out: those whose launch is not in the trace and those without a correlation id at all.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -70,7 +72,9 @@ def launch_stats(trace: Trace | pd.DataFrame) -> pd.DataFrame:
         )
     corr = events["correlation"].to_numpy(dtype=np.float64, na_value=np.nan)
     on_device = device_streams(events)
-    device = np.flatnonzero(on_device & category_mask(events["category"], _DEVICE_WORK) & ~np.isnan(corr))
+    work = on_device & category_mask(events["category"], _DEVICE_WORK)
+    uncorrelated = int((work & np.isnan(corr)).sum())  # unlinked too: no id to link them by
+    device = np.flatnonzero(work & ~np.isnan(corr))
     runtime = np.flatnonzero(~on_device & category_mask(events["category"], ("runtime",)) & ~np.isnan(corr))
     rank = events["rank"].to_numpy(dtype=np.int64)
     launches = pd.Series(runtime, index=pd.MultiIndex.from_arrays([rank[runtime], corr[runtime]]))
@@ -106,8 +110,14 @@ def launch_stats(trace: Trace | pd.DataFrame) -> pd.DataFrame:
         title="kernel launches",
         units={n: u for n, (u, _) in LAUNCH_COLUMNS.items()},
         long_names={n: long for n, (_, long) in LAUNCH_COLUMNS.items()},
-        unlinked=int((~linked).sum()),
+        unlinked=int((~linked).sum()) + uncorrelated,
     )
+    if uncorrelated and not len(table):
+        warnings.warn(
+            f"{source}: none of its {uncorrelated} kernels, copies and memsets carries a correlation "
+            "id, so none is linked to its launch call: the launch statistics are empty",
+            stacklevel=2,
+        )
     return table
 
 
