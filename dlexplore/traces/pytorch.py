@@ -201,10 +201,13 @@ def _say_unknown_categories(trace: Trace, files: list[RankFile], categories: lis
 def _say_gpus_without_activity(trace: Trace, files: list[RankFile]) -> None:
     """A trace whose header lists GPUs but that holds no GPU kernel is read as a CPU-only trace
     (its host work counts as compute): say so, and what the trace shows of why."""
-    lister = next((f for f in files if isinstance(f.meta.get("deviceProperties"), list)), None)
-    listed = lister.meta["deviceProperties"] if lister is not None else []
-    if not listed:
+    lister = next(
+        (f for f in files if isinstance(f.meta.get("deviceProperties"), list) and f.meta["deviceProperties"]),
+        None,
+    )
+    if lister is None:
         return
+    listed = lister.meta["deviceProperties"]
     events = trace.events
     copies = int(events["category"].isin(("memcpy", "memset")).sum())
     runtime = events.loc[events["category"] == "runtime", "name"].astype(str)
