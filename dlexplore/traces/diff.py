@@ -11,7 +11,8 @@ before and after a change, as HTA's ``TraceDiff``) by event name, separately for
 
 Counts and times are per rank and per step (each trace's totals divided by its ranks times its
 steps), so runs of different lengths or scale compare. Times are the summed durations of the events
-(a nested operator's time is in its parent's too, as in HTA). Columns:
+(a nested operator's time is in its parent's too, as in HTA); a transfer or copy that Horovod fused
+counts once, not once per tensor it carried (:func:`~.fused.fused_operations`). Columns:
 
 ``kind``, ``name``; ``count_control``, ``count_test`` (per rank and step), ``count_delta``;
 ``time_control``, ``time_test``, ``time_delta`` (s per rank and step), ``time_ratio`` (test /
@@ -27,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from .events import category_mask, device_streams, events_of
+from .fused import fused_operations
 
 if TYPE_CHECKING:
     from .schema import Trace
@@ -53,6 +55,10 @@ _DEVICE_WORK = ("compute", "communication", "memcpy", "memset")
 def op_stats(trace: Trace | pd.DataFrame) -> pd.DataFrame:
     """Per (kind, name): ``count`` and ``time`` (s) per rank and step; ``attrs`` say the divisor."""
     events, source, _ = events_of(trace)
+    if "fusion" in events.columns and "fusion_bytes" in events.columns:
+        # Horovod repeats a fused transfer on the row of every tensor it carried: counted per row,
+        # a fusion of two tensors would be two transfers and twice its time
+        events = fused_operations(events)
     on_device = device_streams(events)
     rank = events["rank"].to_numpy()
     category = events["category"]
