@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputFileError
+from .horovod_infer import infer_steps, instant_ticks, markers_out_of_order, world_size
 from .horovod_json import locate
 from .schema import make_events, normalize_collective_name
 
@@ -321,8 +322,13 @@ class Builder:
         carries = (kind == OP) | (category == _MEMCPY) | (category == _COMMUNICATION)
         size, dtype_codes, dtypes = self._sizes(pid, occurrence, carries)
         fusion_bytes = self._fusion_bytes((kind == OP) & keep, fusion, size)
-        step = self.steps(start) if steps == "auto" else np.full(n, -1)
-        _markers_out_of_order(self.path, np.flatnonzero(kind == MARKER), start, step)
+        op = np.frombuffer(self.op, dtype=np.int64)
+        step = (
+            infer_steps(self.path, start, self.count, self.occurrence_start, self.ops, pid, kind == OP, op)
+            if steps == "auto"
+            else np.full(n, -1)
+        )
+        markers_out_of_order(self.path, np.flatnonzero(kind == MARKER), start, step)
         cycle = np.full(n, -1)
         if len(self.markers):
             cycle = np.searchsorted(np.sort(np.array(self.markers) * _US), start, side="right") - 1
@@ -334,23 +340,18 @@ class Builder:
 
         pids, stream_codes = _ranks(pid)
         streams = [self.tensor_names.get(int(p), f"pid {p}") if p >= 0 else "cycles" for p in pids]
-        collectives_of = [
-            normalize_collective_name(lab) if c == _COMMUNICATION else ""
-            for lab, c in zip(self.labels, label_category, strict=True)
-        ]
-        collective_names = list(dict.fromkeys(["", *collectives_of]))
-        collective_code = np.array([collective_names.index(c) for c in collectives_of], dtype=np.int32)
-        collective = np.where(category == _COMMUNICATION, collective_code[label], 0)
+        collective, collective_names = self._collectives(label, label_category, category)
 
-        ticks = ready_rank[ready_rank >= 0]
         details = {
             "open_ranges_dropped": int((~keep).sum()),
             "tensors": len(self.tensor_names),
             "start_time_since_epoch": self.start_epoch,
-            "world_size": int(ticks.max()) + 1 if len(ticks) else None,
+            # the highest rank seen ready + 1: the job's size where a closed negotiation has ticks
+            "world_size_at_least": int(ready_rank.max()) + 1 if (ready_rank >= 0).any() else None,
+            "world_size": world_size(self.path, ready_rank, pid, (kind == NEGOTIATION) & keep, occurrence),
             "fusions": self.fusion_id + 1 - self.fusion_offset,
         }
-        _instant_ticks(self.path, kind == TICK, start, end)
+        instant_ticks(self.path, kind == TICK, start, end)
         end -= start  # the duration, in place
         full = {
             "stream": (stream_codes, streams),
@@ -375,6 +376,18 @@ class Builder:
         for name in ("pid", "label", "kind", "start", "end", "occurrence", "op", "fusion"):
             setattr(self, name, array({"kind": "b", "start": "d", "end": "d"}.get(name, "q")))
         return _table(rank, keep, full), details
+
+    def _collectives(
+        self, label: np.ndarray, label_category: np.ndarray, category: np.ndarray
+    ) -> tuple[np.ndarray, list[str]]:
+        """Each row's collective code (0 for none) into the returned names: transfers only."""
+        collectives_of = [
+            normalize_collective_name(lab) if c == _COMMUNICATION else ""
+            for lab, c in zip(self.labels, label_category, strict=True)
+        ]
+        collective_names = list(dict.fromkeys(["", *collectives_of]))
+        collective_code = np.array([collective_names.index(c) for c in collectives_of], dtype=np.int32)
+        return np.where(category == _COMMUNICATION, collective_code[label], 0), collective_names
 
     def _sizes(
         self, pid: np.ndarray, occurrence: np.ndarray, carries: np.ndarray
@@ -440,21 +453,6 @@ class Builder:
             has = fusion >= 0
             fusion_bytes[has] = totals[local[has]]
         return fusion_bytes
-
-    def steps(self, start: np.ndarray) -> np.ndarray:
-        """Step of each row (module docstring), -1 for none; ``start`` in s."""
-        if not self.count:
-            return np.full(len(start), -1)
-        most = max(self.count.values())
-        per_step = [pid for pid, c in self.count.items() if c == most]
-        # the earliest of each step's starts, as min() takes it (the first unless a later one is
-        # smaller), one tensor at a time over all steps
-        bounds = np.array(self.occurrence_start[per_step[0]][:most], dtype=np.float64)
-        for pid in per_step[1:]:
-            later = np.array(self.occurrence_start[pid][:most], dtype=np.float64)
-            bounds = np.where(later < bounds, later, bounds)
-        bounds = np.maximum.accumulate(bounds * _US)
-        return np.searchsorted(bounds, start, side="right") - 1
 
     def warn_about_leftovers(self, keep: np.ndarray) -> None:
         still_open = np.flatnonzero(~keep)
@@ -537,38 +535,3 @@ def _nullable(values: np.ndarray) -> pd.arrays.IntegerArray:
     """Int64 with <NA> where ``values`` is negative (the builder's "none")."""
     values = np.asarray(values, dtype=np.int64)
     return pd.arrays.IntegerArray(values, values < 0)
-
-
-def _instant_ticks(path: Path, ticks: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
-    """Horovod writes a rank's ready tick with ``"dur": 0``; a timeline rewritten by another tool
-    (SageMaker Debugger's, for one) can carry durations of days there, which would stretch the step
-    they fall in: read them as instants (``end`` in place), and say so."""
-    lasting = ticks & (end > start)
-    if lasting.any():
-        longest = float(np.max(end[lasting] - start[lasting]))
-        warnings.warn(
-            f"{path}: {int(lasting.sum())} rank-ready tick(s) have a duration (the longest "
-            f"{longest:.3g} s) where Horovod writes 0 (a timeline rewritten by another tool?); "
-            "read as instants",
-            stacklevel=6,
-        )
-        end[lasting] = start[lasting]
-
-
-def _markers_out_of_order(path: Path, markers: np.ndarray, start: np.ndarray, step: np.ndarray) -> None:
-    """Horovod's background loop writes its cycle markers one after the other, so their times only
-    grow down the file; a marker stamped later than one written after it (a clock that jumped, or
-    an edited file) would stretch the step it falls in to its time: leave it out of the steps
-    (``step`` in place), and say so."""
-    if len(markers) < 2:
-        return
-    times = start[markers]
-    later = np.minimum.accumulate(times[::-1])[::-1]  # the earliest time from each marker on
-    ahead = markers[:-1][times[:-1] > later[1:]]
-    if len(ahead):
-        warnings.warn(
-            f"{path}: {len(ahead)} CYCLE_START marker(s) stamped later than markers written after "
-            f"them (the first at {start[ahead[0]]:.6f} s); left out of the steps",
-            stacklevel=6,
-        )
-        step[ahead] = -1

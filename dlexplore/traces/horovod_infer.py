@@ -1,0 +1,127 @@
+"""What a Horovod timeline implies beyond its rows: the training steps, the job's size, and two
+things a rewritten or edited timeline can carry (ready ticks with a duration, cycle markers out of
+order), for :meth:`.horovod_builder.Builder.finish`.
+
+A timeline has no step marker and no rank count: both are inferred (:mod:`.horovod`'s docstring),
+and where the file cannot tell, the answer is none, with a warning, rather than a guess.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["infer_steps", "world_size", "instant_ticks", "markers_out_of_order"]
+
+_US = 1e-6  # s per µs
+
+
+def infer_steps(
+    path: Path,
+    start: np.ndarray,
+    count: dict[int, int],
+    occurrence_start: dict[int, list[float]],
+    ops: list[str],
+    pid: np.ndarray,
+    is_op: np.ndarray,
+    op: np.ndarray,
+) -> np.ndarray:
+    """Step of each row, -1 for none: step *k* starts at the earliest start (µs in
+    ``occurrence_start``) of the *k*-th operation of the tensors operated on most often (``count``:
+    operations per tensor); ``start`` [s], ``pid``, ``is_op`` and ``op`` (a code into ``ops``): each
+    row's start, tensor, whether it is an operation, and which."""
+    # A tensor only ever broadcast once is the initial broadcast of the parameters, not a training
+    # step: counted, a timeline cut before any gradient was reduced would make that broadcast
+    # step 0 (a tensor broadcast at every step still counts).
+    broadcast = [code for code, name in enumerate(ops) if name == "broadcast"]
+    steps_of = dict(count)
+    if broadcast:
+        is_broadcast = np.isin(op, broadcast)
+        only_broadcast = set(np.unique(pid[is_op & is_broadcast]).tolist()) - set(
+            np.unique(pid[is_op & ~is_broadcast]).tolist()
+        )
+        steps_of = {p: c for p, c in steps_of.items() if c > 1 or p not in only_broadcast}
+    if not steps_of:
+        if count:
+            warnings.warn(
+                f"{path}: no step is inferred: every operation in the timeline is a broadcast done "
+                "once (the initial broadcast of the parameters) and no tensor is reduced, so nothing "
+                "marks a training step; every event's step is <NA>",
+                stacklevel=6,
+            )
+        return np.full(len(start), -1)
+    most = max(steps_of.values())
+    per_step = [p for p, c in steps_of.items() if c == most]
+    # the earliest of each step's starts, as min() takes it (the first unless a later one is
+    # smaller), one tensor at a time over all steps
+    bounds = np.array(occurrence_start[per_step[0]][:most], dtype=np.float64)
+    for tensor in per_step[1:]:
+        later = np.array(occurrence_start[tensor][:most], dtype=np.float64)
+        bounds = np.where(later < bounds, later, bounds)
+    bounds = np.maximum.accumulate(bounds * _US)
+    return np.searchsorted(bounds, start, side="right") - 1
+
+
+def world_size(
+    path: Path,
+    ready_rank: np.ndarray,
+    pid: np.ndarray,
+    closed_negotiation: np.ndarray,
+    occurrence: np.ndarray,
+) -> int | None:
+    """Ranks in the job: the highest rank that reported ready (``ready_rank`` >= 0 on tick rows),
+    plus one, where a closed negotiation has ticks (it closes when the last rank's request arrives,
+    so every rank ticked in it); None, with a warning, when only negotiations left open at the end
+    have ticks. A tick belongs to the negotiation of its tensor (``pid``) and ``occurrence``."""
+    ticks = np.flatnonzero(ready_rank >= 0)
+    if not len(ticks):
+        return None
+    negotiations = np.flatnonzero(closed_negotiation)
+    closed = set(zip(pid[negotiations].tolist(), occurrence[negotiations].tolist(), strict=True))
+    seen = sorted(set(ready_rank[ticks].tolist()))
+    if not closed.isdisjoint(zip(pid[ticks].tolist(), occurrence[ticks].tolist(), strict=True)):
+        return seen[-1] + 1
+    warnings.warn(
+        f"{path}: the world size is unknown: ranks {seen} reported ready only in negotiations still "
+        "open at the end of the timeline (the other ranks had not asked yet), so the job had at "
+        f"least {seen[-1] + 1} rank(s)",
+        stacklevel=6,
+    )
+    return None
+
+
+def instant_ticks(path: Path, ticks: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+    """Horovod writes a rank's ready tick with ``"dur": 0``; a timeline rewritten by another tool
+    (SageMaker Debugger's, for one) can carry durations of days there, which would stretch the step
+    they fall in: read them as instants (``end`` in place), and say so."""
+    lasting = ticks & (end > start)
+    if lasting.any():
+        longest = float(np.max(end[lasting] - start[lasting]))
+        warnings.warn(
+            f"{path}: {int(lasting.sum())} rank-ready tick(s) have a duration (the longest "
+            f"{longest:.3g} s) where Horovod writes 0 (a timeline rewritten by another tool?); "
+            "read as instants",
+            stacklevel=6,
+        )
+        end[lasting] = start[lasting]
+
+
+def markers_out_of_order(path: Path, markers: np.ndarray, start: np.ndarray, step: np.ndarray) -> None:
+    """Horovod's background loop writes its cycle markers one after the other, so their times only
+    grow down the file; a marker stamped later than one written after it (a clock that jumped, or
+    an edited file) would stretch the step it falls in to its time: leave it out of the steps
+    (``step`` in place), and say so."""
+    if len(markers) < 2:
+        return
+    times = start[markers]
+    later = np.minimum.accumulate(times[::-1])[::-1]  # the earliest time from each marker on
+    ahead = markers[:-1][times[:-1] > later[1:]]
+    if len(ahead):
+        warnings.warn(
+            f"{path}: {len(ahead)} CYCLE_START marker(s) stamped later than markers written after "
+            f"them (the first at {start[ahead[0]]:.6f} s); left out of the steps",
+            stacklevel=6,
+        )
+        step[ahead] = -1
