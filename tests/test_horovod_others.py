@@ -72,3 +72,4 @@ def test_world_size_unknown_when_only_an_open_negotiation_has_ticks():
     assert files[0]["world_size"] is None
     assert files[0]["world_size_at_least"] == 2
     assert np.unique(trace.events["rank"]).tolist() == [0]
+    assert trace.world_size == 2  # the ranks seen, as Trace.world_size is where the file is silent

@@ -156,7 +156,9 @@ def read(
         fusion_offset += details.pop("fusions")
         frames.append(frame)
         files_meta.append({"file": str(path), "rank": file_rank, **info, **details})
-        world_size = max(world_size, details["world_size"] or 0)
+        # where the file cannot tell (it warned), the ranks seen ready: what Trace.world_size
+        # gives without a count from the trace
+        world_size = max(world_size, details["world_size"] or details["world_size_at_least"] or 0)
     if len(frames) == 1:
         events = frames[0]  # already in time order
     else:
