@@ -61,6 +61,7 @@ __all__ = ["all_chunk", "select_chunk", "subset_chunk", "struct_ids", "PHASES"]
 PHASES = tuple("BEXiICbnestfPONDMVvRc()STpF")
 
 _GET = attrgetter
+_decode = msgspec.json.decode if msgspec is not None else None
 #: The arguments a kept phase's events carry for the readers (other kept phases read them all).
 _ARGS_OF_PHASE = {"X": "comm", "i": "memory", "M": "meta"}
 _COMM_GET = _GET(*(f"c{i}" for i in range(len(COMM_ARGS))))
@@ -73,7 +74,12 @@ def _args_struct(name: str, parts: tuple[str, ...]) -> Any:
     arguments of ``parts`` (``comm``, ``memory``, ``meta``)."""
     unset = msgspec.UNSET
     extra = {
-        "comm": [(f"c{i}", Any, msgspec.field(name=k, default=unset)) for i, k in enumerate(COMM_ARGS)],
+        # Raw: kept as the JSON text and decoded for communication events only. Typed Any, every
+        # operator's "Input Dims" and "Input type" (record_shapes=True) were built as nested lists
+        # only to be dropped: four fifths of the decoding time of such a trace.
+        "comm": [
+            (f"c{i}", msgspec.Raw, msgspec.field(name=k, default=unset)) for i, k in enumerate(COMM_ARGS)
+        ],
         "memory": [
             (f"m{i}", float | None, msgspec.field(name=k, default=None)) for i, k in enumerate(MEMORY_ARGS)
         ],
@@ -175,7 +181,9 @@ def _chunk(ph: np.ndarray, found: dict[str, Any], no_args: Any, rows: dict[str, 
         comm_rows.append(i)
         values = _COMM_GET(args[i])
         if values != unset:
-            comm[i] = {k: v for k, v in zip(COMM_ARGS, values, strict=True) if v is not msgspec.UNSET}
+            comm[i] = {
+                k: _decode(v) for k, v in zip(COMM_ARGS, values, strict=True) if v is not msgspec.UNSET
+            }
     memory = rows["memory"]
     table = np.array([_MEMORY_GET(args[i]) for i in memory.tolist()], np.float64)  # None -> NaN
     table = table.reshape(len(memory), len(MEMORY_ARGS))
