@@ -94,6 +94,62 @@ def test_read_darshan_parser_text_counter_beyond_64_bits(tmp_path):
     assert int(log.records.bytes_read.max()) == 2**63 - 1
 
 
+NAMD = DATA / "darshan" / "namd2-darshan-parser.txt"
+
+
+def test_darshan_text_job_totals_count_stdio():
+    """NAMD (32 processes, run time 1572 s) reads its inputs with fread: STDIO_BYTES_READ 199,275
+    (par_all27_prot_na.inp) + 85,330,313 (stmv.pdb) + 127,104,164 (stmv.psf) = 212,633,752 bytes, beside
+    POSIX's 3,217 (summed from the file with awk). Once the totals held POSIX only: 3,217 bytes and
+    2.0e-9 GB/s."""
+    log = read_darshan_parser_text(NAMD)
+    s = log.summary
+    assert log.meta == {"jobid": 2135028, "nprocs": 32, "run_time": 1572.0}
+    assert s.attrs["modules"] == "POSIX, STDIO"
+    assert (log.records["module"] == "POSIX").sum() == 13 and (log.records["module"] == "STDIO").sum() == 4
+    assert float(s.stdio_bytes_read) == 199_275 + 85_330_313 + 127_104_164 == 212_633_752
+    assert float(s.posix_bytes_read) == 3_217
+    assert float(s.bytes_read) == 3_217 + 212_633_752
+    assert float(s.bytes_written) == 6_451_002_544 + 203_059  # POSIX output files + STDIO's <STDOUT>
+    assert float(s.read_bandwidth_job) == pytest.approx(212_636_969 / 1572 / 1e9)  # 1.35e-4 GB/s
+    assert s.read_bandwidth_job.attrs["units"] == "GB/s"
+    assert "POSIX + STDIO" in s.bytes_read.attrs["long_name"]
+    # 13 POSIX and 4 STDIO records name 15 files: stmv.pdb and stmv.psf are in both modules
+    assert int(s.files) == 15
+
+
+def test_darshan_meta_fraction_is_a_share_of_all_io_time():
+    """Metadata time over read + write + metadata time. POSIX alone: 0.475938 / (0.068034 + 4.261469
+    + 0.475938) = 0.099 (it was 0.875 when write time was left out); the job with STDIO's 6.958372 s
+    read, 0.114194 s write and 0.000568 s metadata: 0.476506 / 11.878575 = 0.0401."""
+    s = read_darshan_parser_text(NAMD).summary
+    posix = float(s.posix_meta_time) / float(s.posix_read_time + s.posix_write_time + s.posix_meta_time)
+    assert posix == pytest.approx(0.475938 / (0.068034 + 4.261469 + 0.475938)) and round(posix, 3) == 0.099
+    assert float(s.meta_fraction) == pytest.approx(0.476506 / (7.026406 + 4.375663 + 0.476506))
+    assert "read + write + metadata" in s.meta_fraction.attrs["long_name"]
+
+
+def test_darshan_binary_counts_stdio():
+    """The pq_app log's STDIO module wrote 1,064 bytes (PyDarshan: STDIO_BYTES_WRITTEN), POSIX 40."""
+    s = read_darshan(DATA / "darshan" / "pq_app_readAB_writeC.darshan").summary
+    assert float(s.stdio_bytes_written) == 1064 and float(s.posix_bytes_written) == 40
+    assert float(s.bytes_written) == 1104 and s.attrs["modules"] == "POSIX, STDIO"
+
+
+def test_darshan_text_warns_of_a_module_left_out(tmp_path):
+    # the real text, plus an MPI-IO record (layered over POSIX: no warning) and a DFS one (warned)
+    text = (DATA / "darshan" / "pq_app_readAB.darshan-parser.txt").read_text()
+    extra = (
+        "MPI-IO\t0\t12\tMPIIO_BYTES_READ\t8000\t/a\t/\text4\nDFS\t0\t13\tDFS_BYTES_READ\t4096\t/b\t/\tdfs\n"
+    )
+    path = tmp_path / "more.txt"
+    path.write_text(text + extra)
+    with pytest.warns(UserWarning, match=r"more.txt: Darshan module DFS moved 4096 bytes") as caught:
+        log = read_darshan_parser_text(path)
+    assert not any("MPI-IO" in str(w.message) for w in caught)
+    assert float(log.summary.bytes_read) == 20000
+
+
 def test_read_dlio_summary():
     ds = read_dlio_summary(DATA / "dlio")  # the folder holding summary.json
     assert list(ds.train_throughput_samples_per_second.values) == [100.0, 120.0]
