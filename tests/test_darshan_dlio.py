@@ -19,6 +19,7 @@
   characters, the size the index records).
 """
 
+import json
 from pathlib import Path
 
 import pytest
@@ -182,3 +183,57 @@ def test_read_dlio_checkpointing_summary():
     assert float(ds["checkpoint_bytes"]) == 15426.589264154434 * 2**30
     assert "train_au_percentage" not in ds and "load_checkpoint_io_mean_GB_per_second" not in ds
     assert read_dlio_summary(DATA / "dlio").attrs["workload"] == "training"
+
+
+def test_dlio_keeps_mlperf_verdict_and_model():
+    """MLPerf Storage v0.5 (ANL, BERT, 8 accelerators): model "bert", verdict "success" (mean AU
+    99.53% against BERT's 90%); both were dropped once."""
+    ds = read_dlio_summary(DATA / "dlio" / "v05-ANL-bert-8acc")
+    assert ds.attrs["model"] == "bert" and ds.attrs["train_au_meet_expectation"] == "success"
+    assert ds.attrs["num_accelerators"] == 8 and ds.attrs["epochs"] == 1
+    units = json.loads(ds.attrs["attr_units"])
+    assert units["num_accelerators"] == "count" and units["train_au_meet_expectation"] == ""
+
+
+def test_dlio_facts_and_units_of_a_v1_run():
+    """Volumez (MLPerf Storage v1.0, unet3d on 137 hosts, 411 accelerators): DLIO's
+    data_size_per_host_GB is GiB, 1,438,500 files x 146,600,628 bytes / 137 hosts / 2**30 = 1433.59;
+    its MB/s are MiB/s: 7692.0077 samples/s x 146,600,628 bytes / 2**20 = 1,075,413.85."""
+    ds = read_dlio_summary(DATA / "dlio" / "v10-Volumez-unet3d-137hosts")
+    assert ds.attrs["num_hosts"] == 137 and ds.attrs["num_accelerators"] == 411
+    assert ds.attrs["data_size_per_host_GB"] == pytest.approx(1_438_500 * 146_600_628 / 137 / 2**30)
+    assert json.loads(ds.attrs["attr_units"])["data_size_per_host_GB"] == "GiB"
+    assert float(ds.train_io_mean_MB_per_second) == pytest.approx(7692.007679978933 * 146_600_628 / 2**20)
+    assert ds.train_io_mean_MB_per_second.attrs["units"] == "MiB/s"
+    assert float(ds.train_io_mean_GB_per_second) == pytest.approx(7692.007679978933 * 146_600_628 / 1e9)
+
+
+def test_dlio_eval_numbers(tmp_path):
+    """No real summary.json with evaluation was found (MLPerf Storage runs train only), so this is
+    the real v0.5 ANL unet3d summary with the eval keys DLIO's statscounter.py writes when do_eval is
+    set (argonne-lcf/dlio_benchmark dlio_benchmark/utils/statscounter.py @03b5ed32, end_run) added,
+    numbers chosen by hand: two evaluations at 2.0 and 3.0 samples/s of 146,600,628-byte samples."""
+    doc = json.loads((DATA / "dlio" / "v05-ANL-unet3d-1acc" / "summary.json").read_text())
+    mib = 2.5 * 146_600_628 / 2**20
+    doc["metric"].update(
+        eval_au_percentage=[95.0, 97.0],
+        eval_au_mean_percentage=96.0,
+        eval_au_meet_expectation="success",
+        eval_au_stdev_percentage=1.0,
+        eval_throughput_samples_per_second=[2.0, 3.0],
+        eval_throughput_mean_samples_per_second=2.5,
+        eval_throughput_stdev_samples_per_second=0.5,
+        eval_io_mean_MB_per_second=mib,
+        eval_io_stdev_MB_per_second=0.5 * 146_600_628 / 2**20,
+    )
+    (tmp_path / "summary.json").write_text(json.dumps(doc, indent=4))
+    ds = read_dlio_summary(tmp_path)
+    assert list(ds.eval_throughput_samples_per_second.values) == [2.0, 3.0]
+    assert float(ds.eval_au_mean_percentage) == 96.0 and ds.eval_au_mean_percentage.attrs["units"] == "%"
+    assert float(ds.eval_throughput_mean_samples_per_second) == 2.5
+    assert ds.eval_io_mean_MB_per_second.attrs["units"] == "MiB/s"
+    assert float(ds.eval_io_mean_GB_per_second) == pytest.approx(2.5 * 146_600_628 / 1e9)
+    assert float(ds.eval_io_stdev_MB_per_second) == pytest.approx(69.9, abs=0.01)
+    assert ds.attrs["eval_au_meet_expectation"] == "success" and ds.attrs["model"] == "unet3d"
+    # the real file's own numbers: 2.916286 samples/s of unet3d's 146,600,628 bytes is 407.72 MiB/s
+    assert float(ds.record_length) == pytest.approx(146_600_628, rel=1e-9)

@@ -4,7 +4,10 @@ Keys follow DLIO's ``dlio_benchmark/utils/statscounter.py`` (argonne-lcf/dlio_be
 ``metric.train_au_percentage`` and ``metric.train_throughput_samples_per_second`` are lists with
 one value per epoch; ``train_io_mean_MB_per_second`` is ``mean(throughput) x record_length / 1024
 / 1024``, so its "MB" are MiB (2**20 bytes); ``num_accelerators``, ``num_hosts``,
-``num_files_train``, ``num_samples_per_file``, ``epochs``, ``start``, ``end`` at the top level.
+``num_files_train``, ``num_samples_per_file``, ``epochs``, ``start``, ``end`` at the top level
+(kept as attributes, with v0.5's ``model`` and ``metric.train_au_meet_expectation``, MLPerf Storage's
+verdict "success" or "fail"; ``attrs["attr_units"]`` gives their units as a JSON object). A run
+with evaluation (``do_eval``) has the same ``eval_`` numbers.
 
 A checkpointing run (MLPerf Storage's checkpointing workload) has scalars only: the mean and
 standard deviation of each checkpoint's write (``save_``) and read (``load_``) rate and duration,
@@ -37,8 +40,32 @@ _SCALAR = {
     "train_throughput_mean_samples_per_second": ("samples/s", "mean training throughput"),
     "train_throughput_stdev_samples_per_second": ("samples/s", "std of training throughput"),
     "train_io_mean_MB_per_second": ("MiB/s", "mean training I/O throughput (DLIO's MB = MiB)"),
-    "train_io_stdev_MB_per_second": ("MiB/s", "std of training I/O throughput"),
+    "train_io_stdev_MB_per_second": ("MiB/s", "std of training I/O throughput (DLIO's MB = MiB)"),
+    "eval_au_mean_percentage": ("%", "mean evaluation accelerator utilisation"),
+    "eval_au_stdev_percentage": ("%", "standard deviation of evaluation accelerator utilisation"),
+    "eval_throughput_mean_samples_per_second": ("samples/s", "mean evaluation throughput"),
+    "eval_throughput_stdev_samples_per_second": ("samples/s", "std of evaluation throughput"),
+    "eval_io_mean_MB_per_second": ("MiB/s", "mean evaluation I/O throughput (DLIO's MB = MiB)"),
+    "eval_io_stdev_MB_per_second": ("MiB/s", "std of evaluation I/O throughput (DLIO's MB = MiB)"),
 }
+
+#: The run's facts kept as attributes, with their units (``attrs["attr_units"]``, a JSON object):
+#: top-level keys, then MLPerf Storage's verdicts from ``metric`` ("success" when the mean
+#: accelerator utilisation reached the workload's threshold, else "fail").
+_FACTS = {
+    "model": "",
+    "num_accelerators": "count",
+    "num_hosts": "count",
+    "num_files_train": "count",
+    "num_files_eval": "count",
+    "num_samples_per_file": "count",
+    "epochs": "count",
+    "data_size_per_host_GB": "GiB",
+    "hostname": "",
+    "start": "",
+    "end": "",
+}
+_VERDICTS = ("train_au_meet_expectation", "eval_au_meet_expectation")
 
 
 _CHECKPOINT = {
@@ -110,9 +137,13 @@ def read_dlio_summary(path: str | os.PathLike) -> xr.Dataset:
     data.update(_scalars(p, metric, _SCALAR))
     ds = xr.Dataset(data, coords={"epoch": np.arange(1, n_epochs + 1)})
     ds["epoch"].attrs.update(units="1", long_name="epoch")
+    for stage, name in (("train", "training"), ("eval", "evaluation")):
+        if f"{stage}_io_mean_MB_per_second" in ds:
+            ds[f"{stage}_io_mean_GB_per_second"] = ds[f"{stage}_io_mean_MB_per_second"] * 2**20 / 1e9
+            ds[f"{stage}_io_mean_GB_per_second"].attrs.update(
+                units="GB/s", long_name=f"mean {name} I/O throughput (decimal GB: 1e9 bytes)"
+            )
     if "train_io_mean_MB_per_second" in ds:
-        ds["train_io_mean_GB_per_second"] = ds["train_io_mean_MB_per_second"] * 2**20 / 1e9
-        ds["train_io_mean_GB_per_second"].attrs.update(units="GB/s", long_name="mean training I/O throughput")
         thr = ds.get("train_throughput_mean_samples_per_second")
         if thr is not None and float(thr) > 0:
             ds["record_length"] = ds["train_io_mean_MB_per_second"] * 2**20 / thr
@@ -144,16 +175,14 @@ def _scalars(p: Path, metric: dict, table: dict[str, tuple[str, str]]) -> dict[s
 
 def _finish(ds: xr.Dataset, doc: dict, p: Path, workload: str) -> xr.Dataset:
     """The run's settings and the dataset's source as attributes."""
-    keys = (
-        "num_accelerators",
-        "num_hosts",
-        "num_files_train",
-        "num_samples_per_file",
-        "epochs",
-        "hostname",
-        "start",
-        "end",
+    attrs = {k: doc[k] for k in _FACTS if isinstance(doc.get(k), (int, float, str))}
+    attrs.update({k: doc["metric"][k] for k in _VERDICTS if isinstance(doc["metric"].get(k), str)})
+    units = {k: _FACTS.get(k, "") for k in attrs} | {"workload": ""}
+    ds.attrs.update(
+        attrs,
+        source=f"measured: DLIO benchmark summary {p}",
+        kind="measured",
+        workload=workload,
+        attr_units=json.dumps(units),
     )
-    attrs = {k: doc[k] for k in keys if isinstance(doc.get(k), (int, float, str))}
-    ds.attrs.update(attrs, source=f"measured: DLIO benchmark summary {p}", kind="measured", workload=workload)
     return ds
