@@ -72,6 +72,25 @@ def test_tau_multi_metric_folders():
     assert "user_event" not in prof.dims
 
 
+TAU_THROTTLED = DATA / "tau" / "amintos-mpi-factoring"
+
+
+def test_tau_throttled_timers_are_marked_and_warned():
+    """5 of amintos' 28 functions were throttled by TAU ([THROTTLED], GROUP="TAU_DISABLE"): their
+    exclusive times, 54750 + 10126696 + 130116 + 42623 + 2663417 = 13017602 us, stop where TAU
+    stopped timing them (tests/data/tau/README.md)."""
+    with pytest.warns(UserWarning, match=r"profile\.0\.0\.0: 5 function\(s\) throttled by TAU.*rand_char"):
+        prof = read_tau_profile(TAU_THROTTLED)
+    one = prof.sel(metric="TIME", rank=0, thread=0)
+    assert int(prof["throttled"].sum()) == 5
+    assert float(one["exclusive"].where(one["throttled"]).sum()) == pytest.approx(13.017602)
+    assert float(one["exclusive"].sum()) == pytest.approx(335.849084)  # the root's inclusive time
+    assert not prof["throttled"].sel(function="MPI_Sendrecv()").item()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a profile without throttled timers says nothing
+        assert int(read_tau_profile(TAU_MPI)["throttled"].sum()) == 0
+
+
 @pytest.mark.parametrize(
     ("edit", "line", "message"),
     [

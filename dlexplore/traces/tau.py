@@ -26,12 +26,19 @@ is kept, not corrected.
 ``time_comm`` and ``time_io`` per rank and thread in :func:`tau_breakdown`,
 ``time_total`` the largest inclusive time (the application's root), ``time_compute`` the rest.
 Contexts other than 0 are refused (TAU uses them only for special runtimes).
+
+**Throttled timers.** TAU stops timing a function called more than 100,000 times at under 10 us a
+call (TAU_THROTTLE): its name gets `` [THROTTLED]`` and its group ``TAU_DISABLE``, its calls and
+times stop at that point and the rest of its time lands in its caller's exclusive time. Such
+functions are marked (``throttled`` coordinate on ``function``) and named in a warning: their
+numbers are partial.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +77,24 @@ def _is_io(name: str, group: str) -> bool:
 def _is_comm(name: str, group: str) -> bool:
     # MPI-IO (MPI_File_*) is input/output, not communication between ranks.
     return "MPI" in group and not _is_io(name, group)
+
+
+def _is_throttled(name: str, group: str) -> bool:
+    # TAU renames a throttled timer "... [THROTTLED]" and moves it to the TAU_DISABLE group.
+    return name.endswith("[THROTTLED]") or "TAU_DISABLE" in group.split("|")
+
+
+def _warn_throttled(files: list[str], names: list[str]) -> None:
+    """One warning naming the throttled functions, whose counts and times are partial."""
+    if names:
+        shown = "; ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        warnings.warn(
+            f"{', '.join(os.path.basename(f) for f in files[:3])}: {len(names)} function(s) throttled by TAU "
+            f"(GROUP TAU_DISABLE): their calls and times stop where TAU stopped timing them, the rest is in "
+            f"their callers' exclusive time: {shown}",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def _is_time(metric: str) -> bool:
@@ -214,7 +239,8 @@ def read_tau_profile(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> 
     ``subroutines`` (count) on (``rank``, ``thread``, ``function``); when the profiles hold user
     events, ``event_count``, ``event_max``, ``event_min``, ``event_mean``, ``event_sumsqr`` on
     (``rank``, ``thread``, ``user_event``) as TAU records them (bytes for its "Message size"
-    events). Coordinates on ``function``: ``group`` (TAU group) and ``communication`` (MPI).
+    events). Coordinates on ``function``: ``group`` (TAU group), ``communication`` (MPI), ``io``
+    (MPI-IO) and ``throttled`` (numbers partial, warned of: module docstring).
     NaN where a function did not run on a rank or thread.
     """
     parsed = [_parse(path, hint) for path, hint in _files(paths)]
@@ -238,6 +264,7 @@ def read_tau_profile(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> 
         for name, values in p.user_events.items():
             ev[:, r, t, events.index(name)] = values
     units = ["s" if _is_time(m) else "count" for m in metrics]
+    throttled = [_is_throttled(f, groups[f]) for f in functions]
     dims4 = ("metric", "rank", "thread", "function")
     data = {
         "exclusive": (
@@ -281,10 +308,12 @@ def read_tau_profile(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> 
             "group": ("function", np.array([groups[f] for f in functions], dtype=object)),
             "communication": ("function", np.array([_is_comm(f, groups[f]) for f in functions])),
             "io": ("function", np.array([_is_io(f, groups[f]) for f in functions])),
+            "throttled": ("function", np.array(throttled)),
             **({"user_event": np.array(events, dtype=object)} if events else {}),
         },
     )
     files = [str(path) for path, _ in _files(paths)]
+    _warn_throttled(files, [f for f, t in zip(functions, throttled, strict=True) if t])
     ds.attrs.update(
         source=f"measured: TAU profiles {', '.join(os.path.basename(f) for f in files[:3])}"
         + (f" and {len(files) - 3} more" if len(files) > 3 else ""),
