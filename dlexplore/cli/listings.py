@@ -6,8 +6,9 @@ import argparse
 
 import pandas as pd
 
+from .measured_view import show_measured
 from .options import UsageError, add_nccl_tests_choice, add_output
-from .output import emit_frame, show_measured
+from .output import emit_frame
 
 
 def run_catalog(args: argparse.Namespace) -> None:

@@ -170,23 +170,3 @@ def emit_frame(frame: pd.DataFrame, args: argparse.Namespace, title: str) -> Non
         with pd.option_context("display.max_columns", None, "display.width", 250):
             text = f"# {title}\n" + frame.to_string(index=False, max_colwidth=48, na_rep="n/a") + "\n"
     write_text(text, args.output)
-
-
-def show_measured(ds: xr.Dataset, args: argparse.Namespace, title: str) -> None:
-    """A measured dataset as a table: its dimensions (bytes, placement, test ...) then variables."""
-    frame = (
-        ds.reset_coords().to_dataframe().reset_index()
-        if ds.dims
-        else pd.DataFrame([{name: ds[name].item() for name in ds.variables}])
-    )
-    if "point" in frame.columns and "point" not in ds.coords:
-        frame = frame.drop(columns="point")  # a bare row number
-    if args.format == "table":
-        header = f"# source: {ds.attrs.get('source', '')}\n"
-        if ds.attrs.get("setup"):
-            header += f"# setup: {ds.attrs['setup']}\n"
-        with pd.option_context("display.max_columns", None, "display.width", 250):
-            text = f"# {title}\n" + header + frame.to_string(index=False) + "\n"
-        write_text(text, args.output)
-        return
-    emit(ds, frame, args, title)

@@ -8,8 +8,9 @@ import sys
 
 import xarray as xr
 
+from .measured_view import show_measured
 from .options import FORMATS, Parser, UsageError, add_nccl_tests_choice, add_output, add_trace_options
-from .output import dataset_to_frame, emit, emit_frame, readable_table, show_measured, write_text
+from .output import dataset_to_frame, emit, emit_frame, readable_table, write_text
 
 #: Breakdown variables in the order ``trace summary`` prints them.
 TRACE_SUMMARY_COLUMNS = (
@@ -63,7 +64,7 @@ def run_summary(args: argparse.Namespace) -> None:
             raise UsageError("--workers goes with --dask threads|processes")
         trace = load_trace_from_args(args, any_format=True)
         if not hasattr(trace, "breakdown"):  # a measured table (nccl-tests, Darshan, DLIO)
-            ds = getattr(trace, "summary", trace)
+            ds = _with_tau_breakdown(getattr(trace, "summary", trace))
             show_measured(ds, args, str(ds.attrs.get("title") or ds.attrs.get("source", "")))
             return
         ds = trace.breakdown()
@@ -73,6 +74,22 @@ def run_summary(args: argparse.Namespace) -> None:
         title = f"measured breakdown per rank and step ({ds.sizes['rank']} ranks, read on Dask)"
     frame = dataset_to_frame(ds, TRACE_SUMMARY_COLUMNS)
     emit(ds, frame, args, title, TRACE_SUMMARY_COLUMNS)
+
+
+def _with_tau_breakdown(ds: xr.Dataset) -> xr.Dataset:
+    """TAU profiles with their per-rank breakdown (time_comm, time_io, time_compute [s], as for every
+    other trace's summary), from the first time metric; other datasets as they are."""
+    if ds.attrs.get("format") != "tau":
+        return ds
+    from ..traces import tau_breakdown
+
+    times = [str(m) for m, u in zip(ds["metric"].values, ds["metric_units"].values, strict=True) if u == "s"]
+    if not times:
+        return ds
+    parts = tau_breakdown(ds, metric=times[0]).drop_vars("metric", errors="ignore")
+    for name in parts.data_vars:
+        parts[name].attrs["long_name"] += f" (metric {times[0]})"
+    return xr.merge([ds, parts], combine_attrs="override")
 
 
 def _summarize_on_dask(args: argparse.Namespace) -> xr.Dataset:
