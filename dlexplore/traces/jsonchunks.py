@@ -57,6 +57,9 @@ MAX_VALUE_BYTES = 1 << 27  #: the longest single JSON value (bytes): a bound aga
 _BLOCK = 1 << 22  # bytes read at a time
 _WS = re.compile(rb"[ \t\r\n]*")
 _DECODER = json.JSONDecoder()
+#: The two shapes of a trace read, for messages: Kineto's object, and the bare array of events that
+#: the legacy profiler's export_chrome_trace (torch <= 2.0) and other Chrome-trace writers produce.
+_SHAPES = "a JSON object with a traceEvents array, or a bare JSON array of events"
 
 
 class EventChunks:
@@ -244,7 +247,7 @@ class EventChunks:
                     ) from None
                 raise self.error(
                     f"invalid or truncated JSON in {what}: {err.msg}; expected a complete "
-                    "Chrome trace (a JSON object with a traceEvents array)",
+                    f"Chrome trace ({_SHAPES})",
                     offset=self._offset() + len(text[: err.pos].encode()),
                     event=event,
                 ) from None
@@ -297,8 +300,7 @@ class EventChunks:
         else:
             found = bytes(self._buf[self._pos : self._pos + 20]).decode("utf-8", "replace")
             raise self.error(
-                f"starts with {found!r}; expected a JSON object with a traceEvents array (a PyTorch "
-                "profiler trace)",
+                f"starts with {found!r}; expected a PyTorch profiler trace ({_SHAPES})",
                 offset=self._offset(),
             )
         if self._skip_ws() != -1:
