@@ -27,3 +27,66 @@ def test_an_invalid_legacy_array_names_both_shapes_of_a_trace():
         r"bare JSON array of events\)",
     ):
         load_trace(LEGACY / "legacy-autograd-cuda-33961.json", cache=False)
+
+
+def test_the_legacy_cpu_export_reads_its_ops_as_host_compute():
+    """torch 2.0's tensorboard_trace_handler wrote the legacy format (pytorch/kineto#728,
+    pytorch/pytorch#95460): 13 ops on "CPU functions", no "cat". They are host operators of a
+    CPU-only trace: 30+6+3+3+2+2+2+5+6+6+4+10+16 = 95 µs busy (none overlap) from the first op's
+    start, 1221 µs, to the last op's end, 1897 + 30 = 1927 µs; with a warning saying what it is."""
+    with pytest.warns(
+        UserWarning,
+        match=r"legacy-cpu-functions-95460-DERIVED\.json: the legacy profiler's export \(torch\.autograd"
+        r"\.profiler's export_chrome_trace: a JSON array of events on \"CPU functions\", without "
+        r"categories\), read with Kineto's: its 13 CPU functions as host operators, with no CUDA "
+        r"functions, as a CPU-only trace",
+    ):
+        trace = load_trace(LEGACY / "legacy-cpu-functions-95460-DERIVED.json", cache=False)
+    assert trace.meta["device"] == "cpu" and trace.meta["ranks"][0]["legacy_export"] is True
+    events = trace.events
+    assert len(events) == 13 and set(events["category"]) == {"compute"}
+    assert set(events["stream"]) == {"cpu:CPU functions:1"}
+    steps = trace.breakdown()
+    assert float(steps.step_time.squeeze()) == pytest.approx((1927 - 1221) * 1e-6)
+    assert float(steps.time_compute.squeeze()) == pytest.approx(95e-6)
+    assert float(steps.time_idle.squeeze()) == pytest.approx((706 - 95) * 1e-6)
+
+
+def test_the_legacy_cuda_export_reads_cuda_functions_as_gpu_kernels():
+    """The torch <= 1.7 export of pytorch/pytorch#33961 (its missing quote restored): "add" takes
+    134.49 µs on "CPU functions" from 101.524 µs, and 134.17599487304688 µs on "CUDA functions"
+    (device 0) from 102.95699890136719 µs. The GPU's time is the compute of a GPU trace; the host
+    op is host work ('cpu'); the span runs from 101.524 µs to 102.957 + 134.176 = 237.133 µs."""
+    with pytest.warns(
+        UserWarning,
+        match=r"events on \"CPU functions\" and \"CUDA functions\", without categories\), read with "
+        r"Kineto's: its 1 CPU functions as host operators, its 1 CUDA functions as GPU kernels",
+    ):
+        trace = load_trace(LEGACY / "legacy-autograd-cuda-33961-fixed-DERIVED.json", cache=False)
+    assert trace.meta["device"] == "cuda"
+    events = trace.events.set_index("category")
+    assert events.loc["compute", "stream"] == "cuda:CUDA functions:0"
+    assert events.loc["compute", "duration"] == pytest.approx(134.17599487304688e-6)
+    assert events.loc["cpu", "stream"] == "cpu:CPU functions:1"
+    assert events.loc["cpu", "duration"] == pytest.approx(134.49e-6)
+    steps = trace.breakdown()
+    end = 102.95699890136719 + 134.17599487304688
+    assert float(steps.step_time.squeeze()) == pytest.approx((end - 101.524) * 1e-6)
+    assert float(steps.time_compute.squeeze()) == pytest.approx(134.17599487304688e-6)
+    assert float(steps.time_idle.squeeze()) == pytest.approx((end - 101.524 - 134.17599487304688) * 1e-6)
+
+
+def test_a_trace_without_any_category_that_is_not_the_legacy_export_says_so(tmp_path):
+    """The same 13 events with a numeric pid (as a Chrome trace of some other tool has) are not the
+    legacy layout: nothing says what they are, all read as 'other', and the reader says so rather
+    than report 706 µs of idle time silently."""
+    text = (LEGACY / "legacy-cpu-functions-95460-DERIVED.json").read_text()
+    other = tmp_path / "no-categories.json"
+    other.write_text(text.replace('"pid": "CPU functions"', '"pid": 7'))
+    with pytest.warns(
+        UserWarning,
+        match=r"no-categories\.json: none of its 13 events has a category \(\"cat\"\), and it is not the "
+        r"legacy profiler's export .* every event is 'other', which the breakdown counts as idle",
+    ):
+        trace = load_trace(other, cache=False)
+    assert set(trace.events["category"]) == {"other"}

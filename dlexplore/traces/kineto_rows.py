@@ -30,6 +30,7 @@ from .jsonchunks import EventChunks
 from .kineto_columns import MEMORY_ARGS
 from .kineto_comm import HOST_COMM_PREFIXES, RPC, CommArgs, Labels
 from .kineto_decode import KinetoColumns
+from .kineto_legacy import LegacyExport, adopt_legacy
 
 __all__ = [
     "RankFile",
@@ -119,6 +120,8 @@ class RankFile:
         self.world_size: int | None = None
         self.backend: str | None = None
         self.ts_origin = 0.0  # µs subtracted from ts (files without baseTimeNanoseconds)
+        self.legacy: LegacyExport | None = None  # the legacy profiler's export (:mod:`.kineto_legacy`)
+        self.foreign: str | None = None  # the tool that wrote it, where not PyTorch ("TensorFlow")
         self._columns = columns
         self._problems: dict[str, dict[int, Any]] = {}
         for index, key, value in columns.problems or ():
@@ -162,6 +165,7 @@ class RankFile:
 
     def _select(self, names: Labels, cats: Labels, streams: Labels) -> None:
         c = self._columns
+        self.legacy = adopt_legacy(c)  # before anything reads the categories: it sets them
         col = c.columns
         ph_labels, cat_labels = c.labels["ph"], c.labels["cat"]
         bad = self._problems.get("event")
@@ -387,6 +391,7 @@ class RankFile:
         processes = [str(c.meta_args.get(r, {}).get("name", "")) for r in rows.tolist()]
         tensorflow = [p for p in processes if re.match(r"^/(?:host|device|job):", p)]
         if tensorflow:
+            self.foreign = "TensorFlow"
             warnings.warn(
                 f"{self.path}: a TensorFlow profiler trace (processes {', '.join(tensorflow[:3])}"
                 f"{' ...' if len(tensorflow) > 3 else ''}), read as PyTorch's: its events carry no "

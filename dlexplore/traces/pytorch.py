@@ -26,7 +26,10 @@ Traces of every Kineto release read alike: the 2021 category names (``Operator``
 ``cpu_op``, ``cuda_runtime``, ``kernel``, ``gpu_memcpy``, ``gpu_memset``. Device events of other
 accelerators count as the device's work: ROCm and XPU write ``kernel`` too; MTIA writes
 ``mtia_ccp_events`` (rows ``mtia:<pid>:<tid>``; names ``dma*`` are copies), Gaudi ``hpu_op``
-(``hpu:``).
+(``hpu:``). The legacy profiler's export (``torch.autograd.profiler``'s ``export_chrome_trace``: a
+JSON array, events on ``"CPU functions"`` / ``"CUDA functions"`` without categories) reads as
+``cpu_op`` and ``kernel`` events, with a warning (:mod:`.kineto_legacy`); a file whose events carry
+no category and that is not that export is all 'other', with a warning.
 
 Categories
 ----------
@@ -175,18 +178,57 @@ def read(paths: list[Path], **options: Any) -> Trace:
     trace = assemble(files, world_size, names, cats, streams)
     trace.meta["missing_ranks"] = missing
     trace.meta["rank_unknown"] = [f.rank for f in files if not f.rank_known]
+    for file in files:
+        trace.meta["ranks"][file.rank]["legacy_export"] = file.legacy is not None
+    _say_legacy(files)
     if trace.meta["device"] == "cpu":
         _say_gpus_without_activity(trace, files)
     _say_unknown_categories(trace, files, [c for c in cats.values if c])
     return trace
 
 
+def _say_legacy(files: list[RankFile]) -> None:
+    """A legacy profiler's export is read with Kineto's categories (:mod:`.kineto_legacy`): say so,
+    and what such a file cannot hold."""
+    legacy = [f for f in files if f.legacy is not None]
+    if not legacy:
+        return
+    first, held = legacy[0], legacy[0].legacy
+    assert held is not None
+    more = f" (and {len(legacy) - 1} more files)" if len(legacy) > 1 else ""
+    processes = '"CPU functions" and "CUDA functions"' if held.device else '"CPU functions"'
+    read_as = (
+        f"its {held.device} CUDA functions as GPU kernels (compute)"
+        if held.device
+        else "with no CUDA functions, as a CPU-only trace (host work counted as compute)"
+    )
+    warnings.warn(
+        f"{first.path}{more}: the legacy profiler's export (torch.autograd.profiler's "
+        f"export_chrome_trace: a JSON array of events on {processes}, without categories), read "
+        f"with Kineto's: its {held.host} CPU functions as host operators, {read_as}; this export "
+        "records no runtime calls, copies or memsets as such",
+        stacklevel=4,
+    )
+
+
 def _say_unknown_categories(trace: Trace, files: list[RankFile], categories: list[str]) -> None:
     """A Chrome trace that another tool wrote (a simulator, a vendor profiler) reads as a PyTorch
-    trace whose events are all 'other', which the breakdown counts as idle: say so. (TensorFlow's,
-    whose events carry no category at all, is named by :class:`RankFile`.)"""
+    trace whose events are all 'other', which the breakdown counts as idle: say so, whether its
+    events carry categories of their own or none at all. (TensorFlow's, whose events carry no
+    category, is named by :class:`RankFile`; the legacy profiler's gets categories there.)"""
     events = trace.events
-    if not categories or not len(events) or (events["category"] != "other").any():
+    if not len(events) or (events["category"] != "other").any():
+        return
+    if not categories:
+        if all(f.foreign for f in files):
+            return
+        warnings.warn(
+            f"{files[0].path}{f' (and {len(files) - 1} more files)' if len(files) > 1 else ''}: none "
+            f'of its {len(events)} events has a category ("cat"), and it is not the legacy '
+            'profiler\'s export (events on "CPU functions" / "CUDA functions"); read as a PyTorch '
+            "trace, every event is 'other', which the breakdown counts as idle",
+            stacklevel=4,
+        )
         return
     warnings.warn(
         f"{files[0].path}{f' (and {len(files) - 1} more files)' if len(files) > 1 else ''}: none of "
