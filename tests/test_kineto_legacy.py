@@ -6,6 +6,7 @@ hand from the files' own ts and dur (µs), as the README there says.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,47 @@ def test_a_trace_without_any_category_that_is_not_the_legacy_export_says_so(tmp_
     ):
         trace = load_trace(other, cache=False)
     assert set(trace.events["category"]) == {"other"}
+
+
+GPUS_WITHOUT_ACTIVITY = DATA / "kineto-gpus-without-activity"
+
+
+def test_a_cuda_run_profiled_with_cpu_activity_only_says_so():
+    """CongSheng's Windows trace (torch ~1.12): no deviceProperties, but all 22 [memory] events have
+    "Device Type": 1 (CUDA), "Device Id": 0, and aten::cudnn_convolution runs only on a GPU. Its
+    51 cpu_op events read as compute of a CPU-only trace, which is the host's time in operators:
+    the reader says the run used a GPU that the trace does not show."""
+    path = GPUS_WITHOUT_ACTIVITY / "congsheng-win-cuda-cpuonly-mem.json"
+    with pytest.warns(
+        UserWarning,
+        match=r"congsheng-win-cuda-cpuonly-mem\.json: the run used a GPU \(22 of its allocator's "
+        r"\[memory\] events are on cuda:0; it calls aten::cudnn_convolution, which runs only on a "
+        r"GPU\); the trace holds no GPU activity \(profile with activities=\[ProfilerActivity\.CPU, "
+        r"ProfilerActivity\.CUDA\] .*read as a CPU-only trace, host work counted as compute \(the "
+        r"time the host spent in operators, not the GPU's compute\)",
+    ):
+        trace = load_trace(path, cache=False)
+    assert trace.meta["device"] == "cpu"
+    assert (trace.events["category"] == "compute").sum() == 51
+    assert len(trace.memory) == 22 and set(trace.memory["device"]) == {"cuda:0"}
+
+
+def test_a_legacy_export_whose_kernels_were_left_out_says_so(tmp_path):
+    """Since torch 1.8 the legacy export writes an op's flow to its kernels ("ph": "s") but not the
+    kernels. Derived from the #33961 export (its quote restored) by dropping the "f" flow end and
+    the "CUDA functions" event, which is what such a file holds: the op launched GPU work that the
+    file leaves out, so its 134.49 µs on the host are not the GPU's compute."""
+    events = json.loads((LEGACY / "legacy-autograd-cuda-33961-fixed-DERIVED.json").read_text())
+    kept = [e for e in events if e["pid"] == "CPU functions"]
+    assert [e["ph"] for e in kept] == ["X", "s"]
+    path = tmp_path / "legacy-flows-only.json"
+    path.write_text(json.dumps(kept))
+    with pytest.warns(
+        UserWarning,
+        match=r"legacy-flows-only\.json: the run used a GPU \(its operators launched kernels \(it has "
+        r"flows, \"ph\": \"s\", to them\)\); the legacy profiler's export of this torch leaves the "
+        r"kernels out",
+    ):
+        trace = load_trace(path, cache=False)
+    assert trace.meta["device"] == "cpu"
+    assert float(trace.breakdown().time_compute.squeeze()) == pytest.approx(134.49e-6)

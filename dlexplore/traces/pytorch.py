@@ -84,7 +84,9 @@ Extra columns: ``correlation`` (CUDA correlation id of kernels, copies and launc
 ``group_size``, ``process_group`` and ``dtype`` (for collectives, when the trace says), ``peer``
 (the global rank at the other end of a send or recv, when the trace says).
 ``trace.meta`` holds per rank the file, ``distributedInfo``, ``deviceProperties``,
-``baseTimeNanoseconds`` and the thread names.
+``baseTimeNanoseconds``, the thread names and whether the file is a legacy export
+(``legacy_export``). What the reader warns of (a legacy export, a run that used a GPU but whose
+trace holds no GPU activity, a file of another tool) is in :mod:`.kineto_notes`.
 
 Reading goes in three stages, a module each: every file is decoded straight into columns of the
 fields used (:mod:`.kineto_decode`: msgspec structs where msgspec is installed, else the standard
@@ -107,6 +109,7 @@ from ..errors import DlexploreError
 from .kineto_assemble import assemble
 from .kineto_comm import DTYPE_BYTES, Labels
 from .kineto_decode import iter_kineto_files
+from .kineto_notes import say_what_is_missing
 from .kineto_rows import PHASES_READ, RankFile, canonical_category
 from .schema import Trace
 
@@ -180,104 +183,8 @@ def read(paths: list[Path], **options: Any) -> Trace:
     trace.meta["rank_unknown"] = [f.rank for f in files if not f.rank_known]
     for file in files:
         trace.meta["ranks"][file.rank]["legacy_export"] = file.legacy is not None
-    _say_legacy(files)
-    if trace.meta["device"] == "cpu":
-        _say_gpus_without_activity(trace, files)
-    _say_unknown_categories(trace, files, [c for c in cats.values if c])
+    say_what_is_missing(trace, files, [c for c in cats.values if c])
     return trace
-
-
-def _say_legacy(files: list[RankFile]) -> None:
-    """A legacy profiler's export is read with Kineto's categories (:mod:`.kineto_legacy`): say so,
-    and what such a file cannot hold."""
-    legacy = [f for f in files if f.legacy is not None]
-    if not legacy:
-        return
-    first, held = legacy[0], legacy[0].legacy
-    assert held is not None
-    more = f" (and {len(legacy) - 1} more files)" if len(legacy) > 1 else ""
-    processes = '"CPU functions" and "CUDA functions"' if held.device else '"CPU functions"'
-    read_as = (
-        f"its {held.device} CUDA functions as GPU kernels (compute)"
-        if held.device
-        else "with no CUDA functions, as a CPU-only trace (host work counted as compute)"
-    )
-    warnings.warn(
-        f"{first.path}{more}: the legacy profiler's export (torch.autograd.profiler's "
-        f"export_chrome_trace: a JSON array of events on {processes}, without categories), read "
-        f"with Kineto's: its {held.host} CPU functions as host operators, {read_as}; this export "
-        "records no runtime calls, copies or memsets as such",
-        stacklevel=4,
-    )
-
-
-def _say_unknown_categories(trace: Trace, files: list[RankFile], categories: list[str]) -> None:
-    """A Chrome trace that another tool wrote (a simulator, a vendor profiler) reads as a PyTorch
-    trace whose events are all 'other', which the breakdown counts as idle: say so, whether its
-    events carry categories of their own or none at all. (TensorFlow's, whose events carry no
-    category, is named by :class:`RankFile`; the legacy profiler's gets categories there.)"""
-    events = trace.events
-    if not len(events) or (events["category"] != "other").any():
-        return
-    if not categories:
-        if all(f.foreign for f in files):
-            return
-        warnings.warn(
-            f"{files[0].path}{f' (and {len(files) - 1} more files)' if len(files) > 1 else ''}: none "
-            f'of its {len(events)} events has a category ("cat"), and it is not the legacy '
-            'profiler\'s export (events on "CPU functions" / "CUDA functions"); read as a PyTorch '
-            "trace, every event is 'other', which the breakdown counts as idle",
-            stacklevel=4,
-        )
-        return
-    warnings.warn(
-        f"{files[0].path}{f' (and {len(files) - 1} more files)' if len(files) > 1 else ''}: none of "
-        f"its {len(events)} events has a category "
-        f"PyTorch's profiler writes (its categories: {', '.join(sorted(categories)[:6])}"
-        f"{' ...' if len(categories) > 6 else ''}); read as a PyTorch trace, every event is 'other', "
-        "which the breakdown counts as idle",
-        stacklevel=4,
-    )
-
-
-def _say_gpus_without_activity(trace: Trace, files: list[RankFile]) -> None:
-    """A trace whose header lists GPUs but that holds no GPU kernel is read as a CPU-only trace
-    (its host work counts as compute): say so, and what the trace shows of why."""
-    lister = next(
-        (f for f in files if isinstance(f.meta.get("deviceProperties"), list) and f.meta["deviceProperties"]),
-        None,
-    )
-    if lister is None:
-        return
-    listed = lister.meta["deviceProperties"]
-    events = trace.events
-    copies = int(events["category"].isin(("memcpy", "memset")).sum())
-    runtime = events.loc[events["category"] == "runtime", "name"].astype(str)
-    launches = int(runtime.str.contains(_LAUNCHES, regex=True).sum())
-    if copies:
-        why = f"the trace holds {copies} GPU copies or memsets but no kernel"
-    elif launches:
-        why = (
-            f"the trace holds {launches} kernel launches or copies by the runtime but nothing that "
-            "ran on the GPU (CUPTI delivered no device activity records)"
-        )
-    elif len(runtime):
-        why = "nothing was launched on the GPU while it was profiled (its runtime calls launch no work)"
-    else:
-        why = (
-            "the trace holds no GPU activity (profile with activities=[ProfilerActivity.CPU, "
-            "ProfilerActivity.CUDA] to see the GPU)"
-        )
-    gpus = ", ".join(sorted({str(d.get("name", "?")) for d in listed if isinstance(d, dict)}))
-    warnings.warn(
-        f"{lister.path}: its header lists {len(listed)} GPU(s) ({gpus}); {why}; read as a CPU-only "
-        "trace, host work counted as compute",
-        stacklevel=4,
-    )
-
-
-#: Runtime calls that put work on a GPU (CUDA and HIP): kernel launches, graph launches, copies.
-_LAUNCHES = r"(?i)launch|memcpy|memset"
 
 
 def _assign_ranks(files: list[RankFile], allow_missing: bool, ranks: Any = None) -> tuple[int, list[int]]:
