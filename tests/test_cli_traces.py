@@ -53,6 +53,21 @@ def test_collectives_csv_columns():
     assert (frame["busbw"] - frame["algbw"]).abs().max() < 1e-12
 
 
+def test_collectives_of_a_trace_without_communication_say_so():
+    # A real RTX 4080 trace with CPU activity only (kineto-gpus-without-activity/README.txt)
+    path = (
+        Path(__file__).parent
+        / "data"
+        / "traces"
+        / "kineto-gpus-without-activity"
+        / "cudaguide_rtx4080_cpuonly.json"
+    )
+    done = cli("trace", "collectives", str(path))
+    assert done.returncode == 0, done.stderr
+    assert "no collectives: the trace holds no communication event" in done.stdout
+    assert "Empty DataFrame" not in done.stdout
+
+
 def test_collectives_beside_the_alpha_beta_prediction():
     done = cli(
         "trace", "collectives", str(SAMPLE), "--format", "csv", "--bandwidth", "1", "--latency", "1e-5"

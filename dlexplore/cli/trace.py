@@ -133,6 +133,8 @@ def run_collectives(args: argparse.Namespace) -> None:
         table.attrs = {**attrs, **table.attrs}
     if args.format == "table":
         body = readable_table(table, table.attrs.get("units", {}))
+        if table.empty:  # not pandas' "Empty DataFrame" and its column index
+            body = "(no collectives: the trace holds no communication event)"
         write_text(
             f"# collectives: {trace!r}{trace_notes(trace)}\n# source: {trace.source}\n{body}\n", args.output
         )
