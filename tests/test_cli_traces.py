@@ -68,6 +68,19 @@ def test_collectives_of_a_trace_without_communication_say_so():
     assert "Empty DataFrame" not in done.stdout
 
 
+@pytest.mark.parametrize("action", ["summary", "collectives"])
+def test_an_nccl_log_summarised_per_collective(action):
+    # ROCm/rccl#429 (tests/data/nccl-log/README.md): allgather 59205120 int8 x 4 ranks =
+    # 236,820,480 bytes; allreduce 9984512 float32 = 39,938,048 bytes; one line each
+    path = Path(__file__).parent / "data" / "nccl-log" / "rccl-issue-429.log"
+    done = cli("trace", action, str(path), "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    frame = pd.read_csv(io.StringIO(done.stdout)).set_index("bytes")
+    assert frame.loc[236820480.0, "collective"] == "allgather"
+    assert frame.loc[39938048.0, "collective"] == "allreduce"
+    assert frame["calls"].tolist() == [1, 1, 1, 1]
+
+
 def test_collectives_beside_the_alpha_beta_prediction():
     done = cli(
         "trace", "collectives", str(SAMPLE), "--format", "csv", "--bandwidth", "1", "--latency", "1e-5"

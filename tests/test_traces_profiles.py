@@ -172,8 +172,14 @@ def test_nccl_log_bad_line_and_routing(tmp_path):
     bad = tmp_path / "bad.log"
     text = (NCCL / "rccl-issue-429.log").read_text().replace("datatype 7", "datatype seven", 1)
     bad.write_text(text)
-    with pytest.raises(InputFileError, match=r"bad\.log, line 1: an NCCL operation line"):
-        read_nccl_log(bad)
+    # one line that does not parse among three that do: read without it, and said
+    with pytest.warns(UserWarning, match=r"1 NCCL operation line\(s\) that do not parse .* lines \[1\]"):
+        ops = read_nccl_log(bad)
+    assert ops["line"].tolist() == [2, 3, 4]
+    only = tmp_path / "only.log"
+    only.write_text(text.splitlines()[0] + "\n")
+    with pytest.raises(InputFileError, match=r"only\.log, line 1: an NCCL operation line"):
+        read_nccl_log(only)
     with pytest.raises(DlexploreError, match="read_nccl_log"):
         dlexplore.load_trace(NCCL / "rccl-issue-429.log")
     # dlexplore.load is the one door for every format: it routes the log to its reader.
@@ -183,6 +189,58 @@ def test_nccl_log_bad_line_and_routing(tmp_path):
     empty.write_text("hello\n")
     with pytest.raises(InputFileError, match="no NCCL collective lines"):
         read_nccl_log(empty)
+
+
+def test_nccl_log_bracketed_number_after_nccl_info():
+    # NVIDIA/nccl#1352 (README.md): "NCCL INFO [2] AllReduce: ..." keeps its host, pid and device
+    assert dlexplore.traces.detect_format(NCCL / "nccl-1352-bracket-after-info.log") == "nccl-log"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "interleaved output" warning: the prefix is there
+        ops = read_nccl_log(NCCL / "nccl-1352-bracket-after-info.log")
+    assert ops["collective"].tolist() == ["allreduce", "allreduce", "allgather"]
+    assert ops["bytes"].tolist() == [1.0, 1.0, 32.0]  # uint8 x 1; int8 x 8 x 4 ranks
+    assert set(ops["host"]) == {"srv01"} and set(ops["pid"]) == {2016601} and set(ops["device"]) == {0}
+
+
+def test_nccl_log_line_wrapped_after_comm():
+    # RCCL's timestamp before NCCL INFO, the line wrapped: 1001 float32 = 4004 bytes, 2 ranks
+    ops = read_nccl_log(NCCL / "rccl-2019-timestamp-wrapped.log")
+    assert len(ops) == 1
+    assert (ops.loc[0, "bytes"], ops.loc[0, "nranks"], ops.loc[0, "pid"]) == (4004.0, 2, 24888)
+
+
+def test_nccl_log_lines_cut_short_only():
+    # Both of Primus's lines are cut short by the author: nothing to read, and the error says where
+    with pytest.raises(InputFileError, match=r"line 1: an NCCL operation line that does not parse.*\[acc"):
+        dlexplore.load(NCCL / "primus-rccl-truncated-lines.log")
+
+
+def test_nccl_log_detected_past_its_first_64_kib(tmp_path):
+    # 90 kB of NCCL init lines (an 8-GPU job's channel set-up) before the first collective
+    log = tmp_path / "long.log"
+    init = "hopper01:191369:191420 [0] NCCL INFO Channel {:02d}/0 : 0[0] -> 1[1] via P2P/CUMEM/read\n"
+    log.write_text(
+        "".join(init.format(i % 32) for i in range(1100)) + (NCCL / "torchtitan-1369-tp-h100.log").read_text()
+    )
+    assert log.stat().st_size > 1 << 16
+    assert dlexplore.traces.detect_format(log) == "nccl-log"
+    assert len(dlexplore.load(log)) == 7
+
+
+def test_nccl_log_without_coll_lines_says_how_to_log_them():
+    # NVIDIA/nccl#1814: init lines only
+    assert dlexplore.traces.detect_format(NCCL / "nccl-1814-init-only-2.2x.log") == "nccl-log"
+    with pytest.raises(InputFileError, match="NCCL_DEBUG_SUBSYS=COLL"):
+        dlexplore.load(NCCL / "nccl-1814-init-only-2.2x.log")
+
+
+def test_nccl_log_deduplicated_by_ray_warns(tmp_path):
+    line = (NCCL / "torchtitan-1369-tp-h100.log").read_text().splitlines()[0]
+    log = tmp_path / "ray.log"
+    log.write_text(f"(RayTrainWorker pid=615, ip=10.72.7.6) {line} [repeated 127x across cluster]\n")
+    with pytest.warns(UserWarning, match="RAY_DEDUP_LOGS=0"):
+        ops = read_nccl_log(log)
+    assert ops.loc[0, "bytes"] == 2097152 * 4 * 2  # allgather: float32 x nranks
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import argparse
 import importlib.util
 import sys
 
+import pandas as pd
 import xarray as xr
 
 from .measured_view import show_measured
@@ -63,6 +64,9 @@ def run_summary(args: argparse.Namespace) -> None:
         if args.workers is not None:
             raise UsageError("--workers goes with --dask threads|processes")
         trace = load_trace_from_args(args, any_format=True)
+        if isinstance(trace, pd.DataFrame):  # a log or profile read as a table (NCCL, TensorBoard)
+            _show_table(_per_collective(trace), args)
+            return
         if not hasattr(trace, "breakdown"):  # a measured table (nccl-tests, Darshan, DLIO)
             ds = _with_tau_breakdown(getattr(trace, "summary", trace))
             show_measured(ds, args, str(ds.attrs.get("title") or ds.attrs.get("source", "")))
@@ -117,7 +121,44 @@ def _summarize_on_dask(args: argparse.Namespace) -> xr.Dataset:
         return summarize(args.paths, client=client, **options)
 
 
+def _per_collective(table: pd.DataFrame) -> pd.DataFrame:
+    """An NCCL debug log's operations as one row per collective and size; other tables as they are."""
+    if table.attrs.get("format") != "nccl-log":
+        return table
+    from ..traces import nccl_log_table
+
+    return nccl_log_table(table)
+
+
+def _show_table(table: pd.DataFrame, args: argparse.Namespace) -> None:
+    if args.format == "table":
+        body = readable_table(table, table.attrs.get("units", {}))
+        write_text(f"# {table.attrs.get('source', '')}\n{body}\n", args.output)
+        return
+    emit_frame(table, args, str(table.attrs.get("source", "")))
+
+
+def _nccl_log_given(args: argparse.Namespace) -> bool:
+    """Whether the command names NCCL debug logs (read as operations, not as an event trace)."""
+    if args.trace_format is not None:
+        return args.trace_format == "nccl-log"
+    from ..errors import DlexploreError
+    from ..traces import detect_format
+    from ..traces.schema import expand_paths
+
+    try:
+        entries = expand_paths(args.paths)
+        return bool(entries) and all(detect_format(p) == "nccl-log" for p, _ in entries)
+    except (DlexploreError, OSError):
+        return False  # the trace reader says what is wrong
+
+
 def run_collectives(args: argparse.Namespace) -> None:
+    if _nccl_log_given(args):
+        if args.bandwidth is not None or args.latency is not None:
+            raise UsageError("--bandwidth/--latency compare timed collectives; an NCCL log has no times")
+        _show_table(_per_collective(load_trace_from_args(args, any_format=True)), args)
+        return
     trace = load_trace_from_args(args)
     table = trace.collectives()
     given = [args.bandwidth is not None, args.latency is not None]

@@ -35,6 +35,7 @@ _SQLITE = b"SQLite format 3\x00"
 _GZIP = b"\x1f\x8b"
 _HDF5 = b"\x89HDF\r\n\x1a\n"
 # A Darshan 3.x log: its version string ("3.21\0..."), then DARSHAN_MAGIC_NR 6567223 (little-endian).
+_NCCL_INFO = re.compile(r"^.{0,200}?\S+:\d+:\d+ \[\d+\] (?:\d+ )?NCCL INFO ", re.M)
 _DARSHAN = re.compile(rb"^3\.\d{1,2}\x00{3,5}.{0,3}75d\x00", re.DOTALL)
 
 
@@ -106,32 +107,14 @@ def detect_format(path: str | Path) -> str:
         prefix + r"\s*#?\s*(?:nThread:? \d+ nGpus|size\s+count\s+type\b)", text, flags=re.M
     ):
         return "nccl-tests"
+    if _NCCL_INFO.search(text):
+        # NCCL's init lines can fill the first 64 KiB before any collective is logged, and a log
+        # without the COLL subsystem has none: its reader reads the whole file and says which
+        return "nccl-log"
     if stripped.startswith("# darshan log version:"):
         return "darshan-text"  # what darshan-parser prints
-    if stripped.startswith("{"):
-        if '"traceEvents"' in text:
-            return "pytorch"
-        if re.search(r'"(train_au_percentage|num_accelerators|train_throughput_samples_per_second)"', text):
-            return "dlio"  # DLIO / MLPerf Storage summary.json
-        raise InputFileError(
-            path,
-            'is a JSON object without "traceEvents"; expected a PyTorch '
-            "profiler trace, a Horovod timeline, an Nsight Systems SQLite export, "
-            "an OTF2 archive, nccl-tests output, a Darshan log or a DLIO summary",
-        )
-    if stripped.startswith("["):
-        if (
-            re.search(
-                r'"(NEGOTIATE_|ALLREDUCE|ALLGATHER|BROADCAST|MEMCPY_IN_FUSION_BUFFER|QUEUE|'
-                r"CYCLE_START|start_time_since_epoch_in_micros)",
-                text,
-            )
-            or stripped.rstrip(", \t\r\n") == "["
-        ):
-            return "horovod"  # "[" alone is what Horovod leaves when no operation ran
-        if '"ph"' in text:
-            return "pytorch"  # a bare Chrome trace array
-        raise InputFileError(path, 'is a JSON array but not of trace events (no "ph" fields)')
+    if stripped.startswith(("{", "[")):
+        return _json_format(path, text, stripped)
     if "nccl-tests" in text:
         return "nccl-tests"
     if not stripped:
@@ -143,5 +126,34 @@ def detect_format(path: str | Path) -> str:
     raise DlexploreError(
         f"{path}: unknown trace format (starts with {stripped[:40]!r}); expected a PyTorch profiler "
         "trace (.json/.json.gz), a Horovod timeline, an Nsight Systems SQLite export, an OTF2 archive, "
-        "nccl-tests output, a Darshan log (or darshan-parser text) or a DLIO summary.json"
+        "nccl-tests output, an NCCL debug log (NCCL_DEBUG=INFO), a Darshan log (or darshan-parser text) "
+        "or a DLIO summary.json"
     )
+
+
+def _json_format(path: Path, text: str, stripped: str) -> str:
+    """The format of a file whose text starts with a JSON object or array."""
+    if stripped.startswith("{"):
+        if '"traceEvents"' in text:
+            return "pytorch"
+        if re.search(r'"(train_au_percentage|num_accelerators|train_throughput_samples_per_second)"', text):
+            return "dlio"  # DLIO / MLPerf Storage summary.json
+        raise InputFileError(
+            path,
+            'is a JSON object without "traceEvents"; expected a PyTorch '
+            "profiler trace, a Horovod timeline, an Nsight Systems SQLite export, "
+            "an OTF2 archive, nccl-tests output, a Darshan log or a DLIO summary",
+        )
+    # a JSON array
+    if (
+        re.search(
+            r'"(NEGOTIATE_|ALLREDUCE|ALLGATHER|BROADCAST|MEMCPY_IN_FUSION_BUFFER|QUEUE|'
+            r"CYCLE_START|start_time_since_epoch_in_micros)",
+            text,
+        )
+        or stripped.rstrip(", \t\r\n") == "["
+    ):
+        return "horovod"  # "[" alone is what Horovod leaves when no operation ran
+    if '"ph"' in text:
+        return "pytorch"  # a bare Chrome trace array
+    raise InputFileError(path, 'is a JSON array but not of trace events (no "ph" fields)')

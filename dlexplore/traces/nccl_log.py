@@ -67,7 +67,10 @@ REDUCE_OPS = {0: "sum", 1: "prod", 2: "max", 3: "min", 4: "avg"}
 ALGORITHMS = ("tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat")
 PROTOCOLS = ("ll", "ll128", "simple")
 
-_PREFIX = r"(?:(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:\d+ )?NCCL INFO )"
+# "NCCL INFO [2] AllReduce: ..." in some builds (NVIDIA/nccl#1352): the bracketed number is skipped
+_PREFIX = (
+    r"(?:(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:\d+ )?NCCL INFO (?:\[\d+\] )?)"
+)
 _OP = re.compile(
     _PREFIX + r"?(?P<coll>[A-Za-z]+): opCount (?P<op>[0-9a-fA-F]+) sendbuff (?P<send>\S+) "
     r"recvbuff (?P<recv>\S+) (?:acc \S+ )?count (?P<count>\d+) datatype (?P<dt>\d+) op (?P<redop>\d+) "
@@ -84,12 +87,13 @@ _INIT = re.compile(
     _PREFIX + r"(?:ncclComm\w+ )?comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+)"
 )
 _GATHERED = {"allgather", "reduce_scatter"}
+_REPEATED = re.compile(r"\[repeated \d+x across cluster\]")
 
 
 def is_nccl_log(text: str) -> bool:
     """Whether ``text`` holds NCCL ``COLL`` (or ``TUNING``) debug lines."""
     return bool(
-        re.search(r"NCCL INFO [A-Za-z]+: opCount [0-9a-fA-F]+ sendbuff", text)
+        re.search(r"NCCL INFO (?:\[\d+\] )?[A-Za-z]+: opCount [0-9a-fA-F]+ sendbuff", text)
         or re.search(r"NCCL INFO (?:[A-Za-z]+: )?\d+ Bytes -> Algo", text)
     )
 
@@ -106,42 +110,81 @@ def _parse_file(path: Path) -> tuple[list[dict], list[dict]]:
     tuning: list[dict] = []
     ranks: dict[tuple, int] = {}
     last_op: dict[tuple, int] = {}
-    for number, line in enumerate(read_text(path, "an NCCL debug log").split("\n"), start=1):
+    lines = read_text(path, "an NCCL debug log").split("\n")
+    cut: list[int] = []  # operation lines that do not parse: cut short, or wrapped past repair
+    repeated: list[int] = []  # Ray's "[repeated Nx across cluster]": similar lines merged
+    for number, line in enumerate(lines, start=1):
         if "NCCL INFO" not in line and "opCount" not in line:
             continue
         if m := _INIT.search(line):
             ranks[(m["host"], m["pid"], m["comm"])] = int(m["rank"])
             continue
-        if (m := _OP.search(line)) is not None:
+        m = _OP.search(line)
+        rest = lines[number] if number < len(lines) else "NCCL INFO"
+        if m is None and "sendbuff" in line and "NCCL INFO" not in rest and "opCount" not in rest:
+            # a terminal or a web page may wrap a long line: the rest is on the next one (a line
+            # of its own, not another operation)
+            m = _OP.search(line.rstrip() + " " + rest.lstrip())
+        if m is not None:
             ops.append(_op_row(path, number, m, ranks))
             last_op[(m["host"], m["pid"], m["tid"])] = len(ops) - 1
+            if _REPEATED.search(line):
+                repeated.append(number)
             continue
         if (m := _TUNING.search(line)) is not None:
-            row = {
-                "file": str(path),
-                "line": number,
-                "host": m["host"],
-                "pid": int(m["pid"]) if m["pid"] else pd.NA,
-                "device": _int(m["dev"]),
-                "collective": normalize_collective_name(m["coll"]) if m["coll"] else "",
-                "bytes": float(m["bytes"]),
-                "algorithm": _choice(m["algo"], ALGORITHMS),
-                "protocol": _choice(m["proto"], PROTOCOLS),
-                "predicted_time": float(m["time"]) * 1e-6 if m["time"] else np.nan,
-            }
-            tuning.append(row)
-            i = last_op.get((m["host"], m["pid"], m["tid"]))
-            if i is not None and ops[i]["bytes"] == row["bytes"] and not ops[i]["algorithm"]:
-                ops[i]["algorithm"], ops[i]["protocol"] = row["algorithm"], row["protocol"]
+            _tuning_row(path, number, m, ops, tuning, last_op)
         elif "opCount" in line and "sendbuff" in line:
-            raise InputFileError(
-                path,
-                "an NCCL operation line that does not parse; expected "
-                "'<Coll>: opCount <hex> sendbuff .. recvbuff .. count <n> datatype "
-                "<n> op <n> root <n> comm <ptr> [nranks=<n>] stream <ptr>'",
-                line=number,
-            )
+            cut.append(number)
+    _say_lost_lines(path, cut, repeated, found=len(ops))
     return ops, tuning
+
+
+def _tuning_row(
+    path: Path, number: int, m: re.Match, ops: list[dict], tuning: list[dict], last: dict
+) -> None:
+    """A TUNING line as a row of ``tuning``, its choice attached to the operation logged just
+    before it by the same thread with the same size."""
+    row = {
+        "file": str(path),
+        "line": number,
+        "host": m["host"],
+        "pid": int(m["pid"]) if m["pid"] else pd.NA,
+        "device": _int(m["dev"]),
+        "collective": normalize_collective_name(m["coll"]) if m["coll"] else "",
+        "bytes": float(m["bytes"]),
+        "algorithm": _choice(m["algo"], ALGORITHMS),
+        "protocol": _choice(m["proto"], PROTOCOLS),
+        "predicted_time": float(m["time"]) * 1e-6 if m["time"] else np.nan,
+    }
+    tuning.append(row)
+    i = last.get((m["host"], m["pid"], m["tid"]))
+    if i is not None and ops[i]["bytes"] == row["bytes"] and not ops[i]["algorithm"]:
+        ops[i]["algorithm"], ops[i]["protocol"] = row["algorithm"], row["protocol"]
+
+
+def _say_lost_lines(path: Path, cut: list[int], repeated: list[int], found: int) -> None:
+    """Operation lines not read (an error where none was), and lines Ray merged, as warnings."""
+    expected = (
+        "expected '<Coll>: opCount <hex> sendbuff .. recvbuff .. [acc ..] count <n> datatype <n> "
+        "op <n> root <n> comm <ptr> [nranks=<n>] stream <ptr> [task <n> globalrank <n>]'"
+    )
+    if cut and not found:
+        raise InputFileError(path, f"an NCCL operation line that does not parse; {expected}", line=cut[0])
+    if cut:
+        warnings.warn(
+            f"{path}: {len(cut)} NCCL operation line(s) that do not parse (cut short in the log of "
+            "a killed job, broken in copying, or a form this reader does not know) were not read: "
+            f"lines {cut[:5]}" + (" ..." if len(cut) > 5 else "") + f"; {expected}",
+            stacklevel=4,
+        )
+    if repeated:
+        warnings.warn(
+            f"{path}: {len(repeated)} operation line(s) end in Ray's '[repeated Nx across cluster]' "
+            f"(lines {repeated[:5]}{' ...' if len(repeated) > 5 else ''}): Ray's log deduplication "
+            "merged lines that differ only in their numbers, so calls, sizes and ranks are missing "
+            "here; rerun with RAY_DEDUP_LOGS=0 to log every call",
+            stacklevel=4,
+        )
 
 
 def _int(text: str | None) -> object:
@@ -274,5 +317,16 @@ def nccl_log_table(ops: pd.DataFrame) -> pd.DataFrame:
         )
         .reset_index()
     )
-    table.attrs.update(source=ops.attrs.get("source", "measured: NCCL debug log"))
+    table.attrs.update(
+        source=ops.attrs.get("source", "measured: NCCL debug log"),
+        kind="measured",
+        units={
+            "bytes": "bytes",
+            "bytes_total": "bytes",
+            "calls": "count",
+            "processes": "count",
+            "ranks_seen": "count",
+            "nranks": "count",
+        },
+    )
     return table
