@@ -92,14 +92,26 @@ def test_tau_functions_are_not_crossed_with_user_events(capsys):
     assert len(frame) == 28 and frame["exclusive"].sum() == pytest.approx(335.849084)
     assert int(frame["throttled"].sum()) == 5
     assert "user_event" in err and "throttled" in err
+    # the per-rank breakdown (on rank, thread: dimensions of the function table) beside every row
+    assert frame["time_comm"].tolist() == pytest.approx([100.032556] * 28)
+    assert frame["time_compute"].tolist() == pytest.approx([335.849084 - 100.032556] * 28)
     payload = json.loads(summary(capsys, FACTORING, "json")[0])
-    (parts,) = payload["tables"]["rank, thread"]
-    assert parts["time_comm"] == pytest.approx(100.032556)
-    assert parts["time_compute"] == pytest.approx(335.849084 - 100.032556)
+    assert payload["rows"][0]["time_comm"] == pytest.approx(100.032556)
     assert payload["units"]["time_comm"] == "s" and payload["units"]["exclusive"] == "s"  # one metric, TIME
+    assert list(payload["tables"]) == ["rank, thread, user_event"]
     assert len(payload["tables"]["rank, thread, user_event"]) == 4
     out, _ = summary(capsys, FACTORING, "table")
-    assert "# by rank, thread\n" in out and "time_comm [s]" in out and "exclusive [s]" in out
+    assert "time_comm [s]" in out and "exclusive [s]" in out
+
+
+def test_nccl_tests_csv_keeps_its_rows_column(capsys):
+    """superbenchmark's all_reduce log (shared/traces-real) lists size 0 twice: ``rows`` (on bytes,
+    one of the table's dimensions) is 2 there, beside each placement's row."""
+    path = Path(__file__).parents[1].parent / "shared" / "traces-real" / "nccl-tests"
+    out, _ = summary(capsys, path / "superbenchmark__nccl_allreduce.log", "csv")
+    frame = pd.read_csv(io.StringIO(out))
+    assert "rows" in frame.columns
+    assert frame.loc[frame["bytes"] == 0, "rows"].tolist() == [2, 2]
 
 
 def test_apex_profile_one_row_per_timer(capsys):

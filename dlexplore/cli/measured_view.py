@@ -53,8 +53,11 @@ def _units_of(ds: xr.Dataset, name: str) -> str:
 
 
 def split_tables(ds: xr.Dataset) -> tuple[list[str], list[list[str]], list[str]]:
-    """The data variables as (first table's, the other tables', scalars): variables on different
-    dimensions go to different tables unless one only lacks dimensions of length 1."""
+    """The data variables as (first table's, the other tables', scalars): a variable whose dimensions
+    are all among a table's joins it (its values repeat along the others, as nccl-tests' ``rows``
+    on ``bytes`` beside the ``(bytes, placement)`` table); variables on dimensions that are not
+    (TAU's functions and user events, DLIO's epochs and evaluation epochs) go to tables of their
+    own instead of being crossed."""
     names = [str(n) for n in ds.data_vars]
     scalars = [n for n in names if ds[n].ndim == 0]
     shaped = [n for n in names if ds[n].ndim > 0]
@@ -65,7 +68,7 @@ def split_tables(ds: xr.Dataset) -> tuple[list[str], list[list[str]], list[str]]
     for dims, members in sorted(groups.items(), key=lambda kv: (-len(kv[0]), -len(kv[1]))):
         for table in tables:
             wider = set(ds[table[0]].dims)
-            if set(dims) <= wider and all(ds.sizes[d] == 1 for d in wider - set(dims)):
+            if set(dims) <= wider:
                 table.extend(members)
                 break
         else:
