@@ -130,6 +130,29 @@ def test_darshan_meta_fraction_is_a_share_of_all_io_time():
     assert "read + write + metadata" in s.meta_fraction.attrs["long_name"]
 
 
+def test_darshan_negative_counters_are_left_out_of_the_totals(tmp_path):
+    """Darshan 3.10's sample log (shared/traces-real) holds STDIO_F_WRITE_TIME = -2662.746634 s for
+    <STDERR> (PyDarshan reads the same): added in, the job's write time was less than POSIX's alone.
+    The text path: NAMD's <STDOUT> write time 0.114194 s made -1 (Darshan's 'not counted')."""
+    sample = Path(__file__).parents[1].parent / "shared" / "traces-real" / "darshan"
+    with pytest.warns(
+        UserWarning, match=r"1 negative counter\(s\) .* STDIO write_time of <STDERR> \(rank 0\): -2662\.7"
+    ):
+        log = read_darshan(sample / "darshan__tests__input__sample.darshan")
+    s = log.summary
+    assert 0 <= float(s.stdio_write_time) < 1e-3
+    assert float(s.write_time) == pytest.approx(float(s.posix_write_time + s.stdio_write_time))
+    text = NAMD.read_text().replace(
+        "STDIO_F_WRITE_TIME\t0.114194\t<STDOUT>", "STDIO_F_WRITE_TIME\t-1\t<STDOUT>"
+    )
+    path = tmp_path / "namd-negative.txt"
+    path.write_text(text)
+    with pytest.warns(UserWarning, match=r"STDIO write_time of <STDOUT> \(rank -1\): -1"):
+        s = read_darshan_parser_text(path).summary
+    assert float(s.stdio_write_time) == 0.0
+    assert float(s.write_time) == pytest.approx(4.261469)  # POSIX's alone
+
+
 def test_darshan_binary_counts_stdio():
     """The pq_app log's STDIO module wrote 1,064 bytes (PyDarshan: STDIO_BYTES_WRITTEN), POSIX 40."""
     s = read_darshan(DATA / "darshan" / "pq_app_readAB_writeC.darshan").summary

@@ -122,6 +122,31 @@ def _summary(records: pd.DataFrame, meta: dict, path) -> xr.Dataset:
     return ds
 
 
+def _without_negatives(records: pd.DataFrame, path) -> pd.DataFrame:
+    """The records with negative counts, bytes and times as NaN (not recorded), and a warning
+    naming them: Darshan writes -1 where it did not count, and some versions wrote negative
+    times (a real 3.10 log's <STDERR> write time is -2662.7 s), which would be subtracted from
+    the job's totals."""
+    columns = [c for c, _ in _SUFFIXES.values()]
+    negative = records[columns].lt(0)
+    if not negative.any().any():
+        return records
+    shown = []
+    for row, column in zip(*np.nonzero(negative.to_numpy()), strict=True):
+        record = records.iloc[row]
+        shown.append(
+            f"{record['module']} {columns[column]} of {record['file']} (rank {record['rank']}): "
+            f"{records[columns[column]].iloc[row]:g}"
+        )
+    warnings.warn(
+        f"{os.fspath(path)}: {len(shown)} negative counter(s) read as not recorded and left out of the "
+        "totals: " + "; ".join(shown[:3]) + (" ..." if len(shown) > 3 else ""),
+        UserWarning,
+        stacklevel=3,
+    )
+    return records.assign(**{c: records[c].where(~negative[c]) for c in columns})
+
+
 def _warn_left_out(path, moved: dict[str, float]) -> None:
     """Warn once per module outside :data:`MODULES` and :data:`_LAYERED` that moved bytes."""
     for module, nbytes in moved.items():
@@ -189,6 +214,7 @@ def read_darshan(path: str | os.PathLike) -> DarshanLog:
         "jobid": int(job["jobid"]),
         "log_version": str(job.get("log_ver", "")),
     }
+    rec = _without_negatives(rec, path)
     return DarshanLog(rec, _summary(rec, meta, path), meta)
 
 
@@ -294,4 +320,5 @@ def _finish_text(path, rows: dict, meta: dict) -> DarshanLog:
         meta = {k: (int(v) if k in ("nprocs", "jobid") else v) for k, v in meta.items()}
     except (OverflowError, ValueError) as err:  # a counter or id beyond 64 bits, or nan/inf
         raise InputFileError(path, f"a record id or counter does not fit 64-bit integers ({err})") from None
+    rec = _without_negatives(rec, path)
     return DarshanLog(rec, _summary(rec, meta, path), meta)
