@@ -4,10 +4,12 @@ the files by hand."""
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from dlexplore.traces import load_trace
@@ -15,10 +17,10 @@ from dlexplore.traces import load_trace
 DATA = Path(__file__).parent / "data" / "traces" / "horovod-others"
 
 
-def _load(name: str) -> tuple:
+def _load(name: str | Path) -> tuple:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        trace = load_trace(DATA / name)
+        trace = load_trace(DATA / name, cache=False)
     return trace, [str(w.message) for w in caught]
 
 
@@ -73,3 +75,75 @@ def test_world_size_unknown_when_only_an_open_negotiation_has_ticks():
     assert files[0]["world_size_at_least"] == 2
     assert np.unique(trace.events["rank"]).tolist() == [0]
     assert trace.world_size == 2  # the ranks seen, as Trace.world_size is where the file is silent
+
+
+def _timeline(path: Path, ops: list[tuple[int, str, str, int]]) -> Path:
+    """A timeline as Horovod writes one (horovod/common/timeline.cc): per operation of a tensor
+    (pid, name, "broadcast" or "allreduce", start in µs), its negotiation with two ranks' ready
+    ticks, then the operation with its MPI transfer; the operation's E carries dtype and shape."""
+    events = [{"name": "process_name", "ph": "M", "pid": p, "args": {"name": n}} for p, n, _, _ in ops]
+    for pid, _, kind, t in ops:
+        transfer = "MPI_ALLREDUCE" if kind == "allreduce" else "MPI_BCAST"
+        events += [
+            {"name": "NEGOTIATE_" + kind.upper(), "ph": "B", "ts": t, "pid": pid},
+            {"name": "0", "ph": "X", "ts": t, "pid": pid, "dur": 0},
+            {"name": "1", "ph": "X", "ts": t + 1, "pid": pid, "dur": 0},
+            {"ph": "E", "ts": t + 10, "pid": pid},
+            {"name": kind.upper(), "ph": "B", "ts": t + 10, "pid": pid},
+            {"name": transfer, "ph": "B", "ts": t + 20, "pid": pid},
+            {"ph": "E", "ts": t + 40, "pid": pid},
+            {"ph": "E", "ts": t + 50, "pid": pid, "args": {"dtype": "float32", "shape": "[10]"}},
+        ]
+    events.sort(key=lambda e: e.get("ts", -1))
+    path.write_text(json.dumps(events))
+    return path
+
+
+def test_a_tensor_broadcast_then_reduced_does_not_add_a_step(tmp_path):
+    # w is broadcast at 0 µs, then reduced with g at 1000 and 2000 µs: two steps, the broadcast
+    # before them (w's three operations once made three steps, the first the broadcast)
+    path = _timeline(
+        tmp_path / "mixed.json",
+        [
+            (1, "w", "broadcast", 0),
+            (3, "b", "broadcast", 100),
+            (1, "w", "allreduce", 1000),
+            (2, "g", "allreduce", 1100),
+            (1, "w", "allreduce", 2000),
+            (2, "g", "allreduce", 2100),
+        ],
+    )
+    trace, _ = _load(path)
+    comm = trace.events[trace.events["category"] == "communication"]
+    assert comm["step"].tolist() == [pd.NA, pd.NA, 0, 0, 1, 1]
+    assert trace.world_size == 2
+
+
+def test_a_second_broadcast_does_not_make_a_step(tmp_path):
+    # every parameter broadcast twice (a re-broadcast after restoring a checkpoint), one step of
+    # two gradients: one step, at the allreduces
+    path = _timeline(
+        tmp_path / "rebroadcast.json",
+        [
+            (1, "w", "broadcast", 0),
+            (3, "b", "broadcast", 100),
+            (1, "w", "broadcast", 500),
+            (3, "b", "broadcast", 600),
+            (2, "g", "allreduce", 1000),
+            (4, "g2", "allreduce", 1100),
+        ],
+    )
+    trace, _ = _load(path)
+    comm = trace.events[trace.events["category"] == "communication"]
+    assert comm["step"].tolist() == [pd.NA] * 4 + [0, 0]
+
+
+def test_a_tensor_broadcast_every_step_marks_the_steps(tmp_path):
+    # no tensor is reduced, one is broadcast three times: three steps
+    path = _timeline(
+        tmp_path / "broadcasts.json",
+        [(1, "w", "broadcast", 0), (1, "w", "broadcast", 1000), (1, "w", "broadcast", 2000)],
+    )
+    trace, _ = _load(path)
+    comm = trace.events[trace.events["category"] == "communication"]
+    assert comm["step"].tolist() == [0, 1, 2]

@@ -324,7 +324,7 @@ class Builder:
         fusion_bytes = self._fusion_bytes((kind == OP) & keep, fusion, size)
         op = np.frombuffer(self.op, dtype=np.int64)
         step = (
-            infer_steps(self.path, start, self.count, self.occurrence_start, self.ops, pid, kind == OP, op)
+            infer_steps(self.path, start, self.occurrence_start, self.ops, pid, kind == OP, op, occurrence)
             if steps == "auto"
             else np.full(n, -1)
         )

@@ -21,30 +21,29 @@ _US = 1e-6  # s per µs
 def infer_steps(
     path: Path,
     start: np.ndarray,
-    count: dict[int, int],
     occurrence_start: dict[int, list[float]],
     ops: list[str],
     pid: np.ndarray,
     is_op: np.ndarray,
     op: np.ndarray,
+    occurrence: np.ndarray,
 ) -> np.ndarray:
     """Step of each row, -1 for none: step *k* starts at the earliest start (µs in
-    ``occurrence_start``) of the *k*-th operation of the tensors operated on most often (``count``:
-    operations per tensor); ``start`` [s], ``pid``, ``is_op`` and ``op`` (a code into ``ops``): each
-    row's start, tensor, whether it is an operation, and which."""
-    # A tensor only ever broadcast once is the initial broadcast of the parameters, not a training
-    # step: counted, a timeline cut before any gradient was reduced would make that broadcast
-    # step 0 (a tensor broadcast at every step still counts).
-    broadcast = [code for code, name in enumerate(ops) if name == "broadcast"]
-    steps_of = dict(count)
-    if broadcast:
-        is_broadcast = np.isin(op, broadcast)
-        only_broadcast = set(np.unique(pid[is_op & is_broadcast]).tolist()) - set(
-            np.unique(pid[is_op & ~is_broadcast]).tolist()
-        )
-        steps_of = {p: c for p, c in steps_of.items() if c > 1 or p not in only_broadcast}
-    if not steps_of:
-        if count:
+    ``occurrence_start``: per tensor, where each of its operations began) of the *k*-th reduction
+    of the tensors reduced most often; ``start`` [s], ``pid``, ``is_op``, ``op`` (a code into
+    ``ops``) and ``occurrence``: each row's start, tensor, whether it is an operation, which, and
+    the how-manieth of its tensor."""
+    # Broadcasts are the initial broadcast of the parameters (and a re-broadcast after a restore),
+    # not training steps: counted, a timeline cut before any gradient was reduced would make the
+    # broadcast step 0, and a tensor both broadcast and reduced would add a step. Where no tensor is
+    # reduced, a tensor broadcast at every step marks them.
+    is_broadcast = np.isin(op, [code for code, name in enumerate(ops) if name == "broadcast"])
+    chosen = is_op & ~is_broadcast
+    if not chosen.any():
+        chosen = is_op & is_broadcast
+    tensors, counts = np.unique(pid[chosen], return_counts=True)
+    if not len(counts) or (not (is_op & ~is_broadcast).any() and counts.max() < 2):
+        if is_op.any():
             warnings.warn(
                 f"{path}: no step is inferred: every operation in the timeline is a broadcast done "
                 "once (the initial broadcast of the parameters) and no tensor is reduced, so nothing "
@@ -52,14 +51,14 @@ def infer_steps(
                 stacklevel=6,
             )
         return np.full(len(start), -1)
-    most = max(steps_of.values())
-    per_step = [p for p, c in steps_of.items() if c == most]
-    # the earliest of each step's starts, as min() takes it (the first unless a later one is
-    # smaller), one tensor at a time over all steps
-    bounds = np.array(occurrence_start[per_step[0]][:most], dtype=np.float64)
-    for tensor in per_step[1:]:
-        later = np.array(occurrence_start[tensor][:most], dtype=np.float64)
-        bounds = np.where(later < bounds, later, bounds)
+    most = int(counts.max())
+    bounds = None
+    for tensor in tensors[counts == most].tolist():
+        ks = np.sort(occurrence[chosen & (pid == tensor)])
+        firsts = occurrence_start[tensor]
+        begins = np.array([firsts[k] for k in ks.tolist()], dtype=np.float64)
+        # the earliest of each step's starts, one tensor at a time
+        bounds = begins if bounds is None else np.minimum(bounds, begins)
     bounds = np.maximum.accumulate(bounds * _US)
     return np.searchsorted(bounds, start, side="right") - 1
 
