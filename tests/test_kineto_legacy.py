@@ -6,7 +6,9 @@ hand from the files' own ts and dur (µs), as the README there says.
 
 from __future__ import annotations
 
+import gzip
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -135,3 +137,32 @@ def test_a_legacy_export_whose_kernels_were_left_out_says_so(tmp_path):
         trace = load_trace(path, cache=False)
     assert trace.meta["device"] == "cpu"
     assert float(trace.breakdown().time_compute.squeeze()) == pytest.approx(134.49e-6)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_trace(path, cache=False)
+    legacy = [str(w.message) for w in caught if "legacy profiler's export (" in str(w.message)]
+    assert legacy and "kernels its flows point to are not in the file" in legacy[0]
+    assert "as a CPU-only trace" not in legacy[0]  # the flows say the run used a GPU
+
+
+def test_a_cpu_run_that_only_asked_for_its_gpus_is_not_a_gpu_run(tmp_path):
+    """torch.cuda.is_available() and Kineto itself call cudaGetDeviceCount on a machine whose GPU
+    does no work: a runtime call is evidence of GPU use only when it launches, copies or
+    allocates. Derived from HTA's real CPU-only trace (shared/traces-real) plus such a call."""
+    source = Path(__file__).parents[1].parent / "shared" / "traces-real" / "pytorch"
+    source = source / "HolisticTraceAnalysis__cpu_only__rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
+    doc = json.loads(gzip.decompress(source.read_bytes()))
+    first = next(e for e in doc["traceEvents"] if e.get("ph") == "X")
+    query = {**first, "cat": "cuda_runtime", "name": "cudaGetDeviceCount", "dur": 1, "args": {}}
+    doc["traceEvents"].append(query)
+    path = tmp_path / "cpu-with-device-query.json"
+    path.write_text(json.dumps(doc))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_trace(path, cache=False)
+    assert not [w for w in caught if "the run used a GPU" in str(w.message)]
+    launch = {**query, "name": "cudaLaunchKernel"}
+    doc["traceEvents"].append(launch)
+    path.write_text(json.dumps(doc))
+    with pytest.warns(UserWarning, match=r"the run used a GPU \(it holds 1 device runtime calls that launch"):
+        load_trace(path, cache=False)

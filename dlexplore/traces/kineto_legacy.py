@@ -31,11 +31,12 @@ LEGACY_PROCESSES = {"cpu functions": "cpu_op", "cuda functions": "kernel"}
 
 @dataclass(frozen=True)
 class LegacyExport:
-    """What a legacy export holds: complete events on CPU functions (``host``) and CUDA functions
-    (``device``), and whether it has flows from ops to their kernels (``"ph": "s"``)."""
+    """What a legacy export holds: its complete events on CPU functions (``cpu_functions``) and on
+    CUDA functions (``cuda_functions``), and whether it has flows from ops to their kernels
+    (``"ph": "s"``)."""
 
-    host: int
-    device: int
+    cpu_functions: int
+    cuda_functions: int
     flows: bool
 
 
@@ -68,5 +69,7 @@ def adopt_legacy(columns: KinetoColumns) -> LegacyExport | None:
                 cats.append(category)
             col["cat"][rows] = cats.index(category)
     return LegacyExport(
-        host=int((kind == "cpu_op").sum()), device=int((kind == "kernel").sum()), flows="s" in labels["ph"]
+        cpu_functions=int((kind == "cpu_op").sum()),
+        cuda_functions=int((kind == "kernel").sum()),
+        flows="s" in labels["ph"],
     )

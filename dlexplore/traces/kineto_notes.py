@@ -37,16 +37,17 @@ def _say_legacy(files: list[RankFile]) -> None:
     first, held = legacy[0], legacy[0].legacy
     assert held is not None
     more = f" (and {len(legacy) - 1} more files)" if len(legacy) > 1 else ""
-    processes = '"CPU functions" and "CUDA functions"' if held.device else '"CPU functions"'
-    read_as = (
-        f"its {held.device} CUDA functions as GPU kernels (compute)"
-        if held.device
-        else "with no CUDA functions, as a CPU-only trace (host work counted as compute)"
-    )
+    processes = '"CPU functions" and "CUDA functions"' if held.cuda_functions else '"CPU functions"'
+    if held.cuda_functions:
+        read_as = f"its {held.cuda_functions} CUDA functions as GPU kernels (compute)"
+    elif held.flows:  # the warning after this one says what the flows show
+        read_as = "with no CUDA functions (the kernels its flows point to are not in the file)"
+    else:
+        read_as = "with no CUDA functions, as a CPU-only trace (host work counted as compute)"
     warnings.warn(
         f"{first.path}{more}: the legacy profiler's export (torch.autograd.profiler's "
         f"export_chrome_trace: a JSON array of events on {processes}, without categories), read "
-        f"with Kineto's: its {held.host} CPU functions as host operators, {read_as}; this export "
+        f"with Kineto's: its {held.cpu_functions} CPU functions as host operators, {read_as}; this export "
         "records no runtime calls, copies or memsets as such",
         stacklevel=5,  # under say_what_is_missing, read
     )
@@ -142,7 +143,10 @@ def _gpu_evidence(trace: Trace, files: list[RankFile]) -> tuple[RankFile, str] |
     names = events["name"].cat
     gpu_only = np.append(names.categories.astype(str).str.contains(_GPU_ONLY_OPS, regex=True), False)
     gpu_op = gpu_only[names.codes.to_numpy()]
-    runtime = (events["category"] == "runtime").to_numpy()
+    # calls that move work or memory to a device: cudaGetDeviceCount and the like are made by
+    # torch.cuda.is_available() and by Kineto itself on a machine without work for its GPU
+    working = np.append(names.categories.astype(str).str.contains(_DEVICE_WORK_CALLS, regex=True), False)
+    runtime = (events["category"] == "runtime").to_numpy() & working[names.codes.to_numpy()]
     for file in files:
         shown = []
         kinds, ids = file.memory["Device Type"], file.memory["Device Id"]
@@ -159,7 +163,10 @@ def _gpu_evidence(trace: Trace, files: list[RankFile]) -> tuple[RankFile, str] |
             listed = ", ".join(ops[:3]) + (" ..." if len(ops) > 3 else "")
             shown.append(f"it calls {listed}, which {'run' if len(ops) > 1 else 'runs'} only on a GPU")
         if (mine & runtime).any():
-            shown.append(f"it holds {int((mine & runtime).sum())} calls of a device runtime")
+            shown.append(
+                f"it holds {int((mine & runtime).sum())} device runtime calls that launch work, copy or "
+                "allocate device memory"
+            )
         if file.legacy is not None and file.legacy.flows:
             shown.append('its operators launched kernels (it has flows, "ph": "s", to them)')
         if shown:
@@ -167,5 +174,7 @@ def _gpu_evidence(trace: Trace, files: list[RankFile]) -> tuple[RankFile, str] |
     return None
 
 
+#: Runtime calls that use a GPU (CUDA and HIP): launches, copies, sets, device allocations, syncs.
+_DEVICE_WORK_CALLS = r"(?i)launch|memcpy|memset|malloc|free|synchronize"
 #: Runtime calls that put work on a GPU (CUDA and HIP): kernel launches, graph launches, copies.
 _LAUNCHES = r"(?i)launch|memcpy|memset"
