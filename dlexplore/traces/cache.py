@@ -252,14 +252,19 @@ def _recorded(
     load: Callable[..., Trace], paths: Any, fmt: str | None, options: dict[str, Any]
 ) -> tuple[Trace, list[tuple[type, str]]]:
     """``load``'s trace and the warnings it gave (re-emitted by the caller at the user's line)."""
+    failure: BaseException | None = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             trace = load(paths, format=fmt, **options)
-        except BaseException:
-            for item in caught:  # say them even when the load fails
-                warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)
-            raise
+        except BaseException as err:
+            failure = err
+    if failure is not None:
+        # said even when the load fails, once the recording is over: said inside it, each warning
+        # was recorded again, into the list being read, until memory ran out
+        for item in caught:
+            warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)
+        raise failure
     return trace, [(item.category, str(item.message)) for item in caught]
 
 

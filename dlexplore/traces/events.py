@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COLUMNS",
+    "storable_labels",
     "MEMORY_COLUMNS",
     "CATEGORIES",
     "COLLECTIVES",
@@ -246,3 +247,16 @@ def device_streams(events: pd.DataFrame) -> np.ndarray:
     for prefix in DEVICE_STREAM_PREFIXES:
         on_device |= cats.str.startswith(prefix)
     return np.append(on_device, False)[stream.cat.codes.to_numpy()]
+
+
+def storable_labels(labels: list[Any]) -> list[Any]:
+    """``labels`` as pandas' string storage (pyarrow: UTF-8) can hold them: a lone surrogate (a
+    ``"\\ud800"`` escape in a trace's JSON, which Python keeps) is shown as its escape; other labels
+    are returned as they are (the list itself when none has one)."""
+    try:
+        "".join(v for v in labels if isinstance(v, str)).encode("utf-8")
+        return labels
+    except UnicodeEncodeError:
+        return [
+            v.encode("utf-8", "backslashreplace").decode("utf-8") if isinstance(v, str) else v for v in labels
+        ]

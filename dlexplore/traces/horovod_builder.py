@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputFileError
+from .events import storable_labels
 from .horovod_infer import infer_steps, instant_ticks, markers_out_of_order, world_size
 from .horovod_json import locate
 from .schema import make_events, normalize_collective_name
@@ -522,10 +523,7 @@ def _ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _categorical(codes: np.ndarray, categories: list[str]) -> pd.Categorical:
     """A categorical from codes; categories that repeat (two pids, one name) are merged."""
-    # A lone surrogate (a "\\ud800" escape in the JSON) cannot be hashed as UTF-8: keep it visible.
-    categories = [
-        c.encode("utf-8", "backslashreplace").decode("utf-8") if isinstance(c, str) else c for c in categories
-    ]
+    categories = storable_labels(categories)
     if len(set(categories)) == len(categories):
         return pd.Categorical.from_codes(codes, categories=categories)
     return pd.Categorical(np.asarray(categories, dtype=object)[codes])

@@ -12,6 +12,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from .events import storable_labels
 from .kineto_comm import HOST_COMM_PREFIXES, RPC, CommArgs, EventColumns, Labels, resolve_communication
 from .kineto_decode import PARSER
 from .kineto_rows import (
@@ -118,8 +119,8 @@ def assemble(files: list[RankFile], world_size: int, names: Labels, cats: Labels
         "step": step,
         "correlation": pd.array(np.where(corr >= 0, corr, 0), dtype="Int64"),
         "group_size": pd.array(np.where(group_size >= 0, group_size, 0), dtype="Int64"),
-        "process_group": pd.Categorical.from_codes(comm.group, categories=comm.groups.values),
-        "dtype": pd.Categorical.from_codes(comm.dtype, categories=comm.dtypes.values),
+        "process_group": _categorical(comm.group, comm.groups.values),
+        "dtype": _categorical(comm.dtype, comm.dtypes.values),
         "peer": pd.arrays.IntegerArray(np.where(peer >= 0, peer, 0), peer < 0),
     }
     columns["correlation"][corr < 0] = pd.NA
@@ -230,13 +231,23 @@ def _memory_table(files: list[RankFile], shift: np.ndarray) -> pd.DataFrame | No
     return table.sort_values(["rank", "time"], kind="stable").reset_index(drop=True)
 
 
+def _categorical(codes: np.ndarray, values: list[str]) -> pd.Categorical:
+    """Codes into ``values`` (-1: missing) as a categorical that pandas' string storage can hold."""
+    shown = storable_labels(values)
+    if len(set(shown)) < len(shown):  # an escaped surrogate met its escape written out
+        return pd.Categorical(np.asarray(shown + [np.nan], dtype=object)[codes])
+    return pd.Categorical.from_codes(codes, categories=shown)
+
+
 def _sorted_categorical(codes: np.ndarray, strings: Labels) -> pd.Categorical:
     """Codes as a categorical of the values used, sorted: the same whatever the files' order."""
     used, inverse = np.unique(codes, return_inverse=True)
-    labels = np.asarray([strings.values[c] for c in used.tolist()], dtype=object)
+    labels = np.asarray(storable_labels([strings.values[c] for c in used.tolist()]), dtype=object)
     order = np.argsort(labels, kind="stable")
     rank = np.empty(len(order), dtype=np.int32)
     rank[order] = np.arange(len(order), dtype=np.int32)
+    if len(set(labels.tolist())) < len(labels):  # an escaped surrogate met its escape written out
+        return pd.Categorical(labels[inverse.ravel()])
     return pd.Categorical.from_codes(rank[inverse.ravel()], categories=labels[order].tolist())
 
 
