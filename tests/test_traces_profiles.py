@@ -234,6 +234,16 @@ def test_nccl_log_without_coll_lines_says_how_to_log_them():
         dlexplore.load(NCCL / "nccl-1814-init-only-2.2x.log")
 
 
+def test_nccl_log_keeps_the_library_version(tmp_path):
+    # rank 0 prints "NCCL version ..." bare (as in nccl-tests/notes-a100-docker-allreduce-nccl-debug.txt,
+    # whose line this is) before the COLL lines of a run (torchtitan#1369's here)
+    log = tmp_path / "versioned.log"
+    log.write_text("NCCL version 2.20.5+cuda12.4\n" + (NCCL / "torchtitan-1369-tp-h100.log").read_text())
+    ops = read_nccl_log(log)
+    assert ops.attrs["versions"] == ["NCCL 2.20.5+cuda12.4"] and len(ops) == 7
+    assert read_nccl_log(NCCL / "torchtitan-1369-tp-h100.log").attrs["versions"] == []
+
+
 def test_nccl_log_deduplicated_by_ray_warns(tmp_path):
     line = (NCCL / "torchtitan-1369-tp-h100.log").read_text().splitlines()[0]
     log = tmp_path / "ray.log"

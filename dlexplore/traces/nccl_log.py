@@ -87,6 +87,8 @@ _INIT = re.compile(
     _PREFIX + r"(?:ncclComm\w+ )?comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+)"
 )
 _GATHERED = {"allgather", "reduce_scatter"}
+# "NCCL version 2.20.5+cuda12.4" (printed bare by rank 0, or after an INFO prefix), RCCL's too
+_VERSION = re.compile(r"\b([NR]CCL) version (\d+\.\d+\.\d+\S*)")
 _REPEATED = re.compile(r"\[repeated \d+x across cluster\]")
 
 
@@ -105,7 +107,8 @@ def _choice(value: str, names: tuple[str, ...]) -> str:
     return value.lower()
 
 
-def _parse_file(path: Path) -> tuple[list[dict], list[dict]]:
+def _parse_file(path: Path, versions: set[str]) -> tuple[list[dict], list[dict]]:
+    """The operation and tuning rows of one log; the library versions it names go to ``versions``."""
     ops: list[dict] = []
     tuning: list[dict] = []
     ranks: dict[tuple, int] = {}
@@ -115,6 +118,11 @@ def _parse_file(path: Path) -> tuple[list[dict], list[dict]]:
     repeated: list[int] = []  # Ray's "[repeated Nx across cluster]": similar lines merged
     for number, line in enumerate(lines, start=1):
         if "NCCL INFO" not in line and "opCount" not in line:
+            if (v := _VERSION.search(line)) is not None:
+                versions.add(f"{v[1]} {v[2]}")
+            continue
+        if (v := _VERSION.search(line)) is not None:
+            versions.add(f"{v[1]} {v[2]}")
             continue
         if m := _INIT.search(line):
             ranks[(m["host"], m["pid"], m["comm"])] = int(m["rank"])
@@ -260,16 +268,17 @@ def read_nccl_log(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> pd.
     ``count`` (elements), ``datatype``, ``bytes``, ``reduce_op``, ``root``, ``comm``, ``nranks``,
     ``stream``, ``algorithm`` and ``protocol`` (from ``TUNING`` lines; "" when not logged).
     ``attrs``: ``source``, ``files``, ``tuning`` (the tuning lines as a DataFrame),
-    ``unattributed_lines`` (operation lines whose prefix was lost in interleaved output).
+    ``unattributed_lines`` (operation lines whose prefix was lost in interleaved output),
+    ``versions`` (the ``NCCL version ..``/``RCCL version ..`` the logs name, e.g. "NCCL 2.20.5+cuda12.4").
     """
     items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     files = []
     for item in items:
         path = Path(item)
         files += sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
-    rows, tuning = [], []
+    rows, tuning, versions = [], [], set()
     for path in files:
-        ops, tune = _parse_file(path)
+        ops, tune = _parse_file(path, versions)
         rows += ops
         tuning += tune
     if not rows and not tuning:
@@ -295,6 +304,7 @@ def read_nccl_log(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> pd.
         files=[str(p) for p in files],
         tuning=pd.DataFrame(tuning),
         unattributed_lines=lost,
+        versions=sorted(versions),
     )
     return frame
 
