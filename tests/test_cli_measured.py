@@ -92,16 +92,17 @@ def test_tau_functions_are_not_crossed_with_user_events(capsys):
     assert len(frame) == 28 and frame["exclusive"].sum() == pytest.approx(335.849084)
     assert int(frame["throttled"].sum()) == 5
     assert "user_event" in err and "throttled" in err
-    # the per-rank breakdown (on rank, thread: dimensions of the function table) beside every row
-    assert frame["time_comm"].tolist() == pytest.approx([100.032556] * 28)
-    assert frame["time_compute"].tolist() == pytest.approx([335.849084 - 100.032556] * 28)
+    # the per-rank breakdown is a table of its own: beside 28 function rows its columns would sum
+    # to 28 times the run's
+    assert "time_comm" not in frame.columns
     payload = json.loads(summary(capsys, FACTORING, "json")[0])
-    assert payload["rows"][0]["time_comm"] == pytest.approx(100.032556)
+    (parts,) = payload["tables"]["rank, thread"]
+    assert parts["time_comm"] == pytest.approx(100.032556)
+    assert parts["time_compute"] == pytest.approx(335.849084 - 100.032556)
     assert payload["units"]["time_comm"] == "s" and payload["units"]["exclusive"] == "s"  # one metric, TIME
-    assert list(payload["tables"]) == ["rank, thread, user_event"]
     assert len(payload["tables"]["rank, thread, user_event"]) == 4
     out, _ = summary(capsys, FACTORING, "table")
-    assert "time_comm [s]" in out and "exclusive [s]" in out
+    assert "# by rank, thread\n" in out and "time_comm [s]" in out and "exclusive [s]" in out
 
 
 def test_nccl_tests_csv_keeps_its_rows_column(capsys):

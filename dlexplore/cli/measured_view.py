@@ -54,10 +54,11 @@ def _units_of(ds: xr.Dataset, name: str) -> str:
 
 def split_tables(ds: xr.Dataset) -> tuple[list[str], list[list[str]], list[str]]:
     """The data variables as (first table's, the other tables', scalars): a variable whose dimensions
-    are all among a table's joins it (its values repeat along the others, as nccl-tests' ``rows``
-    on ``bytes`` beside the ``(bytes, placement)`` table); variables on dimensions that are not
-    (TAU's functions and user events, DLIO's epochs and evaluation epochs) go to tables of their
-    own instead of being crossed."""
+    are all among a table's, lacking only dimensions of at most two values, joins it (its values
+    repeat along them: nccl-tests' ``rows`` on ``bytes`` beside the ``(bytes, placement)`` table, as
+    the in- and out-of-place pair); others go to tables of their own, so that no column repeats a
+    value over many rows (TAU's per-rank breakdown beside its functions would sum to the run times
+    the functions) and no two dimensions are crossed (TAU's functions and user events)."""
     names = [str(n) for n in ds.data_vars]
     scalars = [n for n in names if ds[n].ndim == 0]
     shaped = [n for n in names if ds[n].ndim > 0]
@@ -68,7 +69,7 @@ def split_tables(ds: xr.Dataset) -> tuple[list[str], list[list[str]], list[str]]
     for dims, members in sorted(groups.items(), key=lambda kv: (-len(kv[0]), -len(kv[1]))):
         for table in tables:
             wider = set(ds[table[0]].dims)
-            if set(dims) <= wider:
+            if set(dims) <= wider and all(ds.sizes[d] <= 2 for d in wider - set(dims)):
                 table.extend(members)
                 break
         else:
