@@ -81,6 +81,23 @@ def test_an_nccl_log_summarised_per_collective(action):
     assert frame["calls"].tolist() == [1, 1, 1, 1]
 
 
+def test_an_nccl_log_refuses_options_of_other_formats():
+    path = Path(__file__).parent / "data" / "nccl-log" / "rccl-issue-429.log"
+    done = cli("trace", "summary", str(path), "--dtype", "float32")
+    assert done.returncode != 0
+    assert "--dtype: not for NCCL debug logs" in done.stderr and "internal error" not in done.stderr
+
+
+def test_an_nccl_log_of_tuning_lines_only_shows_them():
+    # NVIDIA/nccl#1453 (tests/data/nccl-log/README.md): 8589934592 bytes, ring, simple, 86069.97 us
+    path = Path(__file__).parent / "data" / "nccl-log" / "nccl-issue-1453-tuning.log"
+    done = cli("trace", "summary", str(path), "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    frame = pd.read_csv(io.StringIO(done.stdout))
+    assert frame[["bytes", "algorithm", "protocol"]].values.tolist() == [[8589934592.0, "ring", "simple"]]
+    assert frame["predicted_time"].tolist() == pytest.approx([0.08606996875])
+
+
 def test_collectives_beside_the_alpha_beta_prediction():
     done = cli(
         "trace", "collectives", str(SAMPLE), "--format", "csv", "--bandwidth", "1", "--latency", "1e-5"

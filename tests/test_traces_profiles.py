@@ -5,6 +5,7 @@ by torch.utils.tensorboard), with hand-counted expectations and errors naming fi
 from __future__ import annotations
 
 import re
+import shutil
 import struct
 import warnings
 from pathlib import Path
@@ -242,6 +243,35 @@ def test_nccl_log_keeps_the_library_version(tmp_path):
     ops = read_nccl_log(log)
     assert ops.attrs["versions"] == ["NCCL 2.20.5+cuda12.4"] and len(ops) == 7
     assert read_nccl_log(NCCL / "torchtitan-1369-tp-h100.log").attrs["versions"] == []
+
+
+def test_nccl_log_folder_skips_files_without_nccl_lines(tmp_path):
+    # a job's folder: two ranks' logs (named .log, as NCCL_DEBUG_FILE makes them) and a hostfile
+    shutil.copy(NCCL / "rccl-issue-429.log", tmp_path / "rank0.log")
+    shutil.copy(NCCL / "torchtitan-1369-tp-h100.log", tmp_path / "rank1.log")
+    (tmp_path / "hostfile").write_text("node-0 slots=8\n")
+    with pytest.warns(UserWarning, match=r"1 file\(s\) without NCCL debug lines skipped: hostfile"):
+        ops = read_nccl_log(tmp_path)
+    assert len(ops) == 4 + 7
+    assert len(read_nccl_log(str(tmp_path / "*.log"))) == 11  # a glob, as a shell would not expand it
+
+
+def test_nccl_log_version_interleaved_with_an_operation(tmp_path):
+    # two processes' lines run together: the version is kept and the operation is read
+    first = (NCCL / "torchtitan-1369-tp-h100.log").read_text().splitlines()[0]
+    log = tmp_path / "mixed.log"
+    log.write_text("h:1:1 [0] NCCL INFO NCCL version 2.18.1+cuda12.1" + first + "\n")
+    ops = read_nccl_log(log)
+    assert ops.attrs["versions"] == ["NCCL 2.18.1+cuda12.1"]
+    assert len(ops) == 1 and ops.loc[0, "pid"] == 191370
+
+
+def test_nccl_log_line_cut_before_sendbuff_is_named(tmp_path):
+    lines = (NCCL / "torchtitan-1369-tp-h100.log").read_text().splitlines()
+    log = tmp_path / "cut.log"
+    log.write_text("\n".join([*lines[:6], lines[6][: lines[6].index("sendbuff") - 3]]) + "\n")
+    with pytest.warns(UserWarning, match=r"1 NCCL operation line\(s\) that do not parse .* lines \[7\]"):
+        assert len(read_nccl_log(log)) == 6
 
 
 def test_nccl_log_deduplicated_by_ray_warns(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
+import warnings
 
 import pandas as pd
 import xarray as xr
@@ -63,10 +64,10 @@ def run_summary(args: argparse.Namespace) -> None:
     if args.dask is None and args.scheduler_address is None:
         if args.workers is not None:
             raise UsageError("--workers goes with --dask threads|processes")
-        trace = load_trace_from_args(args, any_format=True)
-        if isinstance(trace, pd.DataFrame):  # a log or profile read as a table (NCCL, TensorBoard)
-            _show_table(_per_collective(trace), args)
+        if _nccl_log_given(args):
+            _show_table(_per_collective(_read_nccl_logs(args)), args)
             return
+        trace = load_trace_from_args(args, any_format=True)
         if not hasattr(trace, "breakdown"):  # a measured table (nccl-tests, Darshan, DLIO)
             ds = _with_tau_breakdown(getattr(trace, "summary", trace))
             show_measured(ds, args, str(ds.attrs.get("title") or ds.attrs.get("source", "")))
@@ -127,37 +128,61 @@ def _per_collective(table: pd.DataFrame) -> pd.DataFrame:
         return table
     from ..traces import nccl_log_table
 
+    if table.empty and len(table.attrs.get("tuning", [])):  # TUNING lines only: NCCL's choices
+        tuning = table.attrs["tuning"].drop(columns=["file"], errors="ignore")
+        tuning.attrs.update(
+            source=table.attrs["source"] + " (TUNING lines only: no operation was logged)",
+            units={"bytes": "bytes", "predicted_time": "s"},
+        )
+        return tuning
     return nccl_log_table(table)
 
 
 def _show_table(table: pd.DataFrame, args: argparse.Namespace) -> None:
     if args.format == "table":
-        body = readable_table(table, table.attrs.get("units", {}))
+        body = readable_table(table, table.attrs.get("units", {})) if len(table) else "(no rows)"
         write_text(f"# {table.attrs.get('source', '')}\n{body}\n", args.output)
         return
     emit_frame(table, args, str(table.attrs.get("source", "")))
 
 
 def _nccl_log_given(args: argparse.Namespace) -> bool:
-    """Whether the command names NCCL debug logs (read as operations, not as an event trace)."""
+    """Whether the command names NCCL debug logs (read as operations, not as an event trace): files
+    that are, folders holding some, glob patterns matching them."""
     if args.trace_format is not None:
         return args.trace_format == "nccl-log"
     from ..errors import DlexploreError
     from ..traces import detect_format
-    from ..traces.schema import expand_paths
+    from ..traces.nccl_log import log_files
 
     try:
-        entries = expand_paths(args.paths)
-        return bool(entries) and all(detect_format(p) == "nccl-log" for p, _ in entries)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # said once, when the files are read
+            files = log_files(args.paths)
+        return bool(files) and all(detect_format(p) == "nccl-log" for p in files)
     except (DlexploreError, OSError):
         return False  # the trace reader says what is wrong
+
+
+def _read_nccl_logs(args: argparse.Namespace) -> pd.DataFrame:
+    """The operations of the NCCL logs the command names, refusing options meant for other formats."""
+    from ..traces import read_nccl_log
+
+    given = [f"--{o.replace('_', '-')}" for o in ("by", "dtype", "redop", "root") if getattr(args, o, None)]
+    if getattr(args, "allow_missing_ranks", False):
+        given.append("--allow-missing-ranks")
+    if given:
+        raise UsageError(
+            f"{', '.join(given)}: not for NCCL debug logs (nccl-tests output and traces take them)"
+        )
+    return read_nccl_log(args.paths)
 
 
 def run_collectives(args: argparse.Namespace) -> None:
     if _nccl_log_given(args):
         if args.bandwidth is not None or args.latency is not None:
             raise UsageError("--bandwidth/--latency compare timed collectives; an NCCL log has no times")
-        _show_table(_per_collective(load_trace_from_args(args, any_format=True)), args)
+        _show_table(_per_collective(_read_nccl_logs(args)), args)
         return
     trace = load_trace_from_args(args)
     table = trace.collectives()

@@ -107,16 +107,16 @@ def detect_format(path: str | Path) -> str:
         prefix + r"\s*#?\s*(?:nThread:? \d+ nGpus|size\s+count\s+type\b)", text, flags=re.M
     ):
         return "nccl-tests"
-    if _NCCL_INFO.search(text):
-        # NCCL's init lines can fill the first 64 KiB before any collective is logged, and a log
-        # without the COLL subsystem has none: its reader reads the whole file and says which
-        return "nccl-log"
     if stripped.startswith("# darshan log version:"):
         return "darshan-text"  # what darshan-parser prints
     if stripped.startswith(("{", "[")):
         return _json_format(path, text, stripped)
     if "nccl-tests" in text:
         return "nccl-tests"
+    if "NCCL INFO" in text and _NCCL_INFO.search(text):
+        # NCCL's init lines can fill the first 64 KiB before any collective is logged, and a log
+        # without the COLL subsystem has none: its reader reads the whole file and says which
+        return "nccl-log"
     if not stripped:
         raise InputFileError(path, "is empty; expected a trace file")
     try:

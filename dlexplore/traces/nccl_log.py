@@ -44,7 +44,15 @@ from .._io import read_text
 from ..errors import DlexploreError, InputFileError
 from .schema import normalize_collective_name
 
-__all__ = ["read_nccl_log", "nccl_log_table", "is_nccl_log", "DATATYPES", "ALGORITHMS", "PROTOCOLS"]
+__all__ = [
+    "read_nccl_log",
+    "nccl_log_table",
+    "is_nccl_log",
+    "log_files",
+    "DATATYPES",
+    "ALGORITHMS",
+    "PROTOCOLS",
+]
 
 #: ncclDataType_t -> (name, bytes), in the order of nccl.h (fp8 types from NCCL 2.24).
 DATATYPES = {
@@ -88,7 +96,8 @@ _INIT = re.compile(
 )
 _GATHERED = {"allgather", "reduce_scatter"}
 # "NCCL version 2.20.5+cuda12.4" (printed bare by rank 0, or after an INFO prefix), RCCL's too
-_VERSION = re.compile(r"\b([NR]CCL) version (\d+\.\d+\.\d+\S*)")
+_VERSION = re.compile(r"\b([NR]CCL) version (\d+\.\d+\.\d+(?:\+[a-z]+\d+(?:\.\d+)?)?)")
+_OP_START = re.compile(r"[A-Za-z]+: opCount\b")  # an operation line, however it ends
 _REPEATED = re.compile(r"\[repeated \d+x across cluster\]")
 
 
@@ -117,12 +126,9 @@ def _parse_file(path: Path, versions: set[str]) -> tuple[list[dict], list[dict]]
     cut: list[int] = []  # operation lines that do not parse: cut short, or wrapped past repair
     repeated: list[int] = []  # Ray's "[repeated Nx across cluster]": similar lines merged
     for number, line in enumerate(lines, start=1):
-        if "NCCL INFO" not in line and "opCount" not in line:
-            if (v := _VERSION.search(line)) is not None:
-                versions.add(f"{v[1]} {v[2]}")
-            continue
         if (v := _VERSION.search(line)) is not None:
-            versions.add(f"{v[1]} {v[2]}")
+            versions.add(f"{v[1]} {v[2]}")  # and read on: interleaved output may hold an operation
+        if "NCCL INFO" not in line and "opCount" not in line:
             continue
         if m := _INIT.search(line):
             ranks[(m["host"], m["pid"], m["comm"])] = int(m["rank"])
@@ -141,7 +147,7 @@ def _parse_file(path: Path, versions: set[str]) -> tuple[list[dict], list[dict]]
             continue
         if (m := _TUNING.search(line)) is not None:
             _tuning_row(path, number, m, ops, tuning, last_op)
-        elif "opCount" in line and "sendbuff" in line:
+        elif _OP_START.search(line):
             cut.append(number)
     _say_lost_lines(path, cut, repeated, found=len(ops))
     return ops, tuning
@@ -260,6 +266,48 @@ _COLUMNS = (
 )
 
 
+def log_files(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[Path]:
+    """The files ``paths`` name: files as given, a glob's matches, and of a folder the files that
+    hold NCCL debug lines (a job's folder also holds its hostfile, scripts, other output: skipped,
+    and named in a warning)."""
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    files: list[Path] = []
+    for item in items:
+        path = Path(item)
+        if path.is_dir():
+            listed = sorted(p for p in path.iterdir() if p.is_file())
+            logs = [p for p in listed if _holds_nccl_lines(p)]
+            skipped = [p.name for p in listed if p not in logs]
+            if skipped and logs:
+                warnings.warn(
+                    f"{path}: {len(skipped)} file(s) without NCCL debug lines skipped: "
+                    + ", ".join(skipped[:5])
+                    + (" ..." if len(skipped) > 5 else ""),
+                    stacklevel=3,
+                )
+            files += logs or listed  # none: the reader says what the first one lacks
+        elif any(ch in str(item) for ch in "*?[") and not path.exists():
+            import glob
+
+            matches = sorted(Path(p) for p in glob.glob(str(item)))
+            if not matches:
+                raise InputFileError(path, "no file matches this pattern; expected NCCL debug logs")
+            files += matches
+        else:
+            files.append(path)
+    return files
+
+
+def _holds_nccl_lines(path: Path) -> bool:
+    """Whether a file's first 64 KiB hold an NCCL INFO line (cheap: a job folder's other files)."""
+    try:
+        with open(path, "rb") as raw:
+            head = raw.read(1 << 16).decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    return "NCCL INFO" in head
+
+
 def read_nccl_log(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> pd.DataFrame:
     """Every collective logged in NCCL debug logs (one file per rank, or one merged file).
 
@@ -271,11 +319,7 @@ def read_nccl_log(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> pd.
     ``unattributed_lines`` (operation lines whose prefix was lost in interleaved output),
     ``versions`` (the ``NCCL version ..``/``RCCL version ..`` the logs name, e.g. "NCCL 2.20.5+cuda12.4").
     """
-    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
-    files = []
-    for item in items:
-        path = Path(item)
-        files += sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+    files = log_files(paths)
     rows, tuning, versions = [], [], set()
     for path in files:
         ops, tune = _parse_file(path, versions)
