@@ -54,7 +54,7 @@ def test_a_timeline_of_broadcasts_only_has_no_step(name):
     # ALCF run broadcasts 25 tensors on one rank and stops): nothing marks a training step.
     trace, messages = _load(name)
     assert trace.events["step"].isna().all()
-    assert any("no step is inferred" in m and "broadcast" in m for m in messages)
+    assert any("no step is inferred" in m and "broadcast more than once" in m for m in messages)
     assert set(trace.events["op"].astype(str)) <= {"broadcast", ""}
 
 
@@ -83,7 +83,7 @@ def _timeline(path: Path, ops: list[tuple[int, str, str, int]]) -> Path:
     ticks, then the operation with its MPI transfer; the operation's E carries dtype and shape."""
     events = [{"name": "process_name", "ph": "M", "pid": p, "args": {"name": n}} for p, n, _, _ in ops]
     for pid, _, kind, t in ops:
-        transfer = "MPI_ALLREDUCE" if kind == "allreduce" else "MPI_BCAST"
+        transfer = {"allreduce": "MPI_ALLREDUCE", "broadcast": "MPI_BCAST", "barrier": "MPI_BARRIER"}[kind]
         events += [
             {"name": "NEGOTIATE_" + kind.upper(), "ph": "B", "ts": t, "pid": pid},
             {"name": "0", "ph": "X", "ts": t, "pid": pid, "dur": 0},
@@ -147,3 +147,21 @@ def test_a_tensor_broadcast_every_step_marks_the_steps(tmp_path):
     trace, _ = _load(path)
     comm = trace.events[trace.events["category"] == "communication"]
     assert comm["step"].tolist() == [0, 1, 2]
+
+
+def test_barriers_do_not_mark_steps(tmp_path):
+    # a barrier twice a step beside one gradient's allreduce: the allreduces mark the two steps
+    path = _timeline(
+        tmp_path / "barriers.json",
+        [
+            (2, "g", "allreduce", 1000),
+            (5, "bar", "barrier", 1500),
+            (5, "bar", "barrier", 1700),
+            (2, "g", "allreduce", 2000),
+            (5, "bar", "barrier", 2500),
+            (5, "bar", "barrier", 2700),
+        ],
+    )
+    trace, _ = _load(path)
+    comm = trace.events[trace.events["category"] == "communication"]
+    assert comm["step"].tolist() == [0, 0, 0, 1, 1, 1]

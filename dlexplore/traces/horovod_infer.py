@@ -30,33 +30,37 @@ def infer_steps(
 ) -> np.ndarray:
     """Step of each row, -1 for none: step *k* starts at the earliest start (µs in
     ``occurrence_start``: per tensor, where each of its operations began) of the *k*-th reduction
-    of the tensors reduced most often; ``start`` [s], ``pid``, ``is_op``, ``op`` (a code into
-    ``ops``) and ``occurrence``: each row's start, tensor, whether it is an operation, which, and
-    the how-manieth of its tensor."""
-    # Broadcasts are the initial broadcast of the parameters (and a re-broadcast after a restore),
-    # not training steps: counted, a timeline cut before any gradient was reduced would make the
-    # broadcast step 0, and a tensor both broadcast and reduced would add a step. Where no tensor is
-    # reduced, a tensor broadcast at every step marks them.
-    is_broadcast = np.isin(op, [code for code, name in enumerate(ops) if name == "broadcast"])
-    chosen = is_op & ~is_broadcast
-    if not chosen.any():
-        chosen = is_op & is_broadcast
-    tensors, counts = np.unique(pid[chosen], return_counts=True)
-    if not len(counts) or (not (is_op & ~is_broadcast).any() and counts.max() < 2):
+    of the tensors reduced most often (gathers where nothing is reduced, else broadcasts repeated);
+    ``start`` [s], ``pid``, ``is_op``, ``op`` (a code into ``ops``) and ``occurrence``: each row's
+    start, tensor, whether it is an operation, which, and the how-manieth of its tensor."""
+    # Reductions mark steps: every gradient is reduced once a step. Broadcasts are the initial
+    # broadcast of the parameters (and a re-broadcast after a restore): counted, a timeline cut
+    # before any reduction would make the broadcast step 0, and a tensor both broadcast and reduced
+    # would add a step; joins and barriers may come more than once a step. Without reductions,
+    # gathers (sparse gradients) mark them, else a tensor broadcast at every step.
+    names = np.asarray(ops + [""], dtype=object)[np.where(is_op, op, len(ops))]
+    for kinds in (("allreduce", "adasum", "reducescatter"), ("allgather", "alltoall"), ("broadcast",)):
+        chosen = is_op & np.isin(names, kinds)
+        if chosen.any():
+            break
+    rows = np.flatnonzero(chosen)
+    order = np.lexsort((occurrence[rows], pid[rows]))
+    tensor_of, k_of = pid[rows][order], occurrence[rows][order]
+    tensors, first, counts = np.unique(tensor_of, return_index=True, return_counts=True)
+    if not len(counts) or (kinds == ("broadcast",) and counts.max() < 2):
         if is_op.any():
             warnings.warn(
-                f"{path}: no step is inferred: every operation in the timeline is a broadcast done "
-                "once (the initial broadcast of the parameters) and no tensor is reduced, so nothing "
+                f"{path}: no step is inferred: no tensor is reduced or gathered, and none is "
+                "broadcast more than once (the initial broadcast of the parameters), so nothing "
                 "marks a training step; every event's step is <NA>",
                 stacklevel=6,
             )
         return np.full(len(start), -1)
     most = int(counts.max())
     bounds = None
-    for tensor in tensors[counts == most].tolist():
-        ks = np.sort(occurrence[chosen & (pid == tensor)])
-        firsts = occurrence_start[tensor]
-        begins = np.array([firsts[k] for k in ks.tolist()], dtype=np.float64)
+    for tensor, at in zip(tensors[counts == most].tolist(), first[counts == most].tolist(), strict=True):
+        starts = occurrence_start[tensor]
+        begins = np.array([starts[k] for k in k_of[at : at + most].tolist()], dtype=np.float64)
         # the earliest of each step's starts, one tensor at a time
         bounds = begins if bounds is None else np.minimum(bounds, begins)
     bounds = np.maximum.accumulate(bounds * _US)
