@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from _real_traces import real
 
 from dlexplore.cli import main
 
@@ -108,7 +109,7 @@ def test_tau_functions_are_not_crossed_with_user_events(capsys):
 def test_nccl_tests_csv_keeps_its_rows_column(capsys):
     """superbenchmark's all_reduce log (shared/traces-real) lists size 0 twice: ``rows`` (on bytes,
     one of the table's dimensions) is 2 there, beside each placement's row."""
-    path = Path(__file__).parents[1].parent / "shared" / "traces-real" / "nccl-tests"
+    path = real("nccl-tests/superbenchmark__nccl_allreduce.log").parent
     out, _ = summary(capsys, path / "superbenchmark__nccl_allreduce.log", "csv")
     frame = pd.read_csv(io.StringIO(out))
     assert "rows" in frame.columns

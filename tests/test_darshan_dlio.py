@@ -23,6 +23,7 @@ import json
 from pathlib import Path
 
 import pytest
+from _real_traces import real
 
 from dlexplore.errors import DlexploreError, InputFileError
 from dlexplore.traces.darshan import read_darshan, read_darshan_parser_text
@@ -134,7 +135,7 @@ def test_darshan_negative_counters_are_left_out_of_the_totals(tmp_path):
     """Darshan 3.10's sample log (shared/traces-real) holds STDIO_F_WRITE_TIME = -2662.746634 s for
     <STDERR> (PyDarshan reads the same): added in, the job's write time was less than POSIX's alone.
     The text path: NAMD's <STDOUT> write time 0.114194 s made -1 (Darshan's 'not counted')."""
-    sample = Path(__file__).parents[1].parent / "shared" / "traces-real" / "darshan"
+    sample = real("darshan/darshan__tests__input__sample.darshan").parent
     with pytest.warns(
         UserWarning, match=r"1 negative counter\(s\) .* STDIO write_time of <STDERR> \(rank 0\): -2662\.7"
     ):

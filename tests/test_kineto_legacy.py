@@ -12,6 +12,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from _real_traces import real
 
 from dlexplore.errors import DlexploreError
 from dlexplore.traces import load_trace
@@ -149,8 +150,7 @@ def test_a_cpu_run_that_only_asked_for_its_gpus_is_not_a_gpu_run(tmp_path):
     """torch.cuda.is_available() and Kineto itself call cudaGetDeviceCount on a machine whose GPU
     does no work: a runtime call is evidence of GPU use only when it launches, copies or
     allocates. Derived from HTA's real CPU-only trace (shared/traces-real) plus such a call."""
-    source = Path(__file__).parents[1].parent / "shared" / "traces-real" / "pytorch"
-    source = source / "HolisticTraceAnalysis__cpu_only__rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"
+    source = real("pytorch/HolisticTraceAnalysis__cpu_only__rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")
     doc = json.loads(gzip.decompress(source.read_bytes()))
     first = next(e for e in doc["traceEvents"] if e.get("ph") == "X")
     query = {**first, "cat": "cuda_runtime", "name": "cudaGetDeviceCount", "dur": 1, "args": {}}

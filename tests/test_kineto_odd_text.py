@@ -7,21 +7,20 @@ from __future__ import annotations
 import gzip
 import json
 import warnings
-from pathlib import Path
 
 import pytest
+from _real_traces import real
 
 from dlexplore.errors import DlexploreError
 from dlexplore.traces import Reader, load_trace, register_reader, unregister_reader
 
-REAL = Path(__file__).parents[1].parent / "shared" / "traces-real" / "pytorch"
-NCCL = REAL / "HolisticTraceAnalysis__nccl_parser_config__nccl_data.json.gz"
+NCCL = "pytorch/HolisticTraceAnalysis__nccl_parser_config__nccl_data.json.gz"
 
 
 def test_a_lone_surrogate_in_a_name_and_a_process_group_is_shown_escaped(tmp_path):
     """JSON allows "\\ud800" alone; Python keeps it, UTF-8 (pyarrow) cannot encode it. Derived from
     HTA's real NCCL trace: one operator renamed, one Process Group Name changed."""
-    doc = json.loads(gzip.decompress(NCCL.read_bytes()))
+    doc = json.loads(gzip.decompress(real(NCCL).read_bytes()))
     events = doc["traceEvents"]
     op = next(e for e in events if e.get("cat") == "cpu_op")
     op["name"] = "\ud800odd"

@@ -174,7 +174,8 @@ def _gpu_evidence(trace: Trace, files: list[RankFile]) -> tuple[RankFile, str] |
     return None
 
 
-#: Runtime calls that use a GPU (CUDA and HIP): launches, copies, sets, device allocations, syncs.
-_DEVICE_WORK_CALLS = r"(?i)launch|memcpy|memset|malloc|free|synchronize"
+#: Runtime calls that use a GPU (CUDA and HIP): launches, copies, sets, device allocations (not
+#: synchronisations or frees, which a profiler may call itself, nor pinned host allocations).
+_DEVICE_WORK_CALLS = r"(?i)launch|memcpy|memset|malloc(?!host)"
 #: Runtime calls that put work on a GPU (CUDA and HIP): kernel launches, graph launches, copies.
 _LAUNCHES = r"(?i)launch|memcpy|memset"
