@@ -152,6 +152,18 @@ def test_darshan_negative_counters_are_left_out_of_the_totals(tmp_path):
         s = read_darshan_parser_text(path).summary
     assert float(s.stdio_write_time) == 0.0
     assert float(s.write_time) == pytest.approx(4.261469)  # POSIX's alone
+    # a read time not recorded: its bytes leave the per-reader bandwidth too (stmv.psf's STDIO read:
+    # 127,104,164 bytes in 6.694936 s of the 7.026406 s)
+    text = NAMD.read_text().replace(
+        "STDIO_F_READ_TIME\t6.694936\t/home1/06333/aroraish/stmv_io/stmv.psf",
+        "STDIO_F_READ_TIME\t-1\t/home1/06333/aroraish/stmv_io/stmv.psf",
+    )
+    path.write_text(text)
+    with pytest.warns(UserWarning, match="stmv.psf"):
+        s = read_darshan_parser_text(path).summary
+    assert float(s.read_bandwidth_reader) == pytest.approx(
+        (212_636_969 - 127_104_164) / (7.026406 - 6.694936) / 1e9
+    )
 
 
 def test_darshan_binary_counts_stdio():

@@ -96,7 +96,10 @@ def _summary(records: pd.DataFrame, meta: dict, path) -> xr.Dataset:
         files=xr.DataArray(float(records["file"].nunique()), attrs={"units": "count"}),
         # bytes per rank-second spent in read(): the bandwidth one reader saw while reading
         read_bandwidth_reader=xr.DataArray(
-            tot["bytes_read"] / tot["read_time"] / 1e9 if tot["read_time"] > 0 else np.nan,
+            # the bytes of records whose read time was recorded (_without_negatives)
+            float(records.loc[records["read_time"].notna(), "bytes_read"].sum()) / tot["read_time"] / 1e9
+            if tot["read_time"] > 0
+            else np.nan,
             attrs={
                 "units": "GB/s",
                 "long_name": f"bytes read / cumulative read time (per reader), {counted}",
