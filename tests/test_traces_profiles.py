@@ -274,6 +274,16 @@ def test_nccl_log_line_cut_before_sendbuff_is_named(tmp_path):
         assert len(read_nccl_log(log)) == 6
 
 
+def test_nccl_log_wrapped_inside_the_global_rank(tmp_path):
+    # RCCL 7's line (rccl7-gfx1100-acc-nil.log) wrapped by a terminal inside "globalrank 12"
+    line = next(
+        x for x in (NCCL / "rccl7-gfx1100-acc-nil.log").read_text().splitlines() if "globalrank 1" in x
+    )
+    log = tmp_path / "wrapped.log"
+    log.write_text(line[: line.rindex("globalrank 1") + len("globalrank 1")] + "\n2\n")
+    assert read_nccl_log(log)["rank"].tolist() == [12]
+
+
 def test_nccl_log_deduplicated_by_ray_warns(tmp_path):
     line = (NCCL / "torchtitan-1369-tp-h100.log").read_text().splitlines()[0]
     log = tmp_path / "ray.log"

@@ -139,6 +139,8 @@ def _parse_file(path: Path, versions: set[str]) -> tuple[list[dict], list[dict]]
             # a terminal or a web page may wrap a long line: the rest is on the next one (a line
             # of its own, not another operation)
             m = _OP.search(line.rstrip() + " " + rest.lstrip())
+        elif m is not None and m["grank"] and m.end() == len(line.rstrip()) and rest.strip().isdigit():
+            m = _OP.search(line.rstrip() + rest.strip())  # wrapped inside the global rank's digits
         if m is not None:
             ops.append(_op_row(path, number, m, ranks))
             last_op[(m["host"], m["pid"], m["tid"])] = len(ops) - 1
