@@ -284,6 +284,14 @@ def test_nccl_log_wrapped_inside_the_global_rank(tmp_path):
     assert read_nccl_log(log)["rank"].tolist() == [12]
 
 
+def test_nccl_log_set_with_one_file_cut_short(tmp_path):
+    # one rank's log holds only Primus's cut lines: the set is read, that file named in a warning
+    shutil.copy(NCCL / "rccl-issue-429.log", tmp_path / "rank0.log")
+    shutil.copy(NCCL / "primus-rccl-truncated-lines.log", tmp_path / "rank1.log")
+    with pytest.warns(UserWarning, match=r"rank1\.log: 2 NCCL operation line\(s\) that do not parse"):
+        assert len(read_nccl_log(tmp_path)) == 4
+
+
 def test_nccl_log_deduplicated_by_ray_warns(tmp_path):
     line = (NCCL / "torchtitan-1369-tp-h100.log").read_text().splitlines()[0]
     log = tmp_path / "ray.log"

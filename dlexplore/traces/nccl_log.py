@@ -116,8 +116,9 @@ def _choice(value: str, names: tuple[str, ...]) -> str:
     return value.lower()
 
 
-def _parse_file(path: Path, versions: set[str]) -> tuple[list[dict], list[dict]]:
-    """The operation and tuning rows of one log; the library versions it names go to ``versions``."""
+def _parse_file(path: Path, versions: set[str]) -> tuple[list[dict], list[dict], tuple[list[int], list[int]]]:
+    """The operation and tuning rows of one log, and its lines not read (cut, merged by Ray); the
+    library versions it names go to ``versions``."""
     ops: list[dict] = []
     tuning: list[dict] = []
     ranks: dict[tuple, int] = {}
@@ -151,8 +152,7 @@ def _parse_file(path: Path, versions: set[str]) -> tuple[list[dict], list[dict]]
             _tuning_row(path, number, m, ops, tuning, last_op)
         elif _OP_START.search(line):
             cut.append(number)
-    _say_lost_lines(path, cut, repeated, found=len(ops))
-    return ops, tuning
+    return ops, tuning, (cut, repeated)
 
 
 def _tuning_row(
@@ -191,7 +191,7 @@ def _say_lost_lines(path: Path, cut: list[int], repeated: list[int], found: int)
             f"{path}: {len(cut)} NCCL operation line(s) that do not parse (cut short in the log of "
             "a killed job, broken in copying, or a form this reader does not know) were not read: "
             f"lines {cut[:5]}" + (" ..." if len(cut) > 5 else "") + f"; {expected}",
-            stacklevel=4,
+            stacklevel=3,
         )
     if repeated:
         warnings.warn(
@@ -199,7 +199,7 @@ def _say_lost_lines(path: Path, cut: list[int], repeated: list[int], found: int)
             f"(lines {repeated[:5]}{' ...' if len(repeated) > 5 else ''}): Ray's log deduplication "
             "merged lines that differ only in their numbers, so calls, sizes and ranks are missing "
             "here; rerun with RAY_DEDUP_LOGS=0 to log every call",
-            stacklevel=4,
+            stacklevel=3,
         )
 
 
@@ -323,10 +323,14 @@ def read_nccl_log(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> pd.
     """
     files = log_files(paths)
     rows, tuning, versions = [], [], set()
+    lost = []
     for path in files:
-        ops, tune = _parse_file(path, versions)
+        ops, tune, lines = _parse_file(path, versions)
         rows += ops
         tuning += tune
+        lost.append((path, *lines))
+    for path, cut, repeated in lost:  # an error only where no file of the set has a line read
+        _say_lost_lines(path, cut, repeated, found=len(rows))
     if not rows and not tuning:
         raise InputFileError(
             files[0] if files else "?",
