@@ -99,11 +99,11 @@ def _timeline(path: Path, ops: list[tuple[int, str, str, int]]) -> Path:
     return path
 
 
-def test_a_tensor_broadcast_then_reduced_does_not_add_a_step(tmp_path):
+_NA = pd.NA
+STEP_CASES = {
     # w is broadcast at 0 µs, then reduced with g at 1000 and 2000 µs: two steps, the broadcast
     # before them (w's three operations once made three steps, the first the broadcast)
-    path = _timeline(
-        tmp_path / "mixed.json",
+    "broadcast then reduced": (
         [
             (1, "w", "broadcast", 0),
             (3, "b", "broadcast", 100),
@@ -112,18 +112,11 @@ def test_a_tensor_broadcast_then_reduced_does_not_add_a_step(tmp_path):
             (1, "w", "allreduce", 2000),
             (2, "g", "allreduce", 2100),
         ],
-    )
-    trace, _ = _load(path)
-    comm = trace.events[trace.events["category"] == "communication"]
-    assert comm["step"].tolist() == [pd.NA, pd.NA, 0, 0, 1, 1]
-    assert trace.world_size == 2
-
-
-def test_a_second_broadcast_does_not_make_a_step(tmp_path):
-    # every parameter broadcast twice (a re-broadcast after restoring a checkpoint), one step of
-    # two gradients: one step, at the allreduces
-    path = _timeline(
-        tmp_path / "rebroadcast.json",
+        [_NA, _NA, 0, 0, 1, 1],
+    ),
+    # every parameter broadcast twice (a re-broadcast after restoring a checkpoint), then one
+    # step of two gradients: one step, at the allreduces
+    "second broadcast": (
         [
             (1, "w", "broadcast", 0),
             (3, "b", "broadcast", 100),
@@ -132,27 +125,15 @@ def test_a_second_broadcast_does_not_make_a_step(tmp_path):
             (2, "g", "allreduce", 1000),
             (4, "g2", "allreduce", 1100),
         ],
-    )
-    trace, _ = _load(path)
-    comm = trace.events[trace.events["category"] == "communication"]
-    assert comm["step"].tolist() == [pd.NA] * 4 + [0, 0]
-
-
-def test_a_tensor_broadcast_every_step_marks_the_steps(tmp_path):
+        [_NA] * 4 + [0, 0],
+    ),
     # no tensor is reduced, one is broadcast three times: three steps
-    path = _timeline(
-        tmp_path / "broadcasts.json",
+    "broadcast every step": (
         [(1, "w", "broadcast", 0), (1, "w", "broadcast", 1000), (1, "w", "broadcast", 2000)],
-    )
-    trace, _ = _load(path)
-    comm = trace.events[trace.events["category"] == "communication"]
-    assert comm["step"].tolist() == [0, 1, 2]
-
-
-def test_barriers_do_not_mark_steps(tmp_path):
+        [0, 1, 2],
+    ),
     # a barrier twice a step beside one gradient's allreduce: the allreduces mark the two steps
-    path = _timeline(
-        tmp_path / "barriers.json",
+    "barriers": (
         [
             (2, "g", "allreduce", 1000),
             (5, "bar", "barrier", 1500),
@@ -161,7 +142,15 @@ def test_barriers_do_not_mark_steps(tmp_path):
             (5, "bar", "barrier", 2500),
             (5, "bar", "barrier", 2700),
         ],
-    )
-    trace, _ = _load(path)
+        [0, 0, 0, 1, 1, 1],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(STEP_CASES))
+def test_steps_are_marked_by_reductions(tmp_path, case):
+    ops, steps = STEP_CASES[case]
+    trace, _ = _load(_timeline(tmp_path / "timeline.json", ops))
     comm = trace.events[trace.events["category"] == "communication"]
-    assert comm["step"].tolist() == [0, 0, 0, 1, 1, 1]
+    assert comm["step"].tolist() == steps
+    assert trace.world_size == 2  # ticks "0" and "1" in every negotiation
