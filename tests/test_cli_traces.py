@@ -86,6 +86,8 @@ def test_an_nccl_log_refuses_options_of_other_formats():
     done = cli("trace", "summary", str(path), "--dtype", "float32")
     assert done.returncode != 0
     assert "--dtype: not for NCCL debug logs" in done.stderr and "internal error" not in done.stderr
+    done = cli("trace", "summary", str(path), "--dask", "threads")
+    assert done.returncode != 0 and "drop them for NCCL debug logs" in done.stderr
 
 
 def test_an_nccl_log_of_tuning_lines_only_shows_them():

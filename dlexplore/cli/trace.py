@@ -61,6 +61,10 @@ def trace_notes(trace) -> str:
 
 
 def run_summary(args: argparse.Namespace) -> None:
+    if (args.dask is not None or args.scheduler_address is not None) and _nccl_log_given(args):
+        raise UsageError(
+            "--dask and --scheduler-address summarise event traces; drop them for NCCL debug logs"
+        )
     if args.dask is None and args.scheduler_address is None:
         if args.workers is not None:
             raise UsageError("--workers goes with --dask threads|processes")
@@ -245,7 +249,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     ):
         a = tsub.add_parser(action, help=helptext, description=helptext)
         a.add_argument("paths", nargs="+", metavar="PATH", help="trace file, folder or glob")
-        a.add_argument("--trace-format", help="skip format detection: pytorch, horovod, nsys, otf2")
+        a.add_argument(
+            "--trace-format",
+            help="skip format detection: pytorch, horovod, nsys, otf2, netcdf, nccl-log"
+            + (
+                ", or a measured table: nccl-tests, darshan, darshan-text, dlio, tau"
+                if action == "summary"
+                else ""
+            ),
+        )
         add_trace_options(a)
         add_output(a, ("table", "csv", "json") if action == "collectives" else FORMATS)
         if action == "summary":
