@@ -127,9 +127,7 @@ def _summarize_on_dask(args: argparse.Namespace) -> xr.Dataset:
 
 
 def _per_collective(table: pd.DataFrame) -> pd.DataFrame:
-    """An NCCL debug log's operations as one row per collective and size; other tables as they are."""
-    if table.attrs.get("format") != "nccl-log":
-        return table
+    """An NCCL debug log's operations as one row per collective and size."""
     from ..traces import nccl_log_table
 
     if table.empty and len(table.attrs.get("tuning", [])):  # TUNING lines only: NCCL's choices
