@@ -35,6 +35,9 @@ def test_a_fused_transfer_counts_once_in_a_comparison():
     diff = trace.diff(trace).set_index("name")
     assert diff.loc["MPI_ALLREDUCE", "count_control"] == 3.5
     assert diff.loc["MPI_ALLREDUCE", "time_control"] == pytest.approx(969033e-6 / 2, abs=1e-9)
+    # the 13 MPI_BCAST of the initial broadcast come before step 0: not spread over the steps
+    assert "MPI_BCAST" not in diff.index
+    assert diff.attrs["outside_steps"]["control"] == 13
 
 
 def test_steps_start_after_the_initial_broadcast():

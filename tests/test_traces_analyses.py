@@ -124,13 +124,19 @@ def test_trace_diff_on_the_hta_pair():
     test = quiet(real(P + "trace_diff__test__test.json.gz"))
     diff = trace_diff(control, test).set_index(["kind", "name"])
     # hand count (json): cpu_op "aten::copy_" 444 in control, 5,232 in test; gpu_memcpy
-    # "Memcpy DtoD (Device -> Device)" 18 and 4,645; cpu_op "CompiledFunction" 0 and 6. Both traces
-    # hold one rank and 6 steps (ProfilerStep#1009..1014): counts per rank and step are /6.
+    # "Memcpy DtoD (Device -> Device)" 18 and 4,645, of which 18 and 4,608 have their cudaMemcpyAsync
+    # (by correlation) inside a ProfilerStep, 768 a step: the other 37 were launched after the
+    # last; cpu_op "CompiledFunction" 0 and 6. Both traces hold one rank and 6 steps
+    # (ProfilerStep#1009..1014): counts per rank and step are /6, of the events in a step.
     copy = diff.loc[("operator", "aten::copy_")]
     assert (copy["count_control"], copy["count_test"]) == (444 / 6, 5232 / 6)
     assert copy["count_delta"] == pytest.approx((5232 - 444) / 6) and copy["status"] == "changed"
     dtod = diff.loc[("kernel", "Memcpy DtoD (Device -> Device)")]
-    assert (dtod["count_control"], dtod["count_test"]) == (18 / 6, 4645 / 6)
+    assert (dtod["count_control"], dtod["count_test"]) == (18 / 6, 4608 / 6)
+    # outside every step, by the same hand count: control's 24 cpu_op (aten::empty, zero_, zeros)
+    # whose ts is in no ProfilerStep
+    assert diff.attrs["outside_steps"]["control"] == 24
+    assert "left out, outside every step: 24 event(s) of control" in diff.attrs["per"]
     compiled = diff.loc[("operator", "CompiledFunction")]
     assert compiled["status"] == "added" and compiled["count_test"] == 1.0 and compiled["time_control"] == 0
     # the time deltas come from the events' durations: aten::copy_ in the test trace, by hand

@@ -10,7 +10,12 @@ before and after a change, as HTA's ``TraceDiff``) by event name, separately for
     device work (kernels, copies, sets and communication kernels on device streams).
 
 Counts and times are per rank and per step (each trace's totals divided by its ranks times its
-steps), so runs of different lengths or scale compare. Times are the summed durations of the events
+steps), so runs of different lengths or scale compare. Only the events of a step count where a trace
+has steps: what ran outside every step (Horovod's initial broadcast of the parameters, the work
+before the first ``ProfilerStep`` or after the last, kernels those launched) would otherwise be
+spread over the steps, and a short profile's per-step figures would grow with it; how many events
+were left out is in ``attrs["outside_steps"]`` (per trace, on the diff). A trace without steps is
+one step of all its events. Times are the summed durations of the events
 (a nested operator's time is in its parent's too, as in HTA); a transfer or copy that Horovod fused
 counts once, not once per tensor it carried (:func:`~.fused.fused_operations`). Columns:
 
@@ -53,7 +58,8 @@ _DEVICE_WORK = ("compute", "communication", "memcpy", "memset")
 
 
 def op_stats(trace: Trace | pd.DataFrame) -> pd.DataFrame:
-    """Per (kind, name): ``count`` and ``time`` (s) per rank and step; ``attrs`` say the divisor."""
+    """Per (kind, name): ``count`` and ``time`` (s) per rank and step of the events in a step
+    (module docstring); ``attrs`` say the divisor and how many events were outside every step."""
     events, source, _ = events_of(trace)
     if "fusion" in events.columns and "fusion_bytes" in events.columns:
         # Horovod repeats a fused transfer on the row of every tensor it carried: counted per row,
@@ -67,6 +73,11 @@ def op_stats(trace: Trace | pd.DataFrame) -> pd.DataFrame:
     kernels = on_device & category_mask(category, _DEVICE_WORK)
     kind = np.where(kernels, "kernel", np.where(host_ops, "operator", ""))
     keep = kind != ""
+    in_step = events["step"].notna().to_numpy(dtype=bool)
+    outside = 0
+    if in_step.any():
+        outside = int((keep & ~in_step).sum())
+        keep &= in_step
     frame = pd.DataFrame(
         {
             "kind": kind[keep],
@@ -80,7 +91,7 @@ def op_stats(trace: Trace | pd.DataFrame) -> pd.DataFrame:
         count=("duration", "size"), time=("duration", "sum")
     )
     stats = stats / (ranks * steps)
-    stats.attrs.update(source=source, ranks=ranks, steps=steps)
+    stats.attrs.update(source=source, ranks=ranks, steps=steps, outside_steps=outside)
     return stats
 
 
@@ -113,8 +124,16 @@ def trace_diff(control: Trace | pd.DataFrame, test: Trace | pd.DataFrame) -> pd.
         control=before.attrs["source"],
         test=after.attrs["source"],
         per=f"per rank and step: control {before.attrs['ranks']} rank(s) x {before.attrs['steps']} "
-        f"step(s), test {after.attrs['ranks']} rank(s) x {after.attrs['steps']} step(s)",
+        f"step(s), test {after.attrs['ranks']} rank(s) x {after.attrs['steps']} step(s)"
+        + _left_out(before.attrs["outside_steps"], after.attrs["outside_steps"]),
+        outside_steps={"control": before.attrs["outside_steps"], "test": after.attrs["outside_steps"]},
         units={n: u for n, (u, _) in DIFF_COLUMNS.items()},
         long_names={n: long for n, (_, long) in DIFF_COLUMNS.items()},
     )
     return table
+
+
+def _left_out(control: int, test: int) -> str:
+    if not control and not test:
+        return ""
+    return f"; left out, outside every step: {control:,} event(s) of control, {test:,} of test"
