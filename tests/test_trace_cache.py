@@ -77,6 +77,28 @@ def test_the_key_is_the_content(cache_dir, trace_file, tmp_path):
     assert len(list(cache_dir.glob("*.nc"))) == 3
 
 
+def test_an_edited_reader_does_not_read_the_entries_of_the_old_one(
+    cache_dir, trace_file, tmp_path, monkeypatch
+):
+    # A development install: a reader's code changes, dlexplore's version does not.
+    package = Path(trace_cache.__file__).parent
+    readers = tmp_path / "readers"
+    readers.mkdir()
+    for source in package.glob("*.py"):
+        shutil.copy(source, readers / source.name)
+    assert trace_cache.reader_digest(readers) == trace_cache.reader_digest()  # the same bytes
+    load_trace(trace_file, cache=True)
+    assert "cached_in" in load_trace(trace_file, cache=True).meta
+    edited = readers / "kineto_assemble.py"
+    edited.write_text(edited.read_text() + "\n# a fix\n")
+    digest = trace_cache.reader_digest.__wrapped__  # not the value kept for this process
+    assert digest(readers) != trace_cache.reader_digest()
+    monkeypatch.setattr(trace_cache, "reader_digest", lambda: digest(readers))
+    assert "cached_in" not in load_trace(trace_file, cache=True).meta  # parsed again
+    assert len(list(cache_dir.glob("*.nc"))) == 2
+    assert "cached_in" in load_trace(trace_file, cache=True).meta  # and kept for the new code
+
+
 def test_a_damaged_entry_is_dropped_and_the_trace_parsed_again(cache_dir, trace_file):
     load_trace(trace_file, cache=True)
     (entry,) = cache_dir.glob("*.nc")

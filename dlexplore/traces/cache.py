@@ -9,10 +9,12 @@ file records).
 * **Where**: ``$DLEXPLORE_CACHE_DIR`` if set, else the user's cache folder
   (``$XDG_CACHE_HOME/dlexplore/traces``, ``~/.cache/dlexplore/traces``; ``~/Library/Caches`` on
   macOS, ``%LOCALAPPDATA%`` on Windows), never beside the input files.
-* **Key**: BLAKE2b of each file's bytes, the format, the reader's options, the dlexplore version
-  and this cache's layout version. A file's hash is remembered against its path, size,
-  modification time and inode (as git's index does), so an unchanged file is not hashed again; a
-  changed or copied file is. A new dlexplore version never reads an older entry.
+* **Key**: BLAKE2b of each file's bytes, the format, the reader's options, the dlexplore version,
+  the readers' code (:func:`reader_digest`: the source of this package, so that a development
+  install whose reader changed, the version not, parses again) and this cache's layout version. A
+  file's hash is remembered against its path, size, modification time and inode (as git's index
+  does), so an unchanged file is not hashed again; a changed or copied file is. A new dlexplore
+  version, or an edited reader, never reads an older entry.
 * **When**: ``cache=True`` always, ``cache=False`` never; by default (``cache=None``) for sets of at
   least :data:`MIN_JSON_BYTES` of JSON (gzip's own size field tells), unless ``DLEXPLORE_CACHE=off``.
 * **Size**: at most ``$DLEXPLORE_CACHE_MAX_BYTES`` (default 4 GiB); the least recently used entries
@@ -49,7 +51,7 @@ from .cache_entry import LABELS, SIDECAR, read_entry, write_entry
 from .netcdf import from_variables, to_dataset
 from .schema import Trace, as_paths
 
-__all__ = ["cache_dir", "clear_cache", "cached", "json_bytes", "MIN_JSON_BYTES"]
+__all__ = ["cache_dir", "clear_cache", "cached", "json_bytes", "reader_digest", "MIN_JSON_BYTES"]
 
 LAYOUT = 4  #: bump when what an entry holds changes
 #: Beside each entry: its CRC-32 (against damage, not tampering: 2.5x faster to check than BLAKE2b
@@ -155,10 +157,24 @@ def _write_index(folder: Path, index: dict[str, Any]) -> None:
         tmp.write_text(json.dumps(index))
 
 
+_READERS = Path(__file__).resolve().parent
+
+
+@functools.cache
+def reader_digest(folder: Path = _READERS) -> str:
+    """BLAKE2b (hex) of the names and bytes of the ``.py`` files in ``folder`` (by default this
+    package: every reader and what assembles their events), read once per process (about 5 ms)."""
+    digest = hashlib.blake2b(digest_size=20)
+    for path in sorted(folder.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def _key(files: list[Path], fmt: str | None, options: dict[str, Any], index: dict[str, Any]) -> str:
     parts = {
         "layout": LAYOUT,
         "dlexplore": __version__,
+        "readers": reader_digest(),
         "format": fmt,
         "options": json.dumps(options, sort_keys=True, default=repr),
         "files": [_file_hash(p, index) for p in files],
