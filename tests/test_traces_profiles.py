@@ -284,6 +284,32 @@ def test_nccl_log_wrapped_inside_the_global_rank(tmp_path):
     assert read_nccl_log(log)["rank"].tolist() == [12]
 
 
+@pytest.mark.parametrize("cut", [" task 0 globalrank", " task 0", " task"])
+def test_nccl_log_cut_inside_the_global_rank(tmp_path, cut):
+    # RCCL 7's log as a killed job leaves it: its last line (line 20, pid 829508, communicator
+    # 0x3ab1b680, rank 1 by its init line 9) ends inside "task 0 globalrank 1"
+    lines = (NCCL / "rccl7-gfx1100-acc-nil.log").read_text().splitlines()[:20]
+    assert lines[-1].endswith(" task 0 globalrank 1")
+    lines[-1] = lines[-1][: -len(" task 0 globalrank 1")] + cut
+    log = tmp_path / "cut.log"
+    log.write_text("\n".join(lines) + "\n")
+    with pytest.warns(UserWarning, match=r"1 NCCL operation line\(s\) end inside .* lines \[20\]"):
+        ops = read_nccl_log(log)
+    assert ops.set_index("line").loc[20, "rank"] == 1  # the init line's
+    assert ops["rank"].notna().all()
+
+
+def test_nccl_log_wrapped_after_the_word_globalrank(tmp_path):
+    # the same line wrapped by a terminal between "globalrank" and its digits: read whole, no warning
+    line = (NCCL / "rccl7-gfx1100-acc-nil.log").read_text().splitlines()[19]
+    log = tmp_path / "wrapped.log"
+    log.write_text(line.removesuffix(" 1") + "\n1\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ops = read_nccl_log(log)
+    assert ops["rank"].tolist() == [1]
+
+
 def test_nccl_log_set_with_one_file_cut_short(tmp_path):
     # one rank's log holds only Primus's cut lines: the set is read, that file named in a warning
     shutil.copy(NCCL / "rccl-issue-429.log", tmp_path / "rank0.log")

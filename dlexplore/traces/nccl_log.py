@@ -14,7 +14,8 @@ and append ``task``/``globalrank``. The rank is
 the ``globalrank`` when logged, else the rank of the communicator's initialisation line of the same
 process (``ncclCommInitRank comm 0x.. rank R nranks N``, also ``ncclCommInitRankConfig``,
 ``ncclCommSplit`` ..., and in NCCL <= 2.18 ``comm 0x.. rank R nranks N .. - Init COMPLETE``), else
-unknown (<NA>). With ``TUNING`` NCCL also logs
+unknown (<NA>); a line cut inside ``task N globalrank N`` takes that fallback too, with a warning
+(a wrap before the digits is rejoined). With ``TUNING`` NCCL also logs
 its choice, ``[Coll: ]<bytes> Bytes -> Algo <a> proto <p> [time <us>|channel...]`` (numbers in
 NCCL 2.2x, names in later versions; ``include/nccl_common.h`` orders the algorithms TREE, RING,
 COLLNET_DIRECT, COLLNET_CHAIN, NVLS, NVLS_TREE, PAT and the protocols LL, LL128, SIMPLE): those
@@ -97,6 +98,7 @@ _INIT = re.compile(
 _GATHERED = {"allgather", "reduce_scatter"}
 # "NCCL version 2.20.5+cuda12.4" (printed bare by rank 0, or after an INFO prefix), RCCL's too
 _VERSION = re.compile(r"\b([NR]CCL) version (\d+\.\d+\.\d+(?:\+[a-z]+\d+(?:\.\d+)?)?)")
+_TASK = re.compile(r" task\b")  # the start of RCCL's "task N globalrank N", after the stream
 _OP_START = re.compile(r"[A-Za-z]+: opCount\b")  # an operation line, however it ends
 _REPEATED = re.compile(r"\[repeated \d+x across cluster\]")
 
@@ -116,9 +118,10 @@ def _choice(value: str, names: tuple[str, ...]) -> str:
     return value.lower()
 
 
-def _parse_file(path: Path, versions: set[str]) -> tuple[list[dict], list[dict], tuple[list[int], list[int]]]:
-    """The operation and tuning rows of one log, and its lines not read (cut, merged by Ray); the
-    library versions it names go to ``versions``."""
+def _parse_file(path: Path, versions: set[str]) -> tuple[list[dict], list[dict], tuple[list[int], ...]]:
+    """The operation and tuning rows of one log, its lines not read (cut, merged by Ray) and those
+    read without their global rank (cut inside it); the library versions it names go to
+    ``versions``."""
     ops: list[dict] = []
     tuning: list[dict] = []
     ranks: dict[tuple, int] = {}
@@ -126,6 +129,7 @@ def _parse_file(path: Path, versions: set[str]) -> tuple[list[dict], list[dict],
     lines = read_text(path, "an NCCL debug log").split("\n")
     cut: list[int] = []  # operation lines that do not parse: cut short, or wrapped past repair
     repeated: list[int] = []  # Ray's "[repeated Nx across cluster]": similar lines merged
+    rankless: list[int] = []  # read, but cut inside "task N globalrank N": the rank from elsewhere
     for number, line in enumerate(lines, start=1):
         if (v := _VERSION.search(line)) is not None:
             versions.add(f"{v[1]} {v[2]}")  # and read on: interleaved output may hold an operation
@@ -142,6 +146,13 @@ def _parse_file(path: Path, versions: set[str]) -> tuple[list[dict], list[dict],
             m = _OP.search(line.rstrip() + " " + rest.lstrip())
         elif m is not None and m["grank"] and m.end() == len(line.rstrip()) and rest.strip().isdigit():
             m = _OP.search(line.rstrip() + rest.strip())  # wrapped inside the global rank's digits
+        elif m is not None and not m["grank"] and _TASK.match(line, m.end()):
+            # "task N globalrank" and its digits on the next line (wrapped), or nothing (cut)
+            joined = _OP.search(line.rstrip() + " " + rest.strip()) if rest.strip().isdigit() else None
+            if joined is not None and joined["grank"]:
+                m = joined
+            else:
+                rankless.append(number)
         if m is not None:
             ops.append(_op_row(path, number, m, ranks))
             last_op[(m["host"], m["pid"], m["tid"])] = len(ops) - 1
@@ -152,7 +163,7 @@ def _parse_file(path: Path, versions: set[str]) -> tuple[list[dict], list[dict],
             _tuning_row(path, number, m, ops, tuning, last_op)
         elif _OP_START.search(line):
             cut.append(number)
-    return ops, tuning, (cut, repeated)
+    return ops, tuning, (cut, repeated, rankless)
 
 
 def _tuning_row(
@@ -178,8 +189,9 @@ def _tuning_row(
         ops[i]["algorithm"], ops[i]["protocol"] = row["algorithm"], row["protocol"]
 
 
-def _say_lost_lines(path: Path, cut: list[int], repeated: list[int], found: int) -> None:
-    """Operation lines not read (an error where none was), and lines Ray merged, as warnings."""
+def _say_lost_lines(path: Path, cut: list[int], repeated: list[int], rankless: list[int], found: int) -> None:
+    """Operation lines not read (an error where none was), lines Ray merged and lines cut inside
+    their global rank, as warnings."""
     expected = (
         "expected '<Coll>: opCount <hex> sendbuff .. recvbuff .. [acc ..] count <n> datatype <n> "
         "op <n> root <n> comm <ptr> [nranks=<n>] stream <ptr> [task <n> globalrank <n>]'"
@@ -191,6 +203,13 @@ def _say_lost_lines(path: Path, cut: list[int], repeated: list[int], found: int)
             f"{path}: {len(cut)} NCCL operation line(s) that do not parse (cut short in the log of "
             "a killed job, broken in copying, or a form this reader does not know) were not read: "
             f"lines {cut[:5]}" + (" ..." if len(cut) > 5 else "") + f"; {expected}",
+            stacklevel=3,
+        )
+    if rankless:
+        warnings.warn(
+            f"{path}: {len(rankless)} NCCL operation line(s) end inside 'task N globalrank N' (cut "
+            f"short): lines {rankless[:5]}" + (" ..." if len(rankless) > 5 else "") + "; their rank is "
+            "the communicator's initialisation line's in the same process, or unknown without one",
             stacklevel=3,
         )
     if repeated:
@@ -329,8 +348,8 @@ def read_nccl_log(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> pd.
         rows += ops
         tuning += tune
         lost.append((path, *lines))
-    for path, cut, repeated in lost:  # an error only where no file of the set has a line read
-        _say_lost_lines(path, cut, repeated, found=len(rows))
+    for path, cut, repeated, rankless in lost:  # an error only where no file of the set has a line read
+        _say_lost_lines(path, cut, repeated, rankless, found=len(rows))
     if not rows and not tuning:
         raise InputFileError(
             files[0] if files else "?",
