@@ -28,6 +28,9 @@ prefix; an operation line whose prefix was lost keeps its fields with host, pid 
 **Bytes**, in the convention of nccl-tests and :mod:`dlexplore.traces.collectives`: ``count x
 size(datatype)`` for allreduce, broadcast, reduce, send and recv; ``x nranks`` for allgather (count
 is what each rank sends) and reduce_scatter (count is what each rank receives).
+
+Kept whole: the line forms, the repairs of wrapped and cut lines and the warnings that name the
+lines not read share the same patterns and line numbers; the table of collectives is their one view.
 """
 
 from __future__ import annotations
