@@ -476,6 +476,29 @@ def test_the_ranks_from_busbw_over_algbw_and_each_tests_summary_lines():
     assert ds.out_of_bounds.values.tolist() == ["0 OK", "0 OK"]
 
 
+def test_the_ranks_an_echoed_mpirun_launched(tmp_path):
+    """nccl-tests issue 78: "mpirun -n 256 ... all_reduce_perf ... -g 1" with neither "# nThread"
+    header nor device list. No row's two decimals fix busbw / algbw to one count: by hand, with each
+    printed value within 0.005 GB/s, 67108864's in-place 22.26 / 44.35 admits 240.7 to 287.2 ranks
+    and 536870912's out-of-place 33.29 / 66.31 233.7 to 261.1; all rows together 241 to 261. The
+    command's 256 processes x 1 GPU lies there: 256, not the one process nThread x nGpus assumes."""
+    path = DATA / "nccl-tests-issue-78-mpirun-256-no-devices.txt"
+    with pytest.warns(
+        UserWarning, match=r"gpus = 256: the echoed command launches 256 process.*admits 241 to 261"
+    ):
+        ds = dlexplore.load(path)
+    assert ds.gpus.item() == 256 and ds.collective.item() == "allreduce"
+    assert ds.sel(bytes=1073741824, placement="out-of-place").busbw.item() == 71.55
+    # the same paste with the command but not its launcher: the rows' counts rule one process out
+    lines = path.read_text().splitlines()
+    pasted = tmp_path / "no-launcher.txt"
+    pasted.write_text("\n".join([lines[0][lines[0].index("./mpi-project") :], *lines[1:]]) + "\n")
+    with pytest.warns(
+        UserWarning, match=r"admits 241 to 261 ranks .* not nThread x nGpus = 1 .* gpus = 251, an estimate"
+    ):
+        assert dlexplore.load(pasted).gpus.item() == 251  # the middle of 241 and 261
+
+
 def test_a_device_list_printed_twice_or_cut_short(tmp_path):
     """The 8-H100 all-reduce with its device list printed twice (older MPI runs print the header
     once per process) is 8 ranks; with its last 4 lines cut from the paste, busbw / algbw (2 x 7/8,

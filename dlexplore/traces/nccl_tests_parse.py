@@ -102,6 +102,19 @@ _BARE_COMMENT = re.compile(
 
 # the threads (-t) and GPUs per thread (-g) of an echoed command, where no header says them
 _COMMAND_OPTION = re.compile(r"(?:^|\s)-([tg])\s*(\d+)")
+# the processes an echoed launcher starts: "mpirun -n 256 ...", "mpiexec -np 8", "srun --ntasks=16"
+_LAUNCHER = re.compile(
+    r"\b(?:mpirun|mpiexec|orterun)\b.*?(?:^|\s)(?:-n|-np|--np|-c)[\s=]+(\d+)"
+    r"|\bsrun\b.*?(?:^|\s)(?:-n|--ntasks)[\s=]+(\d+)"
+)
+
+
+def launched_processes(command: str) -> int | None:
+    """The number of processes an echoed ``mpirun``/``mpiexec``/``srun`` command starts, or None."""
+    match = _LAUNCHER.search(command)
+    if match is None:
+        return None
+    return int(match.group(1) or match.group(2))
 
 
 _LEADING = ("size", "count", "type", "redop", "root")
@@ -122,6 +135,7 @@ class Test:
     header: str = ""
     nthreads: int | None = None
     ngpus: int | None = None
+    processes: int | None = None  # what an echoed launcher command starts (mpirun -n N ...)
     version: str = ""
     devices: list[str] = field(default_factory=list)
     columns: tuple[str, ...] = ()
@@ -223,6 +237,7 @@ class _Scanner:
         self.binary: str | None = None
         self.version = ""
         self.options: dict[str, str] = {}  # the -t and -g of the last echoed command
+        self.processes: int | None = None  # and the processes its launcher starts
         self.pending_placements: tuple[str, ...] = ()
         self.raw = ""  # the line being read, as written (columns are placed by where they end)
         self.pending_devices: list[str] = []  # device lines before any test header
@@ -286,6 +301,7 @@ class _Scanner:
             else:
                 self.binary = match.group(1)
                 self.options = dict(_COMMAND_OPTION.findall(stripped[match.end() :]))
+                self.processes = launched_processes(stripped[: match.start()])
 
     def _comment(self, number: int, stripped: str, in_table: bool) -> None:
         match = _HEADER.match(stripped) or _MSCCLPP_HEADER.match(stripped)
@@ -349,6 +365,7 @@ class _Scanner:
             version=self.version,
             nthreads=int(options["t"]) if "t" in options else None,
             ngpus=int(options["g"]) if "g" in options else None,
+            processes=self.processes,
             devices=self.pending_devices,
         )
         self.pending_devices = []
@@ -368,6 +385,7 @@ class _Scanner:
             version=self.version,
             nthreads=int(match.group(1)) if match.re is _HEADER else None,
             ngpus=int(match.group(2)) if match.re is _HEADER else None,
+            processes=self.processes,
         )
         self.tests.append(self.current)
         self.pending_placements, self.pending_devices = (), []
@@ -390,6 +408,7 @@ class _Scanner:
                 header=current.header,
                 nthreads=current.nthreads,
                 ngpus=current.ngpus,
+                processes=current.processes,
                 devices=self.pending_devices or list(current.devices),
             )
             self.pending_devices = []

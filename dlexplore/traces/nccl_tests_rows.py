@@ -198,11 +198,59 @@ def ranks_from_bandwidths(collective: str, algbw: np.ndarray, busbw: np.ndarray)
     return int(sure[0])
 
 
+def ranks_bounds(collective: str, algbw: np.ndarray, busbw: np.ndarray) -> tuple[int, int] | None:
+    """The fewest and most ranks that every row's busbw / algbw admits, each printed value within
+    0.005 GB/s (``hi`` is a large number where no row bounds it); None where the collective has no
+    factor of the ranks, no row has both values, or the rows admit no common count."""
+    scale = {"allreduce": 2.0, "allgather": 1.0, "reduce_scatter": 1.0, "alltoall": 1.0}.get(collective)
+    if scale is None:
+        return None
+    ok = np.isfinite(algbw) & np.isfinite(busbw) & (algbw > 0.005)
+    if not ok.any():
+        return None
+    low = np.maximum(busbw[ok] - 0.005, 0.0) / (algbw[ok] + 0.005)
+    high = (busbw[ok] + 0.005) / (algbw[ok] - 0.005)
+
+    def ranks(ratio: np.ndarray) -> np.ndarray:  # factor = scale (n - 1) / n
+        with np.errstate(divide="ignore"):
+            return np.where(ratio < scale, scale / np.maximum(scale - ratio, 0.0), np.inf)
+
+    fewest = max(1, math.ceil(float(ranks(low).max()) - 1e-9))
+    most = float(ranks(high).min())
+    most_int = 2**31 if not math.isfinite(most) else math.floor(most + 1e-9)
+    return (fewest, most_int) if fewest <= most_int else None
+
+
 def ranks_unlisted(path: Path, test: Test, name: str, values: dict) -> int:
     """Ranks of a test without its device list: what busbw / algbw says (nccl-tests' factor of the
-    ranks, for the collectives that have one), else nThread x nGpus of one process; with a warning."""
+    ranks, for the collectives that have one), else the processes an echoed launcher started times
+    nThread x nGpus, where busbw / algbw admits that many, else nThread x nGpus of one process, or,
+    where busbw / algbw bounds the count on both sides and rules that out, the middle of the counts
+    it admits; with a warning."""
     assumed = (test.nthreads or 1) * (test.ngpus or 1)
-    said = ranks_from_bandwidths(name, values["algbw"].ravel(), values["busbw"].ravel())
+    algbw, busbw = values["algbw"].ravel(), values["busbw"].ravel()
+    said = ranks_from_bandwidths(name, algbw, busbw)
+    bounds = ranks_bounds(name, algbw, busbw)
+    admits = lambda n: bounds is None or bounds[0] <= n <= bounds[1]  # noqa: E731
+    launched = test.processes * assumed if test.processes else None
+    if said is None and launched is not None and launched != assumed and admits(launched):
+        warnings.warn(
+            f"{path}: no 'Using devices' list for the test on line {test.first_line}; gpus = "
+            f"{launched}: the echoed command launches {test.processes} process(es) of nThread x nGpus "
+            f"= {assumed}" + (f" (busbw / algbw admits {bounds[0]} to {bounds[1]})" if bounds else ""),
+            stacklevel=4,
+        )
+        return launched
+    # a row at the factor's limit (busbw = 2 algbw: a formula older nccl-tests used) bounds nothing
+    if said is None and bounds is not None and bounds[1] < 2**31 and not admits(assumed):
+        middle = (bounds[0] + bounds[1]) // 2
+        warnings.warn(
+            f"{path}: no 'Using devices' list for the test on line {test.first_line}, and its busbw "
+            f"/ algbw admits {bounds[0]} to {bounds[1]} ranks ({name}'s factor of the ranks), not "
+            f"nThread x nGpus = {assumed} of one process; gpus = {middle}, an estimate: pass gpus=...",
+            stacklevel=4,
+        )
+        return middle
     if said is not None and said != assumed:
         warnings.warn(
             f"{path}: no 'Using devices' list for the test on line {test.first_line}; gpus = {said}, "
