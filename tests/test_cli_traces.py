@@ -68,6 +68,17 @@ def test_collectives_of_a_trace_without_communication_say_so():
     assert "Empty DataFrame" not in done.stdout
 
 
+def test_collectives_of_nccl_tests_output_name_the_commands_that_read_it():
+    # nccl-tests issue 37's all_gather_perf: a measured table, which `trace summary` shows
+    path = Path(__file__).parent / "data" / "traces" / "nccl-tests" / "nccl-tests-issue-37-no-hash.txt"
+    done = cli("trace", "collectives", str(path))
+    assert done.returncode != 0 and "a measured table rather than a trace" in done.stderr
+    assert "'dlexplore trace summary PATH' or 'dlexplore measured show PATH'" in done.stderr
+    shown = cli("trace", "summary", str(path))
+    assert shown.returncode == 0, shown.stderr
+    assert "all_gather_perf on 8 GPUs" in shown.stdout
+
+
 @pytest.mark.parametrize("action", ["summary", "collectives"])
 def test_an_nccl_log_summarised_per_collective(action):
     # ROCm/rccl#429 (tests/data/nccl-log/README.md): allgather 59205120 int8 x 4 ranks =

@@ -57,7 +57,8 @@ def load_trace(
         also = " (or dlexplore.traces.read_nccl_tests, read_darshan, read_dlio_summary)"
         raise DlexploreError(
             f"{files[0]}: this is {format} output, a measured table rather than a trace; read it with "
-            f"dlexplore.load(path){also if format in MEASURED_FORMATS else ''}"
+            f"dlexplore.load(path){also if format in MEASURED_FORMATS else ''}; on the command line, "
+            "'dlexplore trace summary PATH' or 'dlexplore measured show PATH' shows it"
         )
     if reader is not None and reader.kind == "profile":
         how = f"dlexplore.traces.{_PROFILES[format]}" if format in _PROFILES else "dlexplore.load"
