@@ -499,6 +499,20 @@ def test_the_ranks_an_echoed_mpirun_launched(tmp_path):
         assert dlexplore.load(pasted).gpus.item() == 251  # the middle of 241 and 261
 
 
+def test_damaged_counts_beside_the_launcher_do_not_overflow(tmp_path):
+    # found by the fuzzing harness: a busbw beyond any count of ranks, a process count beyond any
+    # launcher; the first leaves the command's 256, the second the rows' estimate (241 to 261)
+    text = (DATA / "nccl-tests-issue-78-mpirun-256-no-devices.txt").read_text()
+    huge_busbw = tmp_path / "huge-busbw.txt"
+    huge_busbw.write_text(text.replace("71.55", "7155000000000000000000000"))
+    with pytest.warns(UserWarning, match="gpus = 256: the echoed command"):
+        assert dlexplore.load(huge_busbw).gpus.item() == 256
+    huge_launch = tmp_path / "huge-launch.txt"
+    huge_launch.write_text(text.replace("mpirun -n 256", "mpirun -n 25600000000000000000000"))
+    with pytest.warns(UserWarning, match="gpus = 251, an estimate"):
+        assert dlexplore.load(huge_launch).gpus.item() == 251
+
+
 def test_a_device_list_printed_twice_or_cut_short(tmp_path):
     """The 8-H100 all-reduce with its device list printed twice (older MPI runs print the header
     once per process) is 8 ranks; with its last 4 lines cut from the paste, busbw / algbw (2 x 7/8,

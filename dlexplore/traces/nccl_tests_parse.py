@@ -109,12 +109,17 @@ _LAUNCHER = re.compile(
 )
 
 
+#: More processes than any launcher starts: a number beyond it is damage, not a count.
+MAX_PROCESSES = 1 << 20
+
+
 def launched_processes(command: str) -> int | None:
     """The number of processes an echoed ``mpirun``/``mpiexec``/``srun`` command starts, or None."""
     match = _LAUNCHER.search(command)
     if match is None:
         return None
-    return int(match.group(1) or match.group(2))
+    count = int(match.group(1) or match.group(2))
+    return count if 1 <= count <= MAX_PROCESSES else None
 
 
 _LEADING = ("size", "count", "type", "redop", "root")

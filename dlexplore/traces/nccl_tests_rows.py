@@ -215,7 +215,10 @@ def ranks_bounds(collective: str, algbw: np.ndarray, busbw: np.ndarray) -> tuple
         with np.errstate(divide="ignore"):
             return np.where(ratio < scale, scale / np.maximum(scale - ratio, 0.0), np.inf)
 
-    fewest = max(1, math.ceil(float(ranks(low).max()) - 1e-9))
+    least = float(ranks(low).max())
+    if not math.isfinite(least):  # busbw at or above the factor's limit: no count gives it
+        return None
+    fewest = max(1, math.ceil(least - 1e-9))
     most = float(ranks(high).min())
     most_int = 2**31 if not math.isfinite(most) else math.floor(most + 1e-9)
     return (fewest, most_int) if fewest <= most_int else None
