@@ -178,12 +178,16 @@ def aggregate_repeats(
     )
 
 
+#: nccl-tests' bus-bandwidth factor of the ranks, ``scale (n - 1) / n``: the scale per collective.
+RANK_FACTOR_SCALE = {"allreduce": 2.0, "allgather": 1.0, "reduce_scatter": 1.0, "alltoall": 1.0}
+
+
 def ranks_from_bandwidths(collective: str, algbw: np.ndarray, busbw: np.ndarray) -> int | None:
     """The ranks that nccl-tests' bus-bandwidth factor of ``collective`` implies (``busbw = algbw x
     2(n-1)/n`` for allreduce, ``(n-1)/n`` for allgather, reduce_scatter and alltoall), from the rows
     whose two printed decimals fix it to +-0.5 rank; None where the collective has no such factor,
     no row is that precise, or the precise rows disagree."""
-    scale = {"allreduce": 2.0, "allgather": 1.0, "reduce_scatter": 1.0, "alltoall": 1.0}.get(collective)
+    scale = RANK_FACTOR_SCALE.get(collective)
     if scale is None:
         return None
     ok = np.isfinite(algbw) & np.isfinite(busbw) & (algbw > 0) & (busbw < scale * algbw)
@@ -202,7 +206,7 @@ def ranks_bounds(collective: str, algbw: np.ndarray, busbw: np.ndarray) -> tuple
     """The fewest and most ranks that every row's busbw / algbw admits, each printed value within
     0.005 GB/s (``hi`` is a large number where no row bounds it); None where the collective has no
     factor of the ranks, no row has both values, or the rows admit no common count."""
-    scale = {"allreduce": 2.0, "allgather": 1.0, "reduce_scatter": 1.0, "alltoall": 1.0}.get(collective)
+    scale = RANK_FACTOR_SCALE.get(collective)
     if scale is None:
         return None
     ok = np.isfinite(algbw) & np.isfinite(busbw) & (algbw > 0.005)
