@@ -530,3 +530,27 @@ def test_a_device_list_printed_twice_or_cut_short(tmp_path):
         UserWarning, match=r"device list of the test on line \d+ shows 4 ranks but its busbw / algbw says 8"
     ):
         assert read_nccl_tests(cut).gpus.item() == 8
+
+
+def test_a_paste_cut_before_the_summary_lines_is_read_with_a_warning(tmp_path):
+    """together.ai's 8-H100 all-reduce (31 rows on lines 18-48, then "# Out of bounds values" and
+    "# Avg bus bandwidth : 122.955") cut after line 40: its first 23 rows are read, avg_busbw is NaN and a
+    warning names line 40; whole, or cut after the first summary line, nothing is said."""
+    lines = TOGETHER.read_text().splitlines(keepends=True)
+    cut = tmp_path / "cut.out"
+    cut.write_text("".join(lines[:40]))
+    said = r"cut\.out, line 40: .* ends after 23 rows without nccl-tests. closing"
+    with pytest.warns(UserWarning, match=said):
+        ds = read_nccl_tests(cut)
+    assert ds.sizes["bytes"] == 23 and math.isnan(ds.attrs["avg_busbw"])
+    assert ds.sel(bytes=8, placement="out-of-place").time.item() == pytest.approx(34.98e-6)
+    for shown, kept in ((TOGETHER, 50), (tmp_path / "to-bounds.out", 49)):
+        if shown != TOGETHER:
+            shown.write_text("".join(lines[:kept]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert read_nccl_tests(shown).sizes["bytes"] == 31
+    # mscclpp-test ends its tables with "# Out of bounds values" alone
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        read_nccl_tests(DATA / "mscclpp-allgather-1n8p.txt", collective="allgather", gpus=8)

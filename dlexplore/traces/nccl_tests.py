@@ -55,7 +55,8 @@ and the variable ``rows`` says how many rows each size stands for (the lines are
 ``bytes`` a coordinate on ``point``). Rows of one size that are different measurements (several
 data types, reduction operations or roots: ``--datatype all``, ``--op all``) are never averaged:
 ``by="bytes"`` refuses them, naming the line, and ``by="point"`` reads them. A test whose check
-failed (``# Out of bounds values : 4 FAILED``) is read with a warning.
+failed (``# Out of bounds values : 4 FAILED``) is read with a warning, and so is a test whose rows
+end without the lines nccl-tests close a table with (a paste or a log cut short: ``avg_busbw`` NaN).
 
 A file may hold several tests (one run after another, or pasted from a log); :func:`read_all`
 returns them all, :func:`read` the only one or the one chosen with ``collective=``, and

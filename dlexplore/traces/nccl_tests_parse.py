@@ -211,6 +211,14 @@ def parse_tests(path: Path) -> tuple[list[Test], list[Test]]:
                 f"died inside its result table, after {len(test.rows)} rows; {_said(test)}",
                 stacklevel=4,
             )
+        elif not test.closed and not test.out_of_bounds:  # mscclpp-test prints the first line only
+            warnings.warn(
+                f"{path}, line {test.rows[-1][0]}: the test whose header is on line {test.first_line} "
+                f"ends after {len(test.rows)} rows without nccl-tests' closing lines ('# Out of bounds "
+                "values', '# Avg bus bandwidth'): the output may be cut there; the rows are read and "
+                "avg_busbw is NaN",
+                stacklevel=4,
+            )
     for test in died:
         warnings.warn(
             f"{path}, line {test.failure_line}: {died_before_table(test)}; the file's other tests are read",
