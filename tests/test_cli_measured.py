@@ -122,3 +122,24 @@ def test_apex_profile_one_row_per_timer(capsys):
     out, _ = summary(capsys, APEX, "csv")
     frame = pd.read_csv(io.StringIO(out))
     assert len(frame) == 9 and frame["exclusive"].sum() == pytest.approx(0.354026613)
+
+
+def test_nccl_tests_times_in_the_table_keep_their_printed_digits(capsys):
+    """nccl-tests print times in microseconds (superbenchmark's 4-byte all-reduce: 34.73 and 35.30
+    us; issue 78's 32 MiB one on 256 GPUs: 1464.2 us). As seconds with six decimals the first were
+    0.000035: the table shows each column of seconds in the unit of its median (us, ms) and six
+    significant digits; csv keeps seconds."""
+    path = real("nccl-tests/superbenchmark__nccl_allreduce.log")
+    rows = [line.split() for line in summary(capsys, path, "table")[0].splitlines()]
+    header = next(r for r in rows if r[:2] == ["bytes", "[bytes]"])
+    assert header[3:5] == ["time", "[µs]"]
+    four = [r for r in rows if r[0] == "4"]
+    assert [(r[1], r[2]) for r in four] == [("out-of-place", "34.73"), ("in-place", "35.3")]
+    issue_78 = DATA / "traces" / "nccl-tests" / "nccl-tests-issue-78-mpirun-256-no-devices.txt"
+    out, err = summary(capsys, issue_78, "table")
+    assert "without nccl-tests' closing lines" in err  # the paste ends at its last row
+    rows = [line.split() for line in out.splitlines()]
+    assert next(r for r in rows if r[:2] == ["bytes", "[bytes]"])[3:5] == ["time", "[ms]"]
+    assert [r[2] for r in rows if r[:2] == ["33554432", "out-of-place"]] == ["1.4642"]
+    frame = pd.read_csv(io.StringIO(summary(capsys, issue_78, "csv")[0]))
+    assert frame.loc[frame["bytes"] == 33554432, "time"].tolist()[0] == pytest.approx(1464.2e-6)

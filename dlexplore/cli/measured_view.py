@@ -90,13 +90,46 @@ def _frame(ds: xr.Dataset, names: list[str]) -> pd.DataFrame:
     return frame
 
 
+#: Units a table's columns of seconds are shown in, by the magnitude of their median (nccl-tests' times
+#: of small messages are tens of microseconds: as seconds, six decimals left two digits of them).
+_TIME_UNITS = ((1.0, "s", 1.0), (1e-3, "ms", 1e3), (0.0, "µs", 1e6))
+
+
+def _time_unit(frame: pd.DataFrame, columns: list[str]) -> tuple[str, float]:
+    """The unit (and factor from seconds) that shows the median of ``columns`` (seconds) as 1 to 999."""
+    values = frame[columns].to_numpy(dtype=float).ravel() if columns else np.zeros(0)
+    magnitude = np.abs(values[np.isfinite(values) & (values != 0)])
+    median = float(np.median(magnitude)) if len(magnitude) else 1.0
+    return next((unit, factor) for floor, unit, factor in _TIME_UNITS if median >= floor)
+
+
 def _headed(ds: xr.Dataset, frame: pd.DataFrame) -> pd.DataFrame:
-    """Column names with their units, ``busbw [GB/s]`` (none for counts and pure numbers)."""
+    """Column names with their units, ``busbw [GB/s]`` (none for counts and pure numbers); the
+    columns of seconds in one unit :func:`_time_unit` picks for the table (csv and json keep
+    seconds; a TAU column whose units a ``metric_units`` column gives stays as that column says)."""
+    seconds = [
+        str(c)
+        for c in frame.columns
+        if c in ds.data_vars and ds[c].attrs.get("units") == "s" and frame[c].dtype.kind == "f"
+    ]
+    time_unit, factor = _time_unit(frame, seconds)
+    frame = frame.copy()
     names = {}
     for column in frame.columns:
         unit = _units_of(ds, column) if column in ds.variables else ""
+        if column in seconds:
+            frame[column] = frame[column] * factor
+            unit = time_unit
         names[column] = f"{column} [{unit}]" if unit and unit not in ("1", "count") else column
     return frame.rename(columns=names)
+
+
+def _number_text(value: float) -> str:
+    """A table's number: whole values whole (byte and event counts), others to 6 significant digits,
+    as many as the tools print (nccl-tests: 4 to 6)."""
+    if value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.6g}"
 
 
 def _fact_text(value: object, unit: str) -> str:
@@ -129,7 +162,7 @@ def _table_text(
             for names in [first, *others]:
                 frame = _headed(ds, _frame(ds, names))
                 dims = ", ".join(str(d) for d in ds[names[0]].dims)
-                blocks.append(f"# by {dims}\n" + frame.to_string(index=False))
+                blocks.append(f"# by {dims}\n" + frame.to_string(index=False, float_format=_number_text))
     return "\n".join(lines) + "\n" + "\n\n".join(blocks) + "\n"
 
 
