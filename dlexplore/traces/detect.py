@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from ..errors import DlexploreError, InputFileError
+from .nccl_tests_json import is_nccl_tests_json
 from .nccl_tests_parse import LAUNCHER_PREFIX
 
 __all__ = ["FORMATS", "MEASURED_FORMATS", "detect_format", "head_text"]
@@ -136,13 +137,15 @@ def _json_format(path: Path, text: str, stripped: str) -> str:
     if stripped.startswith("{"):
         if '"traceEvents"' in text:
             return "pytorch"
+        if is_nccl_tests_json(stripped):
+            return "nccl-tests"  # its JSON results file (-J), nccl-tests 2.17 and later
         if re.search(r'"(train_au_percentage|num_accelerators|train_throughput_samples_per_second)"', text):
             return "dlio"  # DLIO / MLPerf Storage summary.json
         raise InputFileError(
             path,
             'is a JSON object without "traceEvents"; expected a PyTorch '
             "profiler trace, a Horovod timeline, an Nsight Systems SQLite export, "
-            "an OTF2 archive, nccl-tests output, a Darshan log or a DLIO summary",
+            "an OTF2 archive, nccl-tests output (or its -J JSON results), a Darshan log or a DLIO summary",
         )
     # a JSON array
     if (

@@ -18,7 +18,9 @@ row per message size with an out-of-place and an in-place measurement::
 The columns are read from the column header line, so every version is understood: recent ones
 (``size count type redop root`` then ``time algbw busbw #wrong`` twice; ``#wrong`` is a count of
 wrong elements, ``N/A`` where not checked), older ones without ``root`` for all-reduce or without
-``redop`` for all-gather, whose last column is ``error`` (the largest error, ``2e-07``). rccl-tests
+``redop`` for all-gather, whose last column is ``error`` (the largest error, ``2e-07``), and the
+columns options add (``cputime``, ``#bitdiff``, the per-iteration ``i_min i_max i_p99 i_cv%`` of
+nccl-tests 2.19, rccl-tests' ``algo proto nchannels``: :mod:`.nccl_tests_columns`). rccl-tests
 print the same tables (older ones a header with colons, ``# nThread: 1 nGpus: 1 ...``, and their
 version as ``rccl-tests: Version ...``); versions before 2019 printed the header lines without the
 ``#``; a paste that lost the ``nThread`` header takes the threads and GPUs from the echoed command's
@@ -26,7 +28,8 @@ version as ``rccl-tests: Version ...``); versions before 2019 printed the header
 first, and leaves the placement it did not run blank: each value is read under the column header it
 ends under (placements wholly there or wholly blank; anything else is a row cut short).
 ``NCCL_DEBUG=INFO`` lines between the rows are skipped, and a test that died before its first row
-is refused with the failure it reported.
+is refused with the failure it reported. The JSON results file of nccl-tests 2.17+ (``-J FILE``)
+reads as its printed table does (:mod:`.nccl_tests_json`).
 
 The result of one test is an ``xarray.Dataset`` on dims ``bytes`` (the ``size`` column, bytes, as
 nccl-tests counts it: the buffer of each rank for all-reduce, broadcast and reduce, the total
@@ -39,8 +42,9 @@ over a prediction by coordinate::
     meas.busbw.sel(placement="out-of-place") / pred.busbw       # aligned on bytes
 
 Variables: ``time`` (s; nccl-tests prints µs), ``algbw`` and ``busbw`` (GB/s, as printed, two
-decimals), ``wrong`` (count) or ``error`` (largest error) for older versions. Coordinates:
-``collective`` (from the binary's name, e.g. ``all_reduce_perf`` -> ``allreduce``, or the
+decimals), ``wrong`` (count) or ``error`` (largest error) for older versions; where printed,
+``bitdiff`` and the per-iteration ``time_min``, ``time_max``, ``time_p99`` (s) and ``time_cv``
+(%). Coordinates: ``collective`` (from the binary's name, e.g. ``all_reduce_perf`` -> ``allreduce``, or the
 ``collective=`` option, or the ``# Collective test concluded: ..._perf`` line after a table that
 lost its binary's name), ``gpus`` (the ranks listed under "Using devices", i.e. processes x
 threads x GPUs per thread: the highest ``Rank N`` + 1, for a list pasted in part; without a list,
@@ -56,7 +60,9 @@ and the variable ``rows`` says how many rows each size stands for (the lines are
 data types, reduction operations or roots: ``--datatype all``, ``--op all``) are never averaged:
 ``by="bytes"`` refuses them, naming the line, and ``by="point"`` reads them. A test whose check
 failed (``# Out of bounds values : 4 FAILED``) is read with a warning, and so is a test whose rows
-end without the lines nccl-tests close a table with (a paste or a log cut short: ``avg_busbw`` NaN).
+end without the lines nccl-tests close a table with (a paste or a log cut short: ``avg_busbw`` NaN)
+or whose ``# Avg bus bandwidth`` is not the mean busbw of its rows, as nccl-tests computes it (rows
+left out of a paste).
 
 A file may hold several tests (one run after another, or pasted from a log); :func:`read_all`
 returns them all, :func:`read` the only one or the one chosen with ``collective=``, and
@@ -84,6 +90,9 @@ import numpy as np
 import xarray as xr
 
 from ..errors import DlexploreError, InputFileError
+from .detect import head_text
+from .nccl_tests_dataset import coordinates, variables
+from .nccl_tests_json import is_nccl_tests_json, parse_json
 from .nccl_tests_parse import (
     COLLECTIVE_OF_BINARY,
     PLACEMENTS,
@@ -91,7 +100,6 @@ from .nccl_tests_parse import (
     canonical_collective,
     collective_of,
     died_before_table,
-    parse,
     parse_tests,
 )
 from .nccl_tests_rows import (
@@ -105,9 +113,6 @@ from .nccl_tests_rows import (
 from .schema import normalize_collective_name
 
 __all__ = ["read", "read_all", "read_tests", "COLLECTIVE_OF_BINARY", "PLACEMENTS"]
-
-
-_MICROSECOND = 1e-6  # s
 
 
 def read(
@@ -132,7 +137,7 @@ def read(
     """
     path = Path(path)
     choice = {"dtype": dtype, "redop": redop, "root": root}
-    tests, died = parse_tests(path)
+    tests, died = _parse_tests(path)
     if collective is not None:
         wanted = canonical_collective(collective)
         chosen = [t for t in tests if collective_of(t) in (wanted, None)]
@@ -167,7 +172,17 @@ def read_all(
     its ``dtype``, ``redop``, ``root``)."""
     path = Path(path)
     choice = _choice(choice)
-    return [_dataset(path, test, collective=None, gpus=gpus, by=by, choice=choice) for test in parse(path)]
+    return [
+        _dataset(path, test, collective=None, gpus=gpus, by=by, choice=choice)
+        for test in _parse_tests(path)[0]
+    ]
+
+
+def _parse_tests(path: Path) -> tuple[list[Test], list[Test]]:
+    """The tests of printed output or of a JSON results file (nccl-tests -J), and those that died."""
+    if path.is_file() and is_nccl_tests_json(head_text(path)):
+        return parse_json(path)
+    return parse_tests(path)
 
 
 def _choice(options: dict[str, Any]) -> dict[str, Any]:
@@ -250,8 +265,11 @@ def _dataset(
             )
             name = "unknown"
     sizes, counts, extra, values, check = row_values(path, test)
+    _say_rows_left_out(path, test, values["busbw"])
     if gpus is not None:
         ranks = gpus
+    elif test.ranks is not None:
+        ranks = test.ranks
     elif test.devices:
         ranks = ranks_listed(path, test, name, values)
     else:
@@ -274,8 +292,8 @@ def _dataset(
         size_array, rows, values, counts, extra, aggregated = aggregate_repeats(
             size_array, values, counts, extra, lines, check
         )
-    data_vars = _variables(values, check, dim, rows if by == "bytes" else None)
-    coords = _coordinates(test, name, ranks, dim, size_array, counts, extra)
+    data_vars = variables(values, check, dim, rows if by == "bytes" else None, test.layout.time_header)
+    coords = coordinates(test, name, ranks, dim, size_array, counts, extra)
     ds = xr.Dataset(data_vars, coords=coords)
     _say_failed_check(path, test, check)
     shown = test.binary + "_perf" if test.binary else name
@@ -299,6 +317,22 @@ def _dataset(
     return ds
 
 
+def _say_rows_left_out(path: Path, test: Test, busbw: np.ndarray) -> None:
+    """nccl-tests' '# Avg bus bandwidth' is the mean busbw of every row and placement it printed
+    (within 0.05% on 50 complete real outputs): far from the rows' mean, rows were left out."""
+    avg, measured = test.avg_busbw, busbw[np.isfinite(busbw)]
+    if avg is None or not math.isfinite(avg) or not len(measured):
+        return
+    mean = float(measured.mean())
+    if abs(mean - avg) > 0.05 + 0.01 * abs(avg):  # printed to 1-2 decimals: 0.05 GB/s at most off
+        warnings.warn(
+            f"{path}: the '# Avg bus bandwidth' of the test on line {test.first_line} ({avg:g} GB/s) "
+            f"is not the mean busbw of its {len(measured)} values ({mean:.4g} GB/s), as nccl-tests "
+            "computes it: rows were left out of this output (a trimmed paste?); the rows there are read",
+            stacklevel=4,
+        )
+
+
 def _say_failed_check(path: Path, test: Test, check: str) -> None:
     if "FAILED" in test.out_of_bounds.upper():
         warnings.warn(
@@ -308,82 +342,3 @@ def _say_failed_check(path: Path, test: Test, check: str) -> None:
             "not be those of a working run",
             stacklevel=4,
         )
-
-
-def _variables(values: dict, check: str, dim: str, rows: np.ndarray | None) -> dict:
-    """The dataset's variables, with units (``rows``: results per size, when aggregated by size)."""
-    data_vars = {
-        "time": (
-            (dim, "placement"),
-            values["time"] * _MICROSECOND,
-            {"units": "s", "long_name": "collective time (nccl-tests average over iterations)"},
-        ),
-        "algbw": (
-            (dim, "placement"),
-            values["algbw"],
-            {"units": "GB/s", "long_name": "algorithm bandwidth (bytes / time)"},
-        ),
-        "busbw": (
-            (dim, "placement"),
-            values["busbw"],
-            {"units": "GB/s", "long_name": "bus bandwidth (algbw x nccl-tests factor)"},
-        ),
-    }
-    if check == "#wrong":
-        data_vars["wrong"] = (
-            (dim, "placement"),
-            values["check"],
-            {"units": "1", "long_name": "wrong elements found by the check (NaN: not checked)"},
-        )
-    else:
-        data_vars["error"] = (
-            (dim, "placement"),
-            values["check"],
-            {"units": "1", "long_name": "largest error found by the check (older nccl-tests)"},
-        )
-    if rows is not None:
-        data_vars["rows"] = (
-            ("bytes",),
-            rows,
-            {"units": "count", "long_name": "result rows of this size (repeated sizes are means)"},
-        )
-    return data_vars
-
-
-def _coordinates(
-    test: Test, name: str, ranks: int, dim: str, size_array: np.ndarray, counts: list, extra: dict
-) -> dict:
-    """The dataset's coordinates: placement, count, bytes (or point), collective, gpus, dtype ..."""
-    by = "bytes" if dim == "bytes" else "point"
-    coords: dict[str, object] = {
-        "placement": ("placement", list(test.placements), {"long_name": "output buffer placement"}),
-        "count": (
-            dim,
-            np.asarray(counts, dtype=np.int64),
-            {"units": "elements", "long_name": "elements per rank (nccl-tests count column)"},
-        ),
-        "collective": ((), name, {"long_name": "collective operation"}),
-        "gpus": ((), int(ranks), {"units": "count", "long_name": "GPUs (ranks) in the test"}),
-    }
-    bytes_attrs = {"units": "bytes", "long_name": "message size (nccl-tests size column)"}
-    if by == "bytes":
-        coords["bytes"] = ("bytes", size_array, bytes_attrs)
-    else:
-        coords["point"] = ("point", np.arange(len(size_array)), {"long_name": "result row"})
-        coords["bytes"] = ("point", size_array, bytes_attrs)
-    for column, coord, long_name in (
-        ("type", "dtype", "data type"),
-        ("redop", "redop", "reduction operation"),
-        ("root", "root", "root rank (-1: none)"),
-    ):
-        if column not in extra:
-            continue
-        column_values = extra[column]
-        attrs = {"long_name": long_name}
-        if coord == "root":
-            attrs["units"] = "1"
-        if len(set(column_values)) == 1:
-            coords[coord] = ((), column_values[0], attrs)
-        else:
-            coords[coord] = (dim, np.asarray(column_values), attrs)
-    return coords

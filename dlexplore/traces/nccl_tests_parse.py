@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .._io import read_text
 from ..errors import DlexploreError, InputFileError
+from .nccl_tests_columns import PLACEMENTS, Layout, by_position, fill_blanks, layout_of, split_row
 
 __all__ = ["COLLECTIVE_OF_BINARY", "PLACEMENTS", "Test", "canonical_collective", "collective_of", "parse"]
 
@@ -35,9 +36,6 @@ COLLECTIVE_OF_BINARY = {
 }
 
 
-PLACEMENTS = ("out-of-place", "in-place")
-
-
 # What launchers put before each line: mpirun --tag-output, srun -l, pdsh/clush "host: ".
 #: What launchers put before each line: mpirun's "[1,0]<stdout>:", srun -l's "0: ", pdsh's "host: ",
 #: Ray's "(head, rank=0, pid=3808) " (SkyPilot runs mpirun under Ray: both, in that order).
@@ -52,7 +50,8 @@ _LAUNCHER_PREFIX = re.compile(r"^" + LAUNCHER_PREFIX + r"{1,3}")
 _NCCL_LOG = re.compile(r"^\S+:\d+:\d+ \[\d+\] (?:\S+:\d+ )?NCCL (?:INFO|WARN|TRACE|ABORT)")
 
 
-_BINARY = re.compile(
+#: A binary's name in a line: ``all_reduce_perf``, ``alltoall_perf_mpi`` (group 1: the stem).
+BINARY = re.compile(
     r"(?<![A-Za-z0-9])("
     + "|".join(sorted(COLLECTIVE_OF_BINARY, key=len, reverse=True))
     + r")_perf(?:_mpi)?(?![A-Za-z0-9])"
@@ -70,7 +69,7 @@ _MSCCLPP_HEADER = re.compile(r"^#\s*minBytes\s+\d+\s+maxBytes\s+\d+")
 _DEVICE = re.compile(r"^#\s+Rank\s+\d+\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+")
 
 
-_VERSION = re.compile(r"^#\s*nccl-tests version\s+(.*)$")
+_VERSION = re.compile(r"^#\s*(nccl|rccl)-tests version\s+(.*)$")  # rccl-tests 2.17: "# rccl-tests version"
 
 
 # rccl-tests print their version on a line of its own, not a comment
@@ -122,15 +121,6 @@ def launched_processes(command: str) -> int | None:
     return count if 1 <= count <= MAX_PROCESSES else None
 
 
-_LEADING = ("size", "count", "type", "redop", "root")
-
-
-_GROUP_NEW = ("time", "algbw", "busbw", "#wrong")
-
-
-_GROUP_OLD = ("time", "algbw", "busbw", "error")
-
-
 @dataclass
 class Test:
     """One test's lines as found in the file, before they become a dataset."""
@@ -144,6 +134,7 @@ class Test:
     version: str = ""
     devices: list[str] = field(default_factory=list)
     columns: tuple[str, ...] = ()
+    layout: Layout | None = None  # the columns as groups (nccl_tests_columns)
     placements: tuple[str, ...] = ()
     column_line: int = 0
     edges: list[int] = field(default_factory=list)  # where each column header ends: places blank cells
@@ -156,6 +147,7 @@ class Test:
     failure: str = ""  # the first "Test ... failure" nccl-tests printed after the test's header
     failure_line: int = 0
     warning: str = ""  # NCCL's last warning before it
+    ranks: int | None = None  # what the file states outright (a JSON results file's config)
 
 
 def canonical_collective(name: str) -> str:
@@ -283,9 +275,9 @@ class _Scanner:
                 current.skipped.append(number)
             return
         if in_table and _ROW_START.match(line):
-            fields = _fill_blanks(line.split(), current.columns)
+            fields = fill_blanks(split_row(line.split(), current.layout), current.columns)
             if len(fields) != len(current.columns) and "type" not in current.columns:
-                fields = _by_position(line, current.edges, current.columns) or fields
+                fields = by_position(line, current.edges, current.layout) or fields
             if len(fields) != len(current.columns):
                 names = " ".join(current.columns)
                 raise InputFileError(
@@ -307,7 +299,7 @@ class _Scanner:
             else:
                 self.version = version
             return
-        match = _BINARY.search(stripped)
+        match = BINARY.search(stripped)
         if match and not in_table:
             if current is not None and not current.columns and current.binary is None:
                 current.binary = match.group(1)  # e.g. "$ ./all_reduce_perf ..." echoed after the header
@@ -323,9 +315,9 @@ class _Scanner:
             return
         match = _VERSION.match(stripped)
         if match:
-            self.version = match.group(1).strip()
+            self.version = ("rccl-tests " if match.group(1) == "rccl" else "") + match.group(2).strip()
             return
-        match = _BINARY.search(stripped)
+        match = BINARY.search(stripped)
         current = self.current
         if match and "concluded" in stripped:
             if current is not None and current.binary is None and (current.closed or current.rows):
@@ -427,82 +419,14 @@ class _Scanner:
             self.pending_devices = []
             self.tests.append(current)
             self.current = current
-        current.columns, current.placements = _columns(self.path, tokens, self.pending_placements, number)
+        current.layout = layout_of(self.path, tokens, number)
+        current.columns = current.layout.columns
+        placements = self.pending_placements
+        current.placements = (
+            placements
+            if len(placements) == current.layout.n_groups
+            else PLACEMENTS[: current.layout.n_groups]
+        )
         current.column_line = number
         ends = [m.end() for m in re.finditer(r"\S+", self.raw.expandtabs()) if m.group() != "#"]
         current.edges = ends[-len(current.columns) :] if len(ends) >= len(current.columns) else []
-
-
-def _by_position(line: str, edges: list[int], columns: tuple[str, ...]) -> list[str] | None:
-    """A row of mscclpp-test, which leaves the placement it did not run blank, read by where each
-    value ends: under its column's header (both are right-aligned). None unless every value ends
-    under a header of its own and each placement's four cells are all there or all blank (a row
-    cut short is no such row)."""
-    if len(edges) != len(columns):
-        return None
-    cells = [""] * len(edges)
-    for match in re.finditer(r"\S+", line.expandtabs()):
-        column = min(range(len(edges)), key=lambda j: abs(edges[j] - match.end()))
-        if abs(edges[column] - match.end()) > _ALIGN_SLACK or cells[column]:
-            return None
-        cells[column] = match.group()
-    first = columns.index("time")
-    groups = [cells[i : i + 4] for i in range(first, len(cells), 4)]
-    whole = [all(g[:3]) for g in groups]  # time, algbw, busbw; mscclpp-test -c 0 leaves #wrong blank
-    blank = [not any(g) for g in groups]
-    if not all(cells[:first]) or not any(whole) or not all(w or b for w, b in zip(whole, blank, strict=True)):
-        return None
-    return cells
-
-
-_ALIGN_SLACK = 2  # characters a value may end off its header's end (a wider number, a wider header)
-
-
-def _fill_blanks(fields: list[str], columns: tuple[str, ...]) -> list[str]:
-    """A row with ``redop`` (then ``root``) left blank, as all-to-all prints it, with "" there."""
-    missing = len(columns) - len(fields)
-    blanks = [columns.index(c) for c in ("redop", "root") if c in columns][:missing]
-    if missing <= 0 or len(blanks) < missing:
-        return fields
-    filled = list(fields)
-    for position in blanks:
-        filled.insert(position, "")
-    return filled
-
-
-def _columns(
-    path: Path, tokens: list[str], placements: tuple[str, ...], number: int
-) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Column names of a header line, checked against what nccl-tests prints."""
-    if "time" not in tokens:
-        raise InputFileError(
-            path, f"column header without a 'time' column: {' '.join(tokens)!r}", line=number
-        )
-    first = tokens.index("time")
-    leading = tuple(tokens[:first])
-    groups = tokens[first:]
-    problems = [name for name in leading if name not in _LEADING]
-    # mscclpp-test (MSCCL++'s nccl-tests) prints no type column
-    if problems or (leading[:3] != ("size", "count", "type") and leading != ("size", "count")):
-        raise InputFileError(
-            path,
-            f"unexpected leading columns {leading}; expected size, count, type and optionally "
-            "redop, root (or size, count alone, as mscclpp-test prints them)",
-            line=number,
-        )
-    n_groups, rest = divmod(len(groups), 4)
-    ok = (
-        rest == 0
-        and n_groups in (1, 2)
-        and all(tuple(groups[4 * i : 4 * i + 4]) in (_GROUP_NEW, _GROUP_OLD) for i in range(n_groups))
-    )
-    if not ok:
-        raise InputFileError(
-            path,
-            f"unexpected measurement columns {' '.join(groups)!r}; expected "
-            "'time algbw busbw #wrong' (or '... error') once or twice",
-            line=number,
-        )
-    if len(placements) != n_groups:
-        placements = PLACEMENTS[:n_groups]
-    return leading + tuple(groups), placements

@@ -46,14 +46,30 @@ def _number(path: Path, text: str, line: int, column: str, kind: type) -> float:
         raise InputFileError(path, f"column {column!r}: {text!r} is not {expected}", line=line) from None
 
 
+#: A placement's columns beyond time, algbw, busbw and the check: the variable each becomes.
+EXTRA_VALUES = {
+    "#bitdiff": "bitdiff",
+    "i_min": "time_min",
+    "i_max": "time_max",
+    "i_p99": "time_p99",
+    "i_cv%": "time_cv",
+}
+
+
 def row_values(path: Path, test: Test) -> tuple:
-    """The result rows as numbers: sizes, counts, the leading text columns (type, redop, root),
-    time, algbw, busbw and the check column per placement, and the check column's name."""
-    leading = [c for c in test.columns[: test.columns.index("time")]]
-    n_groups = len(test.placements)
-    sizes, counts, extra = [], [], {c: [] for c in ("type", "redop", "root") if c in leading}
-    values = {v: np.full((len(test.rows), n_groups), np.nan) for v in ("time", "algbw", "busbw", "check")}
-    check = test.columns[len(leading) + 3]
+    """The result rows as numbers: sizes, counts, the text columns (type, redop, root and the
+    row's trailing columns: rccl-tests' algo, proto, nchannels; timestamp), time, algbw, busbw, the
+    check column and the group's extras (:data:`EXTRA_VALUES`) per placement, and the check
+    column's name."""
+    layout = test.layout
+    leading, n_groups = layout.leading, layout.n_groups
+    sizes, counts = [], []
+    extra: dict[str, list] = {c: [] for c in ("type", "redop", "root") if c in leading}
+    extra.update({c: [] for c in layout.trailing})
+    named = {"time": "time", "algbw": "algbw", "busbw": "busbw", layout.check: "check"}
+    named.update({c: EXTRA_VALUES[c] for c in layout.group[4:]})
+    values = {v: np.full((len(test.rows), n_groups), np.nan) for v in named.values()}
+    trailing_at = len(layout.columns) - len(layout.trailing)
     for i, (line, fields) in enumerate(test.rows):
         row = dict(zip(leading, fields[: len(leading)], strict=True))
         sizes.append(_number(path, row["size"], line, "size", int))
@@ -64,17 +80,17 @@ def row_values(path: Path, test: Test) -> tuple:
             extra["redop"].append(row["redop"])
         if "root" in extra:  # blank (all-to-all): no root, which nccl-tests prints as -1
             extra["root"].append(_number(path, row["root"] or "-1", line, "root", int))
+        for name, text in zip(layout.trailing, fields[trailing_at:], strict=True):
+            extra[name].append(text)
         for g in range(n_groups):
-            base = len(leading) + 4 * g
-            for offset, var in enumerate(("time", "algbw", "busbw")):
-                values[var][i, g] = _number(
-                    path, fields[base + offset], line, test.columns[base + offset], float
-                )
-            # float for #wrong too: nccl-tests prints the count with %g, 1.04858e+06 from a million on
-            values["check"][i, g] = _number(path, fields[base + 3], line, check, float)
+            for column, var in named.items():
+                at = layout.cell(g, column)
+                header = layout.time_header if column == "time" else column
+                # float for #wrong too: nccl-tests prints the count with %g, 1.04858e+06 from a million on
+                values[var][i, g] = _number(path, fields[at], line, header, float)
     if any(math.isnan(s) for s in sizes):
         raise InputFileError(path, "a row has 'N/A' as its size", line=test.rows[0][0])
-    return sizes, counts, extra, values, check
+    return sizes, counts, extra, values, layout.check
 
 
 #: The leading columns a reading may choose rows by: (column, what they are, coordinate name).
@@ -146,8 +162,9 @@ def aggregate_repeats(
     lines: list[int],
     check: str,
 ) -> tuple:
-    """Rows of repeated sizes as one row per size (first appearance order): time, algbw, busbw
-    means; wrong elements summed; the largest error kept. Returns the new columns and a note."""
+    """Rows of repeated sizes as one row per size (first appearance order): time, algbw, busbw (and
+    the per-iteration p99 and spread) means; wrong elements and differing bits summed; the largest
+    error, the least minimum and the largest maximum kept. Returns the new columns and a note."""
     unique, first, inverse, repeats = np.unique(
         sizes, return_index=True, return_inverse=True, return_counts=True
     )
@@ -160,6 +177,10 @@ def aggregate_repeats(
         frame = pd.DataFrame(array).groupby(group, sort=True)
         if name == "check":
             out[name] = (frame.sum(min_count=1) if check == "#wrong" else frame.max()).to_numpy(float)
+        elif name == "bitdiff":
+            out[name] = frame.sum(min_count=1).to_numpy(float)
+        elif name in ("time_min", "time_max"):
+            out[name] = (frame.min() if name == "time_min" else frame.max()).to_numpy(float)
         else:
             out[name] = frame.mean().to_numpy(float)
     keep = first[order]
