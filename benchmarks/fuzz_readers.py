@@ -229,7 +229,7 @@ def seed_files(workdir: Path) -> dict[str, list[Path]]:
             + _glob(REAL / "pytorch", "*amd_trace*", "*trace_filter__sampled_rank-0*")
         ),
         "horovod": _glob(TRACES / "horovod", "*.json", "*.json.gz"),
-        "nccl_tests": _glob(TRACES / "nccl-tests", "*.out", "*.txt", "*.log"),
+        "nccl_tests": _glob(TRACES / "nccl-tests", "*.out", "*.txt", "*.log", "*.json"),
         "darshan": _glob(TRACES / "darshan", "*.txt"),
         "dlio": _glob(TRACES / "dlio", "*.json"),
         "measured": _glob(DATA / "measured", "*.csv"),

@@ -161,6 +161,18 @@ def test_nccl_tests_average_that_is_not_a_number(tmp_path):
     _expect_error("nccl_tests", path, "line 50", "'5e'", "GB/s")
 
 
+def test_nccl_tests_json_results_nested_deeply_or_beyond_a_float(tmp_path):
+    # the JSON results file (nccl-tests -J): a RecursionError and OverflowErrors the fuzzer found
+    text = (TRACES / "nccl-tests" / "gpu-systems-lab-t4-2.19.7-results.json").read_text()
+    path = tmp_path / "results.json"
+    path.write_text(text.replace('"args":[', '"args":[' + "[" * DEEP, 1))
+    _expect_error("nccl_tests", path, "nested too deeply")
+    path.write_text(text.replace('"out_of_bounds":{"count":0', '"out_of_bounds":{"count":1e999', 1))
+    _expect_error("nccl_tests", path, "out_of_bounds.count", "whole number")
+    path.write_text(text.replace('"alg_bw":5.731221', '"alg_bw":' + "9" * 400, 1))
+    _expect_error("nccl_tests", path, "results[0].out_of_place.alg_bw", "a number")
+
+
 def test_dlio_integer_too_large_for_a_float(tmp_path):
     text = (TRACES / "dlio" / "summary.json").read_text()
     path = tmp_path / "summary.json"

@@ -64,6 +64,8 @@ def parse_json(path: Path) -> tuple[list[Test], list[Test]]:
         ended = isinstance(err, json.JSONDecodeError) and err.pos >= len(text.rstrip()) - 1
         why = "it ends early (the run may have been killed while writing it)" if ended else err.args[0]
         raise InputFileError(path, f"is not complete JSON ({why}); {_EXPECTED}") from None
+    except RecursionError:
+        raise InputFileError(path, f"is JSON nested too deeply; {_EXPECTED}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("config"), dict):
         raise InputFileError(path, f'has no "config" object; {_EXPECTED}')
     config = doc["config"]
@@ -100,10 +102,10 @@ def parse_json(path: Path) -> tuple[list[Test], list[Test]]:
     )
     test.ranks = len(devices) * nthreads * ngpus if devices else None
     test.avg_busbw = _summary(path, doc, "average_bus_bandwidth", "bandwidth")
-    wrong = _summary(path, doc, "out_of_bounds", "count")
-    okay = _object(doc.get("out_of_bounds")).get("okay")
-    if not math.isnan(wrong):
-        test.out_of_bounds = f"{int(wrong)} {'OK' if okay in ('true', True) else 'FAILED'}"
+    bounds = _object(doc.get("out_of_bounds"))
+    if "count" in bounds:
+        count = _number_text(path, bounds["count"], "out_of_bounds.count", whole=True)
+        test.out_of_bounds = f"{count} {'OK' if bounds.get('okay') in ('true', True) else 'FAILED'}"
     return [test], []
 
 
@@ -163,14 +165,15 @@ def _number_text(path: Path, value: Any, where: str, *, whole: bool = False) -> 
     """A JSON number as a printed cell ("nan", as the writer spells NaN, is one)."""
     if value == "nan" and not whole:
         return "nan"
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or (whole and not float(value).is_integer())
-    ):
+    if whole and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    try:
+        if isinstance(value, bool) or not isinstance(value, int if whole else int | float):
+            raise TypeError
+        return str(value) if whole else repr(float(value))
+    except (TypeError, OverflowError):  # not a number, or an integer beyond a float
         expected = "a whole number" if whole else 'a number (or "nan")'
-        raise InputFileError(path, f"{where} is {value!r}; expected {expected}")
-    return str(int(value)) if whole else repr(float(value))
+        raise InputFileError(path, f"{where} is {value!r:.80}; expected {expected}") from None
 
 
 def _count(path: Path, config: dict, key: str) -> int:
