@@ -264,8 +264,7 @@ def test_an_entry_reads_as_xarray_reads_its_netcdf(cache_dir, read):
     )
     if not path.exists():
         pytest.fail(f"{path} is missing: the real traces of shared/traces-real are needed")
-    with pytest.warns(UserWarning, match="the rank is unknown"):
-        load_trace(path, cache=True)
+    load_trace(path, cache=True)
     (entry,) = cache_dir.glob("*.nc")
     variables, data_vars, attrs = read(entry)
     with xr.open_dataset(entry, engine="h5netcdf", mask_and_scale=False) as ds:

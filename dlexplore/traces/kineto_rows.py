@@ -415,7 +415,7 @@ class RankFile:
             )
 
 
-def _carries_sizes(name: str) -> bool:
+def carries_sizes(name: str) -> bool:
     """Does an event of this name carry sizes (an NCCL kernel, a host communication call, gloo)?"""
     return (
         NCCL_KERNEL.match(name) is not None or name == RPC or name.startswith(("gloo:", *HOST_COMM_PREFIXES))

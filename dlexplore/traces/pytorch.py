@@ -15,11 +15,14 @@ the set's first event (so that a 1.7e9 s Unix time keeps its nanoseconds).
 Rank and world size come from the ``ranks=`` option (one per file), else the top-level
 ``distributedInfo`` (``rank``, ``world_size``, ``backend``), else a rank the file name states
 (``rank3``, ``rank_3``, ``rank-3``, ``job_rank_3``; with a warning). Other numbers in a name are not
-ranks (``worker0.1623143089861``, ``host_1016005``: process ids, time stamps). A single file whose
-rank is unknown is shown as rank 0 with a warning and ``trace.meta["rank_unknown"]``; several such
-files are an error asking for ``ranks=``. Two files with the same rank, mixed world sizes, or
-several files that leave ranks out (``allow_missing_ranks=True`` accepts the last, listing them in
-``trace.meta["missing_ranks"]``) are errors naming the files.
+ranks (``worker0.1623143089861``, ``host_1016005``: process ids, time stamps). A single file without
+any of them that holds no communication (no NCCL kernel, c10d or gloo call) is a single-process run:
+rank 0 of 1, said by nothing. A single file whose rank is unknown but that communicates (a 2021
+trace of a DDP run, before distributedInfo) is shown as rank 0 with a warning and
+``trace.meta["rank_unknown"]``; several such files are an error asking for ``ranks=``. Two files
+with the same rank, mixed world sizes, or several files that leave ranks out
+(``allow_missing_ranks=True`` accepts the last, listing them in ``trace.meta["missing_ranks"]``)
+are errors naming the files.
 
 Traces of every Kineto release read alike: the 2021 category names (``Operator``, ``Runtime``,
 ``Kernel``, ``Memcpy``, ``Memset``; row ids such as ``"stream 7"``; ``external id``) are today's
@@ -110,7 +113,7 @@ from .kineto_assemble import assemble
 from .kineto_comm import DTYPE_BYTES, Labels
 from .kineto_decode import iter_kineto_files
 from .kineto_notes import say_what_is_missing
-from .kineto_rows import PHASES_READ, RankFile, canonical_category
+from .kineto_rows import PHASES_READ, RankFile, canonical_category, carries_sizes
 from .schema import Trace
 
 __all__ = ["read", "rank_from_filename", "canonical_category", "DTYPE_BYTES"]
@@ -176,7 +179,9 @@ def read(paths: list[Path], **options: Any) -> Trace:
     finally:
         if enabled:
             gc.enable()
-    world_size, missing = _assign_ranks(files, allow_missing, options.get("ranks"))
+    # one file that neither says a rank nor communicates is a single-process run: rank 0 of 1
+    alone = len(files) == 1 and not any(carries_sizes(name) for name in names.values)
+    world_size, missing = _assign_ranks(files, allow_missing, options.get("ranks"), alone)
     files.sort(key=lambda f: f.rank)
     trace = assemble(files, world_size, names, cats, streams)
     trace.meta["missing_ranks"] = missing
@@ -187,9 +192,11 @@ def read(paths: list[Path], **options: Any) -> Trace:
     return trace
 
 
-def _assign_ranks(files: list[RankFile], allow_missing: bool, ranks: Any = None) -> tuple[int, list[int]]:
-    """Each file's rank (``ranks=``, else distributedInfo, else a rank its name states); the world
-    size and the ranks missing from it. See the module docstring."""
+def _assign_ranks(
+    files: list[RankFile], allow_missing: bool, ranks: Any = None, single_process: bool = False
+) -> tuple[int, list[int]]:
+    """Each file's rank (``ranks=``, else distributedInfo, else a rank its name states, else 0 for a
+    ``single_process`` run); the world size and the ranks missing from it. See the module docstring."""
     if ranks is not None:
         given = list(ranks) if not isinstance(ranks, (str, bytes)) else None
         if (
@@ -207,6 +214,9 @@ def _assign_ranks(files: list[RankFile], allow_missing: bool, ranks: Any = None)
         if file.rank is not None:
             continue
         rank = rank_from_filename(file.path)
+        if rank is None and single_process:
+            file.rank = 0
+            continue
         if rank is None:
             if len(files) > 1:
                 raise DlexploreError(
