@@ -1,0 +1,62 @@
+"""Real GPU traces: two profiled training steps on one NVIDIA H200 (PyTorch 2.11.0+cu130, CUPTI 13),
+written by benchmarks/gpu_steps.py (tests/data/traces/pytorch/README.txt). Every expected number
+was read from the JSON itself with the standard library (kernels are the "kernel" events whose
+start lies inside a CPU ProfilerStep#N; the allocator's "[memory]" events carry "Total Allocated";
+a step lasts from its ProfilerStep's start to the next one's, the last its own duration):
+
+  resnet50-b64: ProfilerStep#2 at 4,991,815,765,083.119 us, #3 at ...812,782.907 us for 44,517.354 us
+                (steps of 47,699.788 and 44,517.354 us); 895 kernels each on stream 7,
+                15,269 and 15,272 us of kernel time; 4,552 [memory] events, at most 2.9967 GiB.
+  gpt2-b8:      ProfilerStep#2 at 4,991,852,650,096.658 us, #3 at ...720,907.000 us for 77,043.147 us
+                (steps of 70,810.342 and 77,043.147 us); 1,106 kernels each, 56,159 and
+                56,198 us; 5,380 [memory] events, at most 12.679 GiB.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+
+from dlexplore.traces import load_trace
+
+DATA = Path(__file__).parent / "data" / "traces" / "pytorch"
+
+
+def quietly(folder: str):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # one GPU, no communication, no rank: nothing to warn about
+        return load_trace(DATA / folder, cache=False)
+
+
+def test_resnet50_steps_kernels_and_the_idle_gpu():
+    """ResNet-50 at batch 64 in eager PyTorch leaves the H200 idle two thirds of each profiled step:
+    895 kernels of 15.27 ms in a 44.5-47.7 ms step, the rest is the host launching them (the
+    kernel that ends after its step's CPU window is clipped to it: 15.22 ms counted)."""
+    trace = quietly("h200-resnet50-b64")
+    assert trace.world_size == 1 and trace.meta["device"] == "cuda" and trace.meta["rank_unknown"] == []
+    ds = trace.breakdown().sel(rank=0)
+    assert ds.step.values.tolist() == [2, 3]
+    assert ds.step_time.values.tolist() == pytest.approx([47699.788e-6, 44517.354e-6])
+    assert ds.time_compute.values == pytest.approx([15.269e-3, 15.272e-3], rel=5e-3)
+    assert (ds.time_comm.values == 0).all() and (ds.time_idle / ds.step_time > 0.6).all()
+    kernels = trace.events[(trace.events["category"] == "compute") & (trace.events["stream"] == "cuda:0:7")]
+    assert kernels.groupby("step", observed=True).size().tolist() == [895, 895]
+    assert len(trace.memory) == 4552 and trace.memory["allocated"].max() / 2**30 == pytest.approx(
+        2.9967, abs=1e-4
+    )
+
+
+def test_gpt2_kernel_time_and_memory():
+    """GPT-2 small at batch 8 x 1,024 tokens keeps the GPU busy: 56.16 and 56.20 ms of kernels in
+    70.8 and 77.0 ms steps (within a microsecond of the JSON's sum: no kernel crosses a step's end)."""
+    trace = quietly("h200-gpt2-b8")
+    ds = trace.breakdown().sel(rank=0)
+    assert ds.step_time.values.tolist() == pytest.approx([70810.342e-6, 77043.147e-6])
+    assert ds.time_compute.values == pytest.approx([56.159e-3, 56.198e-3], abs=1e-6)
+    kernels = trace.events[trace.events["category"] == "compute"]
+    assert len(kernels) == 2 * 1106
+    assert len(trace.memory) == 5380 and trace.memory["allocated"].max() / 2**30 == pytest.approx(
+        12.679, abs=1e-3
+    )
