@@ -245,6 +245,13 @@ def test_nccl_log_keeps_the_library_version(tmp_path):
     assert read_nccl_log(NCCL / "torchtitan-1369-tp-h100.log").attrs["versions"] == []
 
 
+def test_rccl_7_version_line_with_a_colon():
+    """RCCL 2.26 and later write "RCCL version : 2.27.7-HEAD:0d2c4fd": the banner of the run whose
+    operations rccl7-gfx1100-acc-nil.log holds, read with them (before, no version was kept)."""
+    ops = read_nccl_log([NCCL / "rccl7-gfx1100-banner.log", NCCL / "rccl7-gfx1100-acc-nil.log"])
+    assert ops.attrs["versions"] == ["RCCL 2.27.7-HEAD:0d2c4fd"] and len(ops) == 16
+
+
 def test_nccl_log_folder_skips_files_without_nccl_lines(tmp_path):
     # a job's folder: two ranks' logs (named .log, as NCCL_DEBUG_FILE makes them) and a hostfile
     shutil.copy(NCCL / "rccl-issue-429.log", tmp_path / "rank0.log")

@@ -99,8 +99,12 @@ _INIT = re.compile(
     _PREFIX + r"(?:ncclComm\w+ )?comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+)"
 )
 _GATHERED = {"allgather", "reduce_scatter"}
-# "NCCL version 2.20.5+cuda12.4" (printed bare by rank 0, or after an INFO prefix), RCCL's too
-_VERSION = re.compile(r"\b([NR]CCL) version (\d+\.\d+\.\d+(?:\+[a-z]+\d+(?:\.\d+)?)?)")
+# "NCCL version 2.20.5+cuda12.4" (printed bare by rank 0, or after an INFO prefix), RCCL's too, and
+# RCCL 2.26+'s "RCCL version : 2.27.7-HEAD:0d2c4fd"; MSCCL's builds "2.12.12.MSCCL.0.7.3+cuda11.6"
+_VERSION = re.compile(
+    r"\b([NR]CCL) version\s*:?\s*"
+    r"(\d+\.\d+\.\d+(?:\.MSCCL(?:\.\d+)+)?(?:\+[a-z]+\d+(?:\.\d+)?)?(?:-[A-Za-z]+:[0-9a-f]{7,40})?)"
+)  # (each suffix by its shape: interleaved output may run the next line's host into it)
 _TASK = re.compile(r" task\b")  # the start of RCCL's "task N globalrank N", after the stream
 _OP_START = re.compile(r"[A-Za-z]+: opCount\b")  # an operation line, however it ends
 _REPEATED = re.compile(r"\[repeated \d+x across cluster\]")
