@@ -245,6 +245,23 @@ def test_nccl_log_keeps_the_library_version(tmp_path):
     assert read_nccl_log(NCCL / "torchtitan-1369-tp-h100.log").attrs["versions"] == []
 
 
+@pytest.mark.parametrize(
+    "logged, attached", [(8388608, True), (16777216, True), (4194304, False), (33554432, False)]
+)
+def test_a_tuning_choice_of_an_allgather_per_rank_or_whole(tmp_path, logged, attached):
+    """NCCL 2.19+ logs TUNING as the task's count x type size (src/enqueue.cc), one rank's part of an
+    allgather; earlier versions the whole buffer. No real log with both lines was found: this one is
+    torchtitan#1369's first AllGather (2097152 float32 x 2 ranks = 16,777,216 bytes) and a TUNING
+    line of the form sglang's NCCL 2.27.5 log prints, from the same thread."""
+    op = (NCCL / "torchtitan-1369-tp-h100.log").read_text().splitlines()[0]
+    choice = f"hopper01:191370:191425 [1] NCCL INFO AllGather: {logged} Bytes -> Algo RING proto SIMPLE"
+    log = tmp_path / "tuned.log"
+    log.write_text(op + "\n" + choice + " channel{Lo..Hi}={0..7}\n")
+    ops = read_nccl_log(log)
+    assert ops.loc[0, "bytes"] == 16777216
+    assert (ops.loc[0, "algorithm"], ops.loc[0, "protocol"]) == (("ring", "simple") if attached else ("", ""))
+
+
 def test_rccl_7_version_line_with_a_colon():
     """RCCL 2.26 and later write "RCCL version : 2.27.7-HEAD:0d2c4fd": the banner of the run whose
     operations rccl7-gfx1100-acc-nil.log holds, read with them (before, no version was kept)."""

@@ -20,7 +20,8 @@ its choice, ``[Coll: ]<bytes> Bytes -> Algo <a> proto <p> [time <us>|channel...]
 NCCL 2.2x, names in later versions; ``include/nccl_common.h`` orders the algorithms TREE, RING,
 COLLNET_DIRECT, COLLNET_CHAIN, NVLS, NVLS_TREE, PAT and the protocols LL, LL128, SIMPLE): those
 lines become :func:`read_nccl_log`'s ``attrs["tuning"]`` table, and a choice is attached to the
-operation logged just before it by the same thread with the same size.
+operation logged just before it by the same thread with the same size (NCCL 2.19 and later log one
+rank's part of an allgather or reduce_scatter: that size too).
 
 Interleaved output of several processes (one line holding two prefixes) is read from the last
 prefix; an operation line whose prefix was lost keeps its fields with host, pid and device unknown.
@@ -177,7 +178,8 @@ def _tuning_row(
     path: Path, number: int, m: re.Match, ops: list[dict], tuning: list[dict], last: dict
 ) -> None:
     """A TUNING line as a row of ``tuning``, its choice attached to the operation logged just
-    before it by the same thread with the same size."""
+    before it by the same thread with the same size (or, for allgather and reduce_scatter, the
+    size of one rank's part: NCCL 2.19 and later log that)."""
     row = {
         "file": str(path),
         "line": number,
@@ -192,8 +194,16 @@ def _tuning_row(
     }
     tuning.append(row)
     i = last.get((m["host"], m["pid"], m["tid"]))
-    if i is not None and ops[i]["bytes"] == row["bytes"] and not ops[i]["algorithm"]:
-        ops[i]["algorithm"], ops[i]["protocol"] = row["algorithm"], row["protocol"]
+    if i is None or ops[i]["algorithm"]:
+        return
+    op = ops[i]
+    # NCCL 2.19+ logs count x size of the task, per rank for allgather and reduce_scatter (the
+    # operation's bytes are x nranks); earlier versions, the whole buffer as the operation's
+    gathered = (
+        op["collective"] in ("allgather", "reduce_scatter") and op["bytes"] == row["bytes"] * op["nranks"]
+    )
+    if op["bytes"] == row["bytes"] or gathered:
+        op["algorithm"], op["protocol"] = row["algorithm"], row["protocol"]
 
 
 def _say_lost_lines(path: Path, cut: list[int], repeated: list[int], rankless: list[int], found: int) -> None:
