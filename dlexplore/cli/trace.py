@@ -210,6 +210,28 @@ def run_collectives(args: argparse.Namespace) -> None:
     emit_frame(table, args, f"collectives: {trace.source}")
 
 
+def run_kernels(args: argparse.Namespace) -> None:
+    trace = load_trace_from_args(args)
+    table = trace.kernels() if args.by == "name" else trace.kernel_breakdown()
+    if args.top is not None:
+        if args.top < 1:
+            raise UsageError(f"--top must be >= 1, got {args.top}")
+        table = table.groupby("rank", sort=False).head(args.top).reset_index(drop=True)
+    what = "device time per kernel" if args.by == "name" else "device time per kernel kind"
+    if args.format == "table":
+        shown = table.assign(share=table["share"] * 100).rename(columns={"share": "share [%]"})
+        if "name" in shown:
+            shown["name"] = shown["name"].str.slice(0, 90)  # csv and json keep names whole
+        body = readable_table(shown, {k: v for k, v in table.attrs["units"].items() if k != "share"})
+        if table.empty:
+            body = "(no device kernels: the trace holds no GPU activity)"
+        write_text(
+            f"# {what}: {trace!r}{trace_notes(trace)}\n# source: {trace.source}\n{body}\n", args.output
+        )
+        return
+    emit_frame(table, args, f"{what}: {trace.source}")
+
+
 def run_convert(args: argparse.Namespace) -> None:
     from ..traces import write_netcdf
 
@@ -289,6 +311,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             a.add_argument("--latency", type=float, help="s, with --bandwidth")
             a.add_argument("--algorithm", default="ring", help="algorithm of the prediction (ring)")
         a.set_defaults(func=func)
+    _add_kernels_parser(tsub)
     h = tsub.add_parser("report", help="write the timeline, breakdown and collectives as one HTML page")
     h.add_argument("paths", nargs="+", metavar="PATH", help="trace file, folder or glob")
     h.add_argument("--trace-format", help="skip format detection")
@@ -302,3 +325,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_trace_options(v)
     v.add_argument("-o", "--output", required=True, metavar="FILE.nc", help="netCDF file to write")
     v.set_defaults(func=run_convert)
+
+
+def _add_kernels_parser(tsub: argparse._SubParsersAction) -> None:
+    k = tsub.add_parser(
+        "kernels",
+        help="device time per kernel kind (GEMM, convolution, element-wise ...) or per kernel",
+        description="Device time per rank and kernel kind, or per kernel name (--by name) with the "
+        "operand alignment a CUTLASS kernel's name states.",
+    )
+    k.add_argument("paths", nargs="+", metavar="PATH", help="trace file, folder or glob")
+    k.add_argument("--trace-format", help="skip format detection")
+    add_trace_options(k)
+    k.add_argument(
+        "--by", choices=("kind", "name"), default="kind", help="rows per kernel kind (default) or name"
+    )
+    k.add_argument("--top", type=int, metavar="N", help="only the N rows with the most time per rank")
+    add_output(k, ("table", "csv", "json"))
+    k.set_defaults(func=run_kernels)

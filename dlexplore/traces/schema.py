@@ -146,6 +146,20 @@ class Trace:
 
         return launch_stats(self)
 
+    def kernels(self) -> pd.DataFrame:
+        """Device time per rank and kernel name, with its kind and alignment
+        (:func:`dlexplore.traces.kernels.kernel_table`)."""
+        from .kernels import kernel_table
+
+        return kernel_table(self)
+
+    def kernel_breakdown(self) -> pd.DataFrame:
+        """Device time per rank and kernel kind: GEMM, convolution, attention, element-wise ...
+        (:func:`dlexplore.traces.kernels.kernel_breakdown`)."""
+        from .kernels import kernel_breakdown
+
+        return kernel_breakdown(self)
+
     def queue_length(self) -> pd.DataFrame:
         """Operations queued per stream over time (:func:`dlexplore.traces.launches.queue_length`)."""
         from .launches import queue_length
