@@ -70,6 +70,12 @@ def test_kinds_of_resnet50_and_of_an_nccl_trace():
         ("void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernelTemplate<float>", "norm"),
         ("void at::native::(anonymous namespace)::fused_dropout_kernel_vec<c10::BFloat16>", "elementwise"),
         ("void at_cuda_detail::cub::detail::radix_sort::DeviceRadixSortOnesweepKernel", "other"),
+        # torch.compile's Triton kernels (Inductor's names) and ROCm's libraries
+        ("triton_poi_fused_add_gelu_0", "elementwise"),
+        ("triton_per_fused_native_layer_norm_1", "norm"),
+        ("triton_tem_fused_mm_2", "gemm"),
+        ("Cijk_Ailk_Bljk_HHS_BH_MT128x128x32_MI32x32x8x1_SN_1LDSB0_APM1", "gemm"),
+        ("miopenSp3AsmConv_v30_3_1_gfx9_fp32_f2x3_stride1", "conv"),
     ],
 )
 def test_kind_of_a_kernel_name(name, kind):

@@ -13,10 +13,12 @@ step at about a sixth of the rate of the aligned GEMMs (``tests/data/traces/pyto
 the kernel's name, by the first of :data:`KINDS` that matches (case-insensitive), as the kernel
 libraries name them: ``attention`` (``flash``, ``fmha``, ``attention``, ``sdpa``: cuDNN's SDPA
 kernels are also ``fprop``), ``conv`` (cuDNN's ``fprop``/``dgrad``/``wgrad``, ``convolve``,
-``winograd``), ``gemm`` (``gemm``, ``xmma``, ``nvjet``, ``wgmma``, ``cutlass``), ``norm`` (and
-layer norm's ``GammaBeta`` backward), ``softmax`` (softmax, cross entropy, NLL loss), ``optimizer``
-(PyTorch's ``multi_tensor_apply``, Adam, SGD), ``elementwise`` (element-wise, reduction, copy,
-fill, index, embedding, concatenation and dropout kernels), else ``other`` (sorts, scans ...).
+``winograd``, MIOpen's convolutions), ``gemm`` (``gemm``, ``xmma``, ``nvjet``, ``wgmma``,
+``cutlass``, rocBLAS/hipBLASLt's Tensile ``Cijk_`` kernels, Inductor's ``triton_tem`` templates),
+``norm`` (and layer norm's ``GammaBeta`` backward), ``softmax`` (softmax, cross entropy, NLL loss),
+``optimizer`` (PyTorch's ``multi_tensor_apply``, Adam, SGD), ``elementwise`` (element-wise,
+reduction, copy, fill, index, embedding, concatenation and dropout kernels, Inductor's pointwise and
+reduction kernels ``triton_poi``/``triton_red``/``triton_per``), else ``other`` (sorts, scans ...).
 """
 
 from __future__ import annotations
@@ -37,12 +39,15 @@ __all__ = ["KINDS", "kernel_table", "kernel_breakdown", "kind_of"]
 #: A kernel's kind from its name: (kind, pattern), the first that matches wins.
 KINDS = (
     ("attention", r"flash|fmha|attention|sdpa"),
-    ("conv", r"fprop|dgrad|wgrad|convolve|convolution|winograd|conv[123]d"),
-    ("gemm", r"gemm|xmma|nvjet|wgmma|cutlass"),
+    ("conv", r"fprop|dgrad|wgrad|convolve|convolution|winograd|conv[123]d|miopen\w*conv"),
+    ("gemm", r"gemm|xmma|nvjet|wgmma|cutlass|^Cijk_|triton_tem"),
     ("norm", r"norm|GammaBeta"),
     ("softmax", r"softmax|cross_entropy|nll_loss"),
     ("optimizer", r"multi_tensor_apply|adam|sgd"),
-    ("elementwise", r"elementwise|reduce|copy|fill|index|embedding|cat_|gather|scatter|dropout"),
+    (
+        "elementwise",
+        r"elementwise|reduce|copy|fill|index|embedding|cat_|gather|scatter|dropout|triton_(poi|red|per)_",
+    ),
 )
 _KIND_PATTERNS = [(kind, re.compile(pattern, re.IGNORECASE)) for kind, pattern in KINDS]
 _BY_CATEGORY = ("communication", "memcpy", "memset")
