@@ -1,5 +1,5 @@
 """Real GPU traces: two profiled training steps on one NVIDIA H200 (PyTorch 2.11.0+cu130, CUPTI 13),
-written by benchmarks/gpu_steps.py (tests/data/traces/pytorch/README.txt). Every expected number
+written by benchmarks/gpu_steps.py (tests/data/traces/pytorch-gpu/README.txt). Every expected number
 was read from the JSON itself with the standard library (kernels are the "kernel" events whose
 start lies inside a CPU ProfilerStep#N; the allocator's "[memory]" events carry "Total Allocated";
 a step lasts from its ProfilerStep's start to the next one's, the last its own duration):
@@ -21,7 +21,7 @@ import pytest
 
 from dlexplore.traces import load_trace
 
-DATA = Path(__file__).parent / "data" / "traces" / "pytorch"
+DATA = Path(__file__).parent / "data" / "traces" / "pytorch-gpu"
 
 
 def quietly(folder: str):

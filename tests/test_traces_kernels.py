@@ -21,7 +21,7 @@ from dlexplore.cli import main
 from dlexplore.traces import load_trace
 from dlexplore.traces.kernels import kind_of
 
-PYTORCH = Path(__file__).parent / "data" / "traces" / "pytorch"
+PYTORCH = Path(__file__).parent / "data" / "traces" / "pytorch-gpu"
 
 
 @pytest.fixture(scope="module")

@@ -627,3 +627,27 @@ def test_analyses_tabs_say_what_the_trace_cannot_give(tmp_path):
     assert sum(path["time_ms"]) == pytest.approx(window * 1e3)
     expected = trace_diff(trace, trace.select(ranks=[0]))["time_delta"].to_numpy()[:20][::-1] * 1e3
     assert view.sources["trace_diff"].data["delta_ms"].tolist() == pytest.approx(expected.tolist())
+
+
+def test_kernels_tab_follows_the_rank():
+    """The Kernels tab draws kernel_breakdown of the rank shown: on the real H200 GPT-2 trace
+    (tests/data/traces/pytorch-gpu/README.txt) 112.586 ms of device time, element-wise kernels first;
+    the hand-made trace's CPU-only rank 0 says it ran nothing on a device."""
+    from dlexplore.traces import load_trace
+
+    gpt2 = load_trace(Path(__file__).parent / "data" / "traces" / "pytorch-gpu" / "h200-gpt2-b8", cache=False)
+    view = TraceView(gpt2)
+    shown = view.sources["trace_kernels"].data
+    kinds = gpt2.kernel_breakdown()
+    assert list(shown["kind"]) == kinds["kind"].tolist() and shown["kind"][0] == "elementwise"
+    assert shown["time_ms"].tolist() == pytest.approx((kinds["time"] * 1e3).tolist())
+    assert (
+        sum(shown["time_ms"]) == pytest.approx(112.58587)
+        and "112.586 ms" in view.analysis_figures.kernels.title.text
+    )
+    hand = TraceView(hand_trace())
+    hand.set(ranks=[0])
+    assert len(hand.sources["trace_kernels"].data["kind"]) == 0
+    assert "rank 0 ran nothing on a device" in hand.analysis_figures.kernels.title.text
+    hand.set(ranks=[1])
+    assert len(hand.sources["trace_kernels"].data["kind"]) > 0

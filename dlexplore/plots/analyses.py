@@ -1,5 +1,6 @@
-"""Bokeh figures of a trace's analyses: critical path, kernel launches, memory, stream queues, and
-the diff of two runs. Datasets and tables in (:mod:`dlexplore.traces`), columns and figures out.
+"""Bokeh figures of a trace's analyses: critical path, kernel launches, device time per kernel kind,
+memory, stream queues, and the diff of two runs. Datasets and tables in (:mod:`dlexplore.traces`),
+columns and figures out.
 
 :class:`AnalysisFigures` builds the figures once, each on a named ``ColumnDataSource``
 (:data:`ANALYSIS_SOURCE_NAMES`), in one ``Tabs`` layout; the ``show_*`` methods replace the
@@ -25,12 +26,34 @@ __all__ = [
     "AnalysisFigures",
     "critical_path_columns",
     "diff_columns",
+    "kernel_columns",
     "launch_columns",
     "memory_columns",
     "queue_columns",
 ]
 
-ANALYSIS_SOURCE_NAMES = ("trace_critical_path", "trace_launches", "trace_memory", "trace_queue", "trace_diff")
+ANALYSIS_SOURCE_NAMES = (
+    "trace_critical_path",
+    "trace_launches",
+    "trace_kernels",
+    "trace_memory",
+    "trace_queue",
+    "trace_diff",
+)
+#: Kernel kinds (dlexplore.traces.kernels), top to bottom in their bar chart, with their colours.
+KERNEL_KIND_COLORS = {
+    "gemm": "#1f77b4",
+    "conv": "#aec7e8",
+    "attention": "#17becf",
+    "norm": "#ff7f0e",
+    "softmax": "#ffbb78",
+    "elementwise": "#bcbd22",
+    "optimizer": "#2ca02c",
+    "communication": "#d62728",
+    "memcpy": "#9467bd",
+    "memset": "#c5b0d5",
+    "other": "#c7c7c7",
+}
 #: Colours of the critical path's parts (dlexplore.traces.critical_path.PATH_PARTS).
 PATH_COLORS = {
     "compute": "#1f77b4",
@@ -85,6 +108,24 @@ def launch_columns(
         "short": short.astype(float),
         "color": np.where(short, "#d62728", "#1f77b4").astype(object),
         "rank": table["rank"].to_numpy(dtype=float),
+    }
+
+
+def kernel_columns(kinds: pd.DataFrame | None, *, rank: int | None = None) -> dict[str, np.ndarray]:
+    """:func:`dlexplore.traces.kernels.kernel_breakdown` of one rank as bars: kind, ms, share of the
+    rank's device time, kernels run, distinct kernels."""
+    names = ("kind", "time_ms", "share", "count", "kernels", "color")
+    mine = None if kinds is None or rank is None else kinds[kinds["rank"] == rank]
+    if mine is None or not len(mine):
+        return {n: np.array([], dtype=object if n in ("kind", "color") else float) for n in names}
+    kind = mine["kind"].astype(str).to_numpy(object)
+    return {
+        "kind": kind,
+        "time_ms": mine["time"].to_numpy() * 1e3,
+        "share": mine["share"].to_numpy(),
+        "count": mine["count"].to_numpy(dtype=float),
+        "kernels": mine["kernels"].to_numpy(dtype=float),
+        "color": np.array([KERNEL_KIND_COLORS.get(k, "#7f7f7f") for k in kind], dtype=object),
     }
 
 
@@ -149,6 +190,7 @@ class AnalysisFigures:
         self.notes = Div(text="", name="trace_analyses_notes", width=width)
         self.path = self._path_figure()
         self.launches = self._launch_figure()
+        self.kernels = self._kernel_figure()
         self.memory = self._line_figure(
             "trace_memory",
             "Memory allocated per device",
@@ -164,6 +206,7 @@ class AnalysisFigures:
         panels = [
             TabPanel(child=self.path, title="Critical path"),
             TabPanel(child=self.launches, title="Kernel launches"),
+            TabPanel(child=self.kernels, title="Kernels"),
             TabPanel(child=self.queue, title="Stream queues"),
             TabPanel(child=self.memory, title="Memory"),
         ]
@@ -228,6 +271,32 @@ class AnalysisFigures:
         )
         return fig
 
+    def _kernel_figure(self):
+        source = self.sources["trace_kernels"]
+        source.data = kernel_columns(None)
+        fig = figure(
+            name="trace_kernels_figure",
+            title="Device time per kernel kind",
+            width=self.width,
+            height=self.height,
+            y_range=FactorRange(*reversed(list(KERNEL_KIND_COLORS))),
+            x_axis_label="device time over the trace (ms)",
+            tools="save,reset",
+        )
+        bars = fig.hbar(y="kind", right="time_ms", height=0.7, color="color", source=source)
+        fig.add_tools(
+            HoverTool(
+                renderers=[bars],
+                tooltips=[
+                    ("kind", "@kind"),
+                    ("time", "@time_ms{0,0.000} ms (@share{0.0%} of the device time)"),
+                    ("kernels run", "@count{0,0} (@kernels{0} distinct)"),
+                ],
+            )
+        )
+        fig.x_range.start = 0
+        return fig
+
     def _line_figure(self, name: str, title: str, y_label: str, tooltip: str):
         source = self.sources[name]
         source.data = {"xs": [], "ys": [], "label": [], "color": []}
@@ -284,6 +353,11 @@ class AnalysisFigures:
         self.sources["trace_launches"].data = dict(data)
         if title:
             self.launches.title.text = title
+
+    def show_kernels(self, data: Mapping, *, title: str = "") -> None:
+        self.sources["trace_kernels"].data = dict(data)
+        if title:
+            self.kernels.title.text = title
 
     def show_memory(self, data: Mapping, *, title: str = "") -> None:
         self.sources["trace_memory"].data = dict(data)

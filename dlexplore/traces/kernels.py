@@ -6,7 +6,7 @@ kernel's ``kind`` and, where its name states it, ``alignment``: the operand alig
 CUTLASS kernel was built for (``..._align1`` x the element size its name gives). cuBLAS takes such
 a kernel when a GEMM dimension is not a multiple of 16 bytes (8 bf16 or fp16 elements): on an H200,
 GPT-2's language-model head (vocabulary 50,257) runs three ``cutlass_75_..._align1`` kernels a
-step at about a sixth of the rate of the aligned GEMMs (``tests/data/traces/pytorch/README.txt``).
+step at about a sixth of the rate of the aligned GEMMs (``tests/data/traces/pytorch-gpu/README.txt``).
 :func:`kernel_breakdown` sums the table by kind.
 
 ``kind`` comes from the trace's category (``communication``, ``memcpy``, ``memset``) and else from

@@ -36,6 +36,7 @@ from ..plots.analyses import (
     AnalysisFigures,
     critical_path_columns,
     diff_columns,
+    kernel_columns,
     launch_columns,
     memory_columns,
     queue_columns,
@@ -89,9 +90,10 @@ class TraceView:
 
     Below the timeline, tabs show the analyses (:mod:`dlexplore.plots.analyses`): the critical path of
     the step shown (the middle step but the last when all are), kernel launches (launch delay against device
-    time, short kernels in red), operations queued per stream, memory allocated per device (traces
-    recorded with ``profile_memory=True``), each for the first rank selected; an analysis the trace
-    cannot give says why in the status line.
+    time, short kernels in red), device time per kernel kind (GEMM, convolution, element-wise ...:
+    :func:`dlexplore.traces.kernels.kernel_breakdown`), operations queued per stream, memory
+    allocated per device (traces recorded with ``profile_memory=True``), each for the first rank
+    selected; an analysis the trace cannot give says why in the status line.
 
     Controls: ranks shown (a multiple selection), step (all steps, or one: the timeline zooms to
     it and the bars and table show it alone), categories shown on the timeline. Display the view
@@ -422,6 +424,7 @@ class TraceView:
         self.queues = None
         if self.launches is not None:
             self.queues = self._try("stream queues", lambda: queue_length(self.launches))
+        self.kernels = self._try("kernel breakdown", trace.kernel_breakdown)
         self.memory = None
         if trace.memory is not None:
             self.memory = self._try("memory timeline", trace.memory_timeline)
@@ -454,6 +457,14 @@ class TraceView:
                 ),
             )
         figures.show_launches(launch_columns(self.launches, ranks=ranks or None))
+        kinds = kernel_columns(self.kernels, rank=rank)
+        total = f"{kinds['time_ms'].sum():,.3f} ms over the trace"
+        figures.show_kernels(
+            kinds,
+            title=f"Device time per kernel kind on rank {rank}: {total}"
+            if len(kinds["kind"])
+            else f"Kernels: rank {rank} ran nothing on a device",
+        )
         figures.show_queue(
             queue_columns(self.queues, rank=rank, origin=origin),
             title=f"Operations queued per stream on rank {rank} (launched, not finished)",

@@ -41,7 +41,14 @@ SAMPLE = REPO / "data" / "traces" / "gloo-mlp-2rank"
 REAL = REPO.parent / "shared" / "traces-real" / "pytorch"
 REAL_MAIN = REAL / "HolisticTraceAnalysis__df_index_resolver__df_index_resolver.json.gz"
 REAL_OTHER = REAL / "HolisticTraceAnalysis__trace_diff__test__test.json.gz"
-ANALYSIS_SOURCES = ["trace_critical_path", "trace_launches", "trace_memory", "trace_queue", "trace_diff"]
+ANALYSIS_SOURCES = [
+    "trace_critical_path",
+    "trace_launches",
+    "trace_kernels",
+    "trace_memory",
+    "trace_queue",
+    "trace_diff",
+]
 TRACE_SOURCES = ["trace_timeline", "trace_breakdown", "trace_collectives"]
 FIRST_PLOT_MS = 120_000
 # Only catches breakage (a stuck comm, a redraw per event); the figures are in timings.json.
@@ -433,7 +440,8 @@ def test_voila_a_million_events_stay_responsive(traceview_voila, tab, timings):
 
 def test_voila_traceview_analyses_of_a_real_trace(traceview_voila, tab):
     """The analyses' tabs on a real trace (HTA's df_index_resolver: 2 GPUs' NCCL run with memory
-    events), diffed against another real run; the step drop-down moves the critical path."""
+    events), diffed against another real run; the step drop-down moves the critical path; the
+    kernels tab shows the rank's device time per kernel kind."""
     import os
     import warnings
 
@@ -467,11 +475,21 @@ def test_voila_traceview_analyses_of_a_real_trace(traceview_voila, tab):
     # memory: one line per device of rank 1 (the CPU and cuda:1)
     assert read_source(page, "trace_memory", ["label"])["label"] == ["cpu", "cuda:1"]
     assert len(read_source(page, "trace_launches", ["delay_us"])["delay_us"]) > 1000
+    # kernels: rank 1's device time per kernel kind, as kernel_breakdown sums it
+    kinds = trace.kernel_breakdown()
+    kinds = kinds[kinds["rank"] == 1]
+    shown = read_source(page, "trace_kernels", ["kind", "time_ms"])
+    assert shown["kind"] == kinds["kind"].tolist() and "communication" in shown["kind"]
+    assert shown["time_ms"] == pytest.approx((kinds["time"] * 1e3).tolist(), rel=1e-9)
     # the step drop-down: the critical path of that step
     page.locator(".widget-dropdown select").select_option(label="step 3")
     changed = wait_changed(page, "trace_critical_path", path)
     assert sum(changed["time_ms"]) == pytest.approx(float(steps.sel(step=3)) * 1e3, rel=1e-6)
     # the tabs switch in the page, and the memory figure is drawn
+    page.get_by_text("Kernels", exact=True).click()
+    page.wait_for_timeout(500)
+    assert_painted(page)
+    tab.shot("analyses-kernels")
     page.get_by_text("Memory", exact=True).click()
     page.wait_for_timeout(500)
     assert_painted(page)
