@@ -367,10 +367,12 @@ def _how_to_read(index, max_events: int, embed_events: int) -> str:
 
 def _analyses_layout(trace: Any, index: Any, width: int, attempt) -> Any:
     """The analyses' tabs (:class:`dlexplore.plots.analyses.AnalysisFigures`) of the lowest rank: the
-    critical path of its middle step, kernel launches, stream queues, memory."""
+    critical path of its middle step, kernel launches, device time per kernel kind, stream queues,
+    memory."""
     from .plots.analyses import (
         AnalysisFigures,
         critical_path_columns,
+        kernel_columns,
         launch_columns,
         memory_columns,
         queue_columns,
@@ -396,6 +398,11 @@ def _analyses_layout(trace: Any, index: Any, width: int, attempt) -> Any:
             queue_columns(queue_length(launches), rank=rank, origin=index.t0_s),
             title=f"Operations queued per stream on rank {rank} (launched, not finished)",
         )
+    kinds = attempt("kernel breakdown", trace.kernel_breakdown)
+    if kinds is not None and (kinds["rank"] == rank).any():
+        columns = kernel_columns(kinds, rank=rank)
+        total = f"{columns['time_ms'].sum():,.3f} ms over the trace"
+        figures.show_kernels(columns, title=f"Device time per kernel kind on rank {rank}: {total}")
     if trace.memory is not None:
         memory = attempt("memory timeline", trace.memory_timeline)
         figures.show_memory(
@@ -407,8 +414,8 @@ def _analyses_layout(trace: Any, index: Any, width: int, attempt) -> Any:
 
 def write_trace_report(path: str | os.PathLike, trace: Any, **kwargs: Any) -> Path:
     """Write a measured trace's timeline, breakdown per rank, collective table and analyses (critical
-    path, kernel launches, stream queues, memory) to ``path`` as one standalone HTML page (BokehJS
-    inlined: it opens offline).
+    path, kernel launches, kernel kinds, stream queues, memory) to ``path`` as one standalone HTML
+    page (BokehJS inlined: it opens offline).
 
     ``trace`` is a :class:`dlexplore.traces.Trace` or what :func:`dlexplore.load_trace` reads.
     Keywords: ``title``; ``breakdown`` and ``collectives`` to show instead of the trace's own;

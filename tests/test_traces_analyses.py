@@ -329,6 +329,9 @@ def test_trace_report_carries_the_analyses(tmp_path):
     summary = critical_path_summary(critical_path(trace))
     assert "trace_critical_path" in text and "trace_launches" in text
     assert f"Critical path of step {summary.attrs['step']} on rank 0" in text
+    # the kernels tab's title: rank 0's device time, as kernel_breakdown sums it
+    total = trace.kernel_breakdown().query("rank == 0")["time"].sum() * 1e3
+    assert f"Device time per kernel kind on rank 0: {total:,.3f} ms over the trace" in text
 
 
 def test_device_work_without_correlation_ids_is_counted_unlinked(tmp_path):
