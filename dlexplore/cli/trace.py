@@ -6,6 +6,7 @@ import argparse
 import importlib.util
 import sys
 import warnings
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import xarray as xr
@@ -13,6 +14,9 @@ import xarray as xr
 from .measured_view import show_measured
 from .options import FORMATS, Parser, UsageError, add_nccl_tests_choice, add_output, add_trace_options
 from .output import dataset_to_frame, emit, emit_frame, readable_table, write_text
+
+if TYPE_CHECKING:
+    from ..traces import Trace
 
 #: Breakdown variables in the order ``trace summary`` prints them.
 TRACE_SUMMARY_COLUMNS = (
@@ -226,10 +230,26 @@ def run_kernels(args: argparse.Namespace) -> None:
         if table.empty:
             body = "(no device kernels: the trace holds no GPU activity)"
         write_text(
-            f"# {what}: {trace!r}{trace_notes(trace)}\n# source: {trace.source}\n{body}\n", args.output
+            f"# {what}: {trace!r}{trace_notes(trace)}{_unaligned_note(trace)}\n# source: {trace.source}\n"
+            f"{body}\n",
+            args.output,
         )
         return
     emit_frame(table, args, f"{what}: {trace.source}")
+
+
+def _unaligned_note(trace: Trace) -> str:
+    """A line on the GEMM kernels built for operands aligned below 16 bytes, where there are any."""
+    kernels = trace.kernels()
+    unaligned = kernels[(kernels["kind"] == "gemm") & (kernels["alignment"] < 16)]
+    if unaligned.empty:
+        return ""
+    share = unaligned["time"].sum() / kernels["time"].sum()
+    return (
+        f"\n# {len(unaligned)} GEMM kernel(s) for operands aligned to under 16 bytes ran "
+        f"{unaligned['time'].sum() * 1e3:,.3f} ms, {share:.0%} of the device time: a matrix dimension "
+        "not a multiple of 8 (16-bit types) or 4 (32-bit); padding it lets cuBLAS take aligned kernels"
+    )
 
 
 def run_convert(args: argparse.Namespace) -> None:
