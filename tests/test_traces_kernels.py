@@ -76,6 +76,19 @@ def test_kinds_of_resnet50_and_of_an_nccl_trace():
         ("triton_tem_fused_mm_2", "gemm"),
         ("Cijk_Ailk_Bljk_HHS_BH_MT128x128x32_MI32x32x8x1_SN_1LDSB0_APM1", "gemm"),
         ("miopenSp3AsmConv_v30_3_1_gfx9_fp32_f2x3_stride1", "conv"),
+        # from HTA's and kineto's real traces (V100, A100): cuDNN 7/8 kernels
+        ("volta_scudnn_128x128_stridedB_splitK_small_nn_v1", "conv"),
+        ("cudnn_infer_volta_scudnn_128x64_relu_medium_nn_v1", "conv"),
+        ("void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 128, true, 1>(float, float)", "norm"),
+        (
+            "void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true>(cudnn::ops::params)",
+            "elementwise",
+        ),
+        ("void at::native::(anonymous namespace)::max_pool_forward_nchw<float, float>(int)", "elementwise"),
+        (
+            "void epilogue::impl::globalKernel<float, float, float, true, true>(int, cublasLtEpilogue_t)",
+            "gemm",
+        ),
     ],
 )
 def test_kind_of_a_kernel_name(name, kind):

@@ -13,12 +13,13 @@ step at about a sixth of the rate of the aligned GEMMs (``tests/data/traces/pyto
 the kernel's name, by the first of :data:`KINDS` that matches (case-insensitive), as the kernel
 libraries name them: ``attention`` (``flash``, ``fmha``, ``attention``, ``sdpa``: cuDNN's SDPA
 kernels are also ``fprop``), ``conv`` (cuDNN's ``fprop``/``dgrad``/``wgrad``, ``convolve``,
-``winograd``, MIOpen's convolutions), ``gemm`` (``gemm``, ``xmma``, ``nvjet``, ``wgmma``,
-``cutlass``, rocBLAS/hipBLASLt's Tensile ``Cijk_`` kernels, Inductor's ``triton_tem`` templates),
-``norm`` (and layer norm's ``GammaBeta`` backward), ``softmax`` (softmax, cross entropy, NLL loss),
-``optimizer`` (PyTorch's ``multi_tensor_apply``, Adam, SGD), ``elementwise`` (element-wise,
-reduction, copy, fill, index, embedding, concatenation and dropout kernels, Inductor's pointwise and
-reduction kernels ``triton_poi``/``triton_red``/``triton_per``), else ``other`` (sorts, scans ...).
+``winograd``, its Volta/Ampere ``..._scudnn_...`` kernels, MIOpen's convolutions), ``gemm``
+(``gemm``, ``xmma``, ``nvjet``, ``wgmma``, ``cutlass``, cuBLASLt's epilogues, rocBLAS/hipBLASLt's
+Tensile ``Cijk_`` kernels, Inductor's ``triton_tem`` templates), ``norm`` (and layer norm's
+``GammaBeta`` backward, cuDNN's ``bn_fw``/``bn_bw``), ``softmax`` (softmax, cross entropy, NLL
+loss), ``optimizer`` (PyTorch's ``multi_tensor_apply``, Adam, SGD), ``elementwise`` (element-wise,
+reduction, copy, fill, index, embedding, concatenation, dropout, pooling and layout-transposing
+kernels, Inductor's ``triton_poi``/``triton_red``/``triton_per``), else ``other`` (sorts, scans ...).
 """
 
 from __future__ import annotations
@@ -39,14 +40,15 @@ __all__ = ["KINDS", "kernel_table", "kernel_breakdown", "kind_of"]
 #: A kernel's kind from its name: (kind, pattern), the first that matches wins.
 KINDS = (
     ("attention", r"flash|fmha|attention|sdpa"),
-    ("conv", r"fprop|dgrad|wgrad|convolve|convolution|winograd|conv[123]d|miopen\w*conv"),
-    ("gemm", r"gemm|xmma|nvjet|wgmma|cutlass|^Cijk_|triton_tem"),
-    ("norm", r"norm|GammaBeta"),
+    ("conv", r"fprop|dgrad|wgrad|convolve|convolution|winograd|conv[123]d|miopen\w*conv|[a-z0-9]cudnn_"),
+    ("gemm", r"gemm|xmma|nvjet|wgmma|cutlass|cublas|^Cijk_|triton_tem"),
+    ("norm", r"norm|GammaBeta|\bbn_(fw|bw)"),
     ("softmax", r"softmax|cross_entropy|nll_loss"),
     ("optimizer", r"multi_tensor_apply|adam|sgd"),
     (
         "elementwise",
-        r"elementwise|reduce|copy|fill|index|embedding|cat_|gather|scatter|dropout|triton_(poi|red|per)_",
+        r"elementwise|reduce|copy|fill|index|embedding|cat_|gather|scatter|dropout|pool|nchwToNhwc|nhwcToNchw"
+        r"|triton_(poi|red|per)_",
     ),
 )
 _KIND_PATTERNS = [(kind, re.compile(pattern, re.IGNORECASE)) for kind, pattern in KINDS]
