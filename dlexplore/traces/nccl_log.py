@@ -379,8 +379,9 @@ def read_nccl_log(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> pd.
     lost = frame.loc[frame["host"].isna(), "line"].tolist()
     if lost:
         warnings.warn(
-            f"{len(lost)} operation line(s) without a host:pid:tid [device] prefix "
-            f"(interleaved output): lines {lost[:5]}; their process is unknown",
+            f"{len(lost)} operation line(s) without a host:pid:tid [device] prefix (lost in "
+            f"interleaved output, or cut off where the log was copied): lines {lost[:5]}; their process "
+            "is unknown",
             stacklevel=2,
         )
     frame.attrs.update(
