@@ -15,7 +15,8 @@ time over the timed steps and its spread, samples/s, the GPU's name, torch and C
 ``DIR/gemm.json`` (per shape and precision: the median time of one product and its TFLOP/s) and
 ``DIR/<workload>-b<batch>.pt.trace.json.gz``. Step times are CUDA events around each step, after
 warm-up steps (cuDNN's autotuning included); ``--quick`` runs tiny configurations (a check of the
-script itself, on CPU too). Results of a run are in ``benchmarks/results/``.
+script itself, on CPU too). Results of a run are in ``benchmarks/results/``;
+``benchmarks/gpu_steps_compare.py`` sets them beside dlexplore's predictions.
 """
 
 from __future__ import annotations
