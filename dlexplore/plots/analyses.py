@@ -216,31 +216,33 @@ class AnalysisFigures:
         self.tabs = Tabs(tabs=panels, name="trace_analyses_tabs")
         self.layout = self.tabs
 
-    def _path_figure(self):
-        source = self.sources["trace_critical_path"]
-        source.data = critical_path_columns(None)
+    def _bars(self, name: str, title: str, factors: list[str], category: str, x_label: str, tooltips):
+        """A figure of horizontal bars (``time_ms`` per ``category``, coloured) on source ``name``,
+        its categories fixed top to bottom in the order of ``factors``."""
         fig = figure(
-            name="trace_critical_path_figure",
-            title="Critical path",
+            name=f"{name}_figure",
+            title=title,
             width=self.width,
             height=self.height,
-            y_range=FactorRange(*reversed(list(PATH_COLORS))),
-            x_axis_label="time on the critical path (ms)",
+            y_range=FactorRange(*reversed(factors)),
+            x_axis_label=x_label,
             tools="save,reset",
         )
-        bars = fig.hbar(y="part", right="time_ms", height=0.7, color="color", source=source)
-        fig.add_tools(
-            HoverTool(
-                renderers=[bars],
-                tooltips=[
-                    ("part", "@part"),
-                    ("time", "@time_ms{0,0.000} ms"),
-                    ("of the step", "@fraction{0.0%}"),
-                ],
-            )
-        )
+        bars = fig.hbar(y=category, right="time_ms", height=0.7, color="color", source=self.sources[name])
+        fig.add_tools(HoverTool(renderers=[bars], tooltips=tooltips))
         fig.x_range.start = 0
         return fig
+
+    def _path_figure(self):
+        self.sources["trace_critical_path"].data = critical_path_columns(None)
+        return self._bars(
+            "trace_critical_path",
+            "Critical path",
+            list(PATH_COLORS),
+            "part",
+            "time on the critical path (ms)",
+            [("part", "@part"), ("time", "@time_ms{0,0.000} ms"), ("of the step", "@fraction{0.0%}")],
+        )
 
     def _launch_figure(self):
         source = self.sources["trace_launches"]
@@ -272,30 +274,19 @@ class AnalysisFigures:
         return fig
 
     def _kernel_figure(self):
-        source = self.sources["trace_kernels"]
-        source.data = kernel_columns(None)
-        fig = figure(
-            name="trace_kernels_figure",
-            title="Device time per kernel kind",
-            width=self.width,
-            height=self.height,
-            y_range=FactorRange(*reversed(list(KERNEL_KIND_COLORS))),
-            x_axis_label="device time over the trace (ms)",
-            tools="save,reset",
+        self.sources["trace_kernels"].data = kernel_columns(None)
+        return self._bars(
+            "trace_kernels",
+            "Device time per kernel kind",
+            list(KERNEL_KIND_COLORS),
+            "kind",
+            "device time over the trace (ms)",
+            [
+                ("kind", "@kind"),
+                ("time", "@time_ms{0,0.000} ms (@share{0.0%} of the device time)"),
+                ("kernels run", "@count{0,0} (@kernels{0} distinct)"),
+            ],
         )
-        bars = fig.hbar(y="kind", right="time_ms", height=0.7, color="color", source=source)
-        fig.add_tools(
-            HoverTool(
-                renderers=[bars],
-                tooltips=[
-                    ("kind", "@kind"),
-                    ("time", "@time_ms{0,0.000} ms (@share{0.0%} of the device time)"),
-                    ("kernels run", "@count{0,0} (@kernels{0} distinct)"),
-                ],
-            )
-        )
-        fig.x_range.start = 0
-        return fig
 
     def _line_figure(self, name: str, title: str, y_label: str, tooltip: str):
         source = self.sources[name]

@@ -34,6 +34,8 @@ from _browser import (
     wait_settled,
 )
 
+from dlexplore.plots.analyses import ANALYSIS_SOURCE_NAMES
+
 pytestmark = pytest.mark.browser
 
 SAMPLE = REPO / "data" / "traces" / "gloo-mlp-2rank"
@@ -41,14 +43,7 @@ SAMPLE = REPO / "data" / "traces" / "gloo-mlp-2rank"
 REAL = REPO.parent / "shared" / "traces-real" / "pytorch"
 REAL_MAIN = REAL / "HolisticTraceAnalysis__df_index_resolver__df_index_resolver.json.gz"
 REAL_OTHER = REAL / "HolisticTraceAnalysis__trace_diff__test__test.json.gz"
-ANALYSIS_SOURCES = [
-    "trace_critical_path",
-    "trace_launches",
-    "trace_kernels",
-    "trace_memory",
-    "trace_queue",
-    "trace_diff",
-]
+ANALYSIS_SOURCES = list(ANALYSIS_SOURCE_NAMES)
 TRACE_SOURCES = ["trace_timeline", "trace_breakdown", "trace_collectives"]
 FIRST_PLOT_MS = 120_000
 # Only catches breakage (a stuck comm, a redraw per event); the figures are in timings.json.
