@@ -1,21 +1,19 @@
-"""The dlexplore command, run as a user runs it (a real subprocess of the installed entry point)."""
+"""The dlexplore command: through :func:`dlexplore.cli.main` in this process (``tests/_cli.py`` says
+why), and as a real process of the installed script where only a process shows it (the script
+itself, its exit status, a user's catalog file loaded for one run)."""
 
 import io
 import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import xarray as xr
-
-EXE = shutil.which("dlexplore") or str(Path(sys.executable).parent / "dlexplore")
+from _cli import run_in_process, run_process
 
 
 def cli(*args, cwd=None):
-    return subprocess.run([EXE, *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+    return run_in_process(*args, cwd=cwd)
 
 
 PREDICT = [
@@ -34,7 +32,7 @@ PREDICT = [
 
 
 def test_predict_csv_columns_and_rows():
-    out = cli(
+    out = run_process(
         *PREDICT, "--gpus-per-node", "4", "--algorithm", "ring", "--precision", "fp32", "--format", "csv"
     )
     assert out.returncode == 0, out.stderr
@@ -219,6 +217,12 @@ def test_errors_are_one_line_and_exit_nonzero(args, expected):
     _one_line_error(args, expected)
 
 
+def test_the_installed_script_exits_with_the_status_main_returns():
+    bad = run_process("frobnicate")
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.strip().splitlines() == [run_in_process("frobnicate").stderr.strip()]
+
+
 def test_an_empty_trace_folder_is_named(tmp_path):
     _one_line_error(["trace", "summary", str(tmp_path)], f"{tmp_path}: the folder holds no trace file")
 
@@ -240,7 +244,7 @@ def test_user_catalog_file_on_the_command_line(tmp_path):
         "memory_bandwidth_gbs,tdp_w,idle_w,source\n"
         "lab-gpu,acme,20,,80,80,48,1000,350,40,our data sheet\n"
     )
-    out = cli("--catalog", str(user), *PREDICT[:4], "lab-gpu", *PREDICT[5:], "--format", "csv")
+    out = run_process("--catalog", str(user), *PREDICT[:4], "lab-gpu", *PREDICT[5:], "--format", "csv")
     assert out.returncode == 0, out.stderr
     frame = pd.read_csv(io.StringIO(out.stdout))
     assert set(frame.gpu) == {"lab-gpu"}

@@ -2,20 +2,15 @@
 
 import io
 import json
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
+from _cli import run_in_process
 
 from dlexplore._data import data_dir
 
-EXE = shutil.which("dlexplore") or str(Path(sys.executable).parent / "dlexplore")
-
 
 def cli(*args):
-    return subprocess.run([EXE, *args], capture_output=True, text=True, timeout=180)
+    return run_in_process(*args)  # tests/_cli.py: main() in this process, as the script calls it
 
 
 def _csv(text: str) -> tuple[list[str], pd.DataFrame]:

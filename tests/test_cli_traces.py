@@ -3,22 +3,19 @@
 import io
 import json
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from _cli import run_in_process
 
 from dlexplore._data import data_dir
 
-EXE = shutil.which("dlexplore") or str(Path(sys.executable).parent / "dlexplore")
 SAMPLE = data_dir() / "traces" / "gloo-mlp-2rank"
 
 
 def cli(*args):
-    return subprocess.run([EXE, *args], capture_output=True, text=True, timeout=120)
+    return run_in_process(*args)  # tests/_cli.py: main() in this process, as the script calls it
 
 
 def test_summary_csv_has_rank_step_and_the_breakdown():

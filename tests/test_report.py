@@ -4,24 +4,20 @@ tested in a real browser in tests/browser)."""
 import json
 import os
 import re
-import shutil
 import socket
-import subprocess
-import sys
 import types
-from pathlib import Path
 
 import pytest
+from _cli import run_in_process, run_process
 
 from dlexplore import serve
 from dlexplore.errors import DlexploreError
 from dlexplore.report import explorer_report, write_report
 
-EXE = shutil.which("dlexplore") or str(Path(sys.executable).parent / "dlexplore")
-
 
 def cli(*args):
-    return subprocess.run([EXE, *args], capture_output=True, text=True, timeout=120)
+    """``explore`` as a real process (a command that wrongly went on would serve, not return)."""
+    return run_process(*args, timeout=120)
 
 
 def _bokeh_docs(page: str) -> dict:
@@ -80,7 +76,7 @@ def test_report_html_string_names_the_configuration():
 
 def test_report_command(tmp_path):
     target = tmp_path / "r.html"
-    done = cli(
+    done = run_in_process(
         "report",
         "--workload",
         "alexnet",
@@ -97,10 +93,10 @@ def test_report_command(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "alexnet on 32 x K40" in target.read_text(encoding="utf-8")
-    bad = cli("report", "--gpus", "12", "-o", str(target))
+    bad = run_in_process("report", "--gpus", "12", "-o", str(target))
     assert bad.returncode == 2 and "power of two" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
-    bad = cli("report", "--measured", "deepbench-allreduce-p100", "-o", str(target))
+    bad = run_in_process("report", "--measured", "deepbench-allreduce-p100", "-o", str(target))
     assert bad.returncode == 2 and "no throughput" in bad.stderr
 
 
@@ -179,5 +175,5 @@ def test_explore_serves_the_packaged_dashboard_on_localhost_only():
 
 
 def test_explore_help_says_how_to_use_jupyterlab():
-    done = cli("explore", "--help")
+    done = run_in_process("explore", "--help")
     assert done.returncode == 0 and "JupyterLab" in done.stdout

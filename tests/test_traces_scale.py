@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
+from _cli import run_in_process
 
 from dlexplore.errors import DlexploreError
 from dlexplore.traces import load_trace
@@ -131,12 +132,13 @@ def test_lazy_events_match_the_event_table(sixteen: Path) -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
+    """A real process: its dask client, workers and logging are its own, as a user's are."""
     exe = shutil.which("dlexplore") or str(Path(sys.executable).parent / "dlexplore")
     return subprocess.run([exe, *args], capture_output=True, text=True, timeout=300)
 
 
 def test_cli_summary_on_dask_prints_what_the_in_memory_summary_prints(sixteen: Path) -> None:
-    direct = _cli("trace", "summary", str(sixteen), "--format", "csv")
+    direct = run_in_process("trace", "summary", str(sixteen), "--format", "csv")
     assert direct.returncode == 0, direct.stderr
     assert direct.stdout.count("\n") == 16 * 3 + 1  # 16 ranks x 3 profiled steps and the header
     for scheduler in ("threads", "processes"):
@@ -160,7 +162,7 @@ def test_cli_summary_on_dask_prints_what_the_in_memory_summary_prints(sixteen: P
 def test_cli_summary_on_a_running_cluster(sixteen: Path) -> None:
     import distributed
 
-    direct = _cli("trace", "summary", str(sixteen), "--format", "csv")
+    direct = run_in_process("trace", "summary", str(sixteen), "--format", "csv")
     with distributed.LocalCluster(
         n_workers=1,
         threads_per_worker=2,
@@ -193,6 +195,6 @@ def test_cli_summary_on_a_running_cluster(sixteen: Path) -> None:
     ],
 )
 def test_cli_summary_dask_options_are_checked(args: list[str], message: str) -> None:
-    done = _cli("trace", "summary", str(DATA / "gloo-mlp-2rank"), *args)
+    done = run_in_process("trace", "summary", str(DATA / "gloo-mlp-2rank"), *args)
     assert done.returncode == 2
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1

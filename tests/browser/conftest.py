@@ -189,6 +189,9 @@ class Tab:
 def tab(browser, request, artifacts_dir):
     context = browser.new_context(viewport={"width": 1500, "height": 1100})
     context.set_default_timeout(30_000)
+    # Voila sends a page's last bytes only after its notebook ran (a kernel loading a real trace),
+    # which on a busy 2-core machine passed 30 s; each test's own deadline bounds the first plot.
+    context.set_default_navigation_timeout(120_000)
     page = context.new_page()
     yield Tab(page, request.node.name, artifacts_dir)
     context.close()
