@@ -115,6 +115,20 @@ def test_real_prediction_gpu_from_catalog_and_efficiency_utilisation():
     assert float(eff["power_compute"].isel(gpus=0)) == pytest.approx(40 + 260 * 11.86 / 15.7)
 
 
+def test_a_utilisation_per_gpu_is_matched_by_label_not_by_position():
+    """The energy is worked out on arrays (a slider move's speed): a DataArray argument must still
+    meet the prediction's GPUs by name, as xarray's arithmetic would, whatever its order."""
+    pred = dlx.predict("resnet50", ["V100-16GB", "A100-40GB"], "25GbE", gpus=[1, 8], batch_size=64)
+    u = xr.DataArray([0.5, 0.9], dims="gpu", coords={"gpu": ["A100-40GB", "V100-16GB"]})
+    ds = energy(pred, utilization=u)
+    # catalog: V100-16GB 300 W TDP, 40 W idle; A100-40GB 400 W, 55 W -> idle + (TDP - idle) u
+    assert ds["power_compute"].sel(gpu="V100-16GB").values == pytest.approx([40 + 260 * 0.9] * 2)
+    assert ds["power_compute"].sel(gpu="A100-40GB").values == pytest.approx([55 + 345 * 0.5] * 2)
+    assert ds["power_compute"].dims == pred["step_time"].dims
+    with pytest.raises(DlexploreError, match="varies along"):
+        energy(pred, utilization=xr.DataArray([0.5, 0.6], dims="rack"))
+
+
 def test_more_gpus_never_less_energy_idle_free():
     pred = dlx.predict("resnet50", "V100-16GB", "25GbE", gpus=[1, 2, 4, 8, 16, 32, 64], batch_size=32)
     ds = energy(pred, pue=1.3)

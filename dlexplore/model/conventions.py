@@ -25,6 +25,7 @@ __all__ = [
     "finish_dataset",
     "PREDICTED_SOURCE",
     "bare",
+    "Grid",
 ]
 
 PREDICTED_SOURCE = f"predicted: dlexplore {__version__} analytical model"
@@ -155,14 +156,56 @@ def bare(value: Any) -> Any:
     return value.reset_coords(drop=True) if isinstance(value, xr.DataArray) else value
 
 
+class Grid:
+    """Arrays laid out over a dataset's dimensions, for arithmetic in numpy.
+
+    ``grid(value)`` turns a scalar, or an xarray Variable or DataArray whose dimensions are among
+    the grid's, into an array that broadcasts against the grid: its axes in the grid's order, of
+    size 1 where the value does not vary. A DataArray is matched by label first (reindexed to the
+    dataset's index where its labels differ), as xarray's arithmetic would. ``grid.whole(array)``
+    gives a result the grid's full shape. Why: arithmetic between a prediction's DataArrays merges
+    its ~40 scalar coordinates again at every operation; a few dozen such operations were most of
+    an explorer slider move, where the same sums on arrays take microseconds.
+    """
+
+    def __init__(self, like: xr.Variable | xr.DataArray, indexes: Any = None) -> None:
+        self.dims: tuple[str, ...] = tuple(like.dims)
+        self.shape: tuple[int, ...] = tuple(like.shape)
+        self.indexes = indexes if indexes is not None else {}
+
+    def __call__(self, value: Any) -> np.ndarray:
+        if isinstance(value, xr.DataArray):
+            relabel = {
+                d: self.indexes[d]
+                for d in value.dims
+                if d in self.indexes and d in value.indexes and not value.indexes[d].equals(self.indexes[d])
+            }
+            value = (value.reindex(relabel) if relabel else value).variable
+        if not isinstance(value, xr.Variable):
+            return np.asarray(value)
+        extra = [d for d in value.dims if d not in self.dims]
+        if extra:
+            raise DlexploreError(f"a value varies along {extra}, which the prediction's step time does not")
+        data = value.transpose(*(d for d in self.dims if d in value.dims)).values
+        return data.reshape([n if d in value.dims else 1 for d, n in zip(self.dims, self.shape, strict=True)])
+
+    @property
+    def ones(self) -> np.ndarray:
+        return np.ones(self.shape)
+
+    def whole(self, array: Any) -> np.ndarray:
+        """``array`` broadcast to the grid's shape, as a writable array of its own."""
+        return np.array(np.broadcast_to(array, self.shape))
+
+
 def finish_dataset(ds: xr.Dataset, *, title: str) -> xr.Dataset:
     """Attach units and long names to every known variable and coordinate, and mark the dataset
     as predicted (``attrs["source"]``, ``attrs["kind"]``)."""
-    for name in list(ds.variables):
+    for name, variable in ds.variables.items():  # not ds[name]: each would gather every coordinate
         if name in VARIABLES:
             units, long_name = VARIABLES[name]
-            ds[name].attrs.update(units=units, long_name=long_name)
-    missing = [v for v in ds.data_vars if "units" not in ds[v].attrs]
+            variable.attrs.update(units=units, long_name=long_name)
+    missing = [v for v in ds.data_vars if "units" not in ds.variables[v].attrs]
     if missing:  # a programming error: every variable the model writes must be in VARIABLES
         raise AssertionError(f"variables without units: {missing}")
     ds.attrs.update(source=PREDICTED_SOURCE, kind="predicted", title=title)

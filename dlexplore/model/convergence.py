@@ -359,10 +359,10 @@ def predict_convergence(global_batch: object, params: ConvergenceParams | str | 
 
 def finish_convergence(ds: xr.Dataset, params: ConvergenceParams) -> xr.Dataset:
     """Units, long names, the parameters in attrs, and a predicted source."""
-    for name in ds.variables:
+    for name, variable in ds.variables.items():  # not ds[name]: each would gather every coordinate
         if name in CONVERGENCE_VARIABLES:
             units, long_name = CONVERGENCE_VARIABLES[name]
-            ds[name].attrs.update(units=units, long_name=long_name)
+            variable.attrs.update(units=units, long_name=long_name)
     ds.attrs.update(
         source=CONVERGENCE_SOURCE,
         kind="predicted",

@@ -33,7 +33,7 @@ import xarray as xr
 
 from .. import catalog
 from ..errors import DlexploreError
-from .conventions import PREDICTED_SOURCE, bare
+from .conventions import PREDICTED_SOURCE, Grid
 
 __all__ = [
     "energy",
@@ -145,34 +145,35 @@ def energy(
         prediction, pue, node_power_w, comm_power_fraction, samples_per_epoch, utilization
     )
 
-    tdp, idle = map(bare, _gpu_figures(prediction, gpu))
-    u = bare(u)
+    tdp, idle = _gpu_figures(prediction, gpu)
     if gpus_per_node is None:
-        per_node = bare(prediction["gpus_per_node"]) if "gpus_per_node" in prediction.coords else 1
+        per_node = prediction["gpus_per_node"] if "gpus_per_node" in prediction.coords else 1
     else:
         if gpus_per_node < 1:
             raise DlexploreError(f"gpus_per_node must be >= 1, got {gpus_per_node!r}")
         per_node = gpus_per_node
-    # on bare arrays (conventions.bare); the prediction's coordinates are put back at the end
-    gpus = bare(prediction["gpus"])
+    # Numpy arrays laid out as the step time is, the dataset built once with the prediction's
+    # coordinates: xarray's arithmetic merges a prediction's ~40 scalar coordinates again at every
+    # operation, which made this function most of an explorer slider move.
+    grid = Grid(prediction.variables["step_time"], prediction.indexes)
+    dims = grid.dims
+    tdp, idle, u, per_node = map(grid, (tdp, idle, u, per_node))
+    gpus, batch_size, t_step = (grid(prediction.variables[n]) for n in ("gpus", "batch_size", "step_time"))
     nodes = np.ceil(gpus / per_node)
-
-    t_step = bare(prediction["step_time"])
     p_compute = idle + (tdp - idle) * u
     p_comm = idle + (tdp - idle) * comm_power_fraction
-    p_idle = idle * xr.ones_like(t_step)
-    e_compute = pue * gpus * bare(prediction["time_compute"]) * p_compute
-    e_comm = pue * gpus * bare(prediction["time_comm_exposed"]) * p_comm
-    e_idle = pue * gpus * bare(prediction["time_io_exposed"]) * p_idle
+    e_compute = pue * gpus * grid(prediction.variables["time_compute"]) * p_compute
+    e_comm = pue * gpus * grid(prediction.variables["time_comm_exposed"]) * p_comm
+    e_idle = pue * gpus * grid(prediction.variables["time_io_exposed"]) * idle
     e_node = pue * nodes * node_power_w * t_step
     e_step = e_compute + e_comm + e_idle + e_node
-    samples_per_step = gpus * bare(prediction["batch_size"])
+    samples_per_step = gpus * batch_size
     out = {
-        "power_compute": p_compute * xr.ones_like(t_step),
-        "power_comm": p_comm * xr.ones_like(t_step),
-        "power_idle": p_idle,
-        "power_node": node_power_w * xr.ones_like(t_step),
-        "nodes": nodes * xr.ones_like(t_step),
+        "power_compute": p_compute,
+        "power_comm": p_comm,
+        "power_idle": idle,
+        "power_node": node_power_w * grid.ones,
+        "nodes": nodes,
         "energy_compute": e_compute,
         "energy_comm": e_comm,
         "energy_idle": e_idle,
@@ -186,21 +187,10 @@ def energy(
         out["energy_epoch"] = out["energy_sample"] * samples_per_epoch
         out["energy_epoch_kwh"] = out["energy_epoch"] / J_PER_KWH
         out["time_epoch"] = out["time_sample"] * samples_per_epoch
-    # One layout for every variable (the step time's), so that .values of any two line up.
-    dims, sizes = t_step.dims, dict(t_step.sizes)
-
-    def laid_out(value: xr.DataArray) -> xr.Variable | xr.DataArray:
-        if set(value.dims) <= set(dims):  # the prediction's own coordinates: broadcast, no aligning
-            return value.variable.set_dims(sizes).transpose(*dims)
-        return value.broadcast_like(t_step).transpose(*dims).reset_coords(drop=True)
-
-    ds = xr.Dataset({name: laid_out(value) for name, value in out.items()}, coords=t_step.coords)
-    ds = ds.assign_coords(
-        {name: prediction.coords[name] for name in prediction.coords if name not in ds.coords}
-    )
-    ds = ds.assign_coords(pue=float(pue), comm_power_fraction=float(comm_power_fraction))
-    ds["pue"].attrs.update(units="1", long_name="power usage effectiveness (facility / IT energy)")
-    ds["comm_power_fraction"].attrs.update(
+    coords = prediction.coords.assign(pue=float(pue), comm_power_fraction=float(comm_power_fraction))
+    ds = xr.Dataset({name: (dims, grid.whole(value)) for name, value in out.items()}, coords=coords)
+    ds.variables["pue"].attrs.update(units="1", long_name="power usage effectiveness (facility / IT energy)")
+    ds.variables["comm_power_fraction"].attrs.update(
         units="1", long_name="GPU power while communicating, as a fraction from idle (0) to TDP (1)"
     )
     return _finish(ds, prediction)
@@ -250,12 +240,12 @@ def _checked_utilization(
 
 
 def _finish(ds: xr.Dataset, prediction: xr.Dataset) -> xr.Dataset:
-    for name in ds.variables:
+    for name, variable in ds.variables.items():  # not ds[name]: each would gather every coordinate
         if name in ENERGY_VARIABLES:
             units, long_name = ENERGY_VARIABLES[name]
-            ds[name].attrs.update(units=units, long_name=long_name)
-        elif name in prediction.variables and not ds[name].attrs:
-            ds[name].attrs.update(prediction[name].attrs)
+            variable.attrs.update(units=units, long_name=long_name)
+        elif name in prediction.variables and not variable.attrs:
+            variable.attrs.update(prediction.variables[name].attrs)
     ds.attrs.update(
         source=ENERGY_SOURCE,
         kind="predicted",

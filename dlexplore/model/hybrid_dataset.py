@@ -204,7 +204,7 @@ def _predict_one(
     )
     for name, (units, long_name) in {**PARALLEL_VARIABLES, **_COORD_UNITS}.items():
         if name in ds.variables:
-            ds[name].attrs.update(units=units, long_name=long_name)
+            ds.variables[name].attrs.update(units=units, long_name=long_name)
     ds.attrs.update(
         source=PREDICTED_SOURCE + " (hybrid parallelism: Megatron tensor/pipeline, ZeRO, "
         "Korthikanti et al. 2022 activations)",

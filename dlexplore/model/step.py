@@ -264,12 +264,12 @@ def predict(
         )
     ds = _combine(pieces, swept, [[label_of(v) for v in args[name]] for name in swept])
     if compute_efficiency is None and "compute_efficiency" in ds:  # say which plateau served
-        ds["compute_efficiency"].attrs["source"] = plateau_source(
+        ds.variables["compute_efficiency"].attrs["source"] = plateau_source(
             _each(args["gpu"]), _each(args["precision"])
         )
     for name in ("memory_efficiency", "kernel_time", "winograd_speedup", "flash_efficiency"):
         if numeric[name] is None and name in ds:  # and which default
-            ds[name].attrs["source"] = default_source(name, _each(args["gpu"]))
+            ds.variables[name].attrs["source"] = default_source(name, _each(args["gpu"]))
     title = "data-parallel training step"
     return finish_dataset(ds, title=title)
 

@@ -27,7 +27,7 @@ import numpy as np
 import xarray as xr
 
 from ..errors import DlexploreError
-from .conventions import bare
+from .conventions import Grid
 from .convergence import (
     CONVERGENCE_SOURCE,
     ConvergenceParams,
@@ -82,33 +82,43 @@ def time_to_accuracy(
             )
         params = str(names[0])
     p = convergence(params)
-    # on bare arrays (conventions.bare); the prediction's coordinates are put back at the end
-    step_time = bare(prediction["step_time"])
-    global_batch = (bare(prediction["gpus"]) * bare(prediction["batch_size"])).broadcast_like(step_time)
-    conv = predict_convergence(global_batch.astype(float), p).reset_coords(drop=True)
-    fits = bare(prediction["fits"]) if "fits" in prediction else xr.ones_like(step_time, dtype=bool)
-    ok = conv["reachable"] & fits
-    out = conv.assign(
-        global_batch=global_batch,
-        time_to_target=(conv["steps_to_target"] * step_time).where(ok),
-        step_time=step_time,
-    )
+    # Numpy arrays laid out as the step time is, and one dataset built with the prediction's
+    # coordinates at the end: xarray's arithmetic and assign_coords re-merged its ~40 scalar
+    # coordinates at every step, which was most of an explorer slider move.
+    grid = Grid(prediction.variables["step_time"], prediction.indexes)
+    dims = grid.dims
+    step_time = grid.whole(grid(prediction.variables["step_time"]))
+    global_batch = grid.whole(grid(prediction.variables["gpus"]) * grid(prediction.variables["batch_size"]))
+    conv = predict_convergence(xr.DataArray(global_batch.astype(float), dims=dims), p)
+    steps = conv.variables["steps_to_target"].values
+    fits = grid(prediction.variables["fits"]) if "fits" in prediction else True
+    ok = conv.variables["reachable"].values & fits
+    data: dict[str, xr.Variable] = {
+        name: conv.variables[name] for name in ("steps_to_target", "samples_to_target", "epochs_to_target")
+    }
+    data["reachable"] = conv.variables["reachable"]
+    data["global_batch"] = xr.Variable(dims, global_batch)
+    data["time_to_target"] = xr.Variable(dims, np.where(ok, steps * step_time, np.nan))
+    data["step_time"] = xr.Variable(dims, step_time, prediction["step_time"].attrs)
     for name in ("throughput", "fits"):
         if name in prediction:
-            out[name] = bare(prediction[name])
+            variable = prediction.variables[name]
+            data[name] = xr.Variable(dims, grid.whole(grid(variable)), variable.attrs)
+    coords = prediction.coords
     if energy is not None:
         if "energy_step" not in energy:
             raise DlexploreError("energy= must be dlexplore.model.energy(prediction)'s dataset")
-        out["energy_to_target"] = (conv["steps_to_target"] * bare(energy["energy_step"])).where(ok)
-    out["fastest"] = _fastest(out["time_to_target"])
-    if "gpus" in out["time_to_target"].dims and out.sizes["gpus"] > 1:
-        out["speedup_per_doubling"] = _speedup_per_doubling(out["time_to_target"])
-    out = out.assign_coords({c: prediction.coords[c] for c in prediction.coords if c not in out.coords})
-    if energy is not None:  # the energy's own assumptions (pue, ...)
-        out = out.assign_coords({c: energy.coords[c] for c in energy.coords if c not in out.coords})
-    for name in ("step_time", "throughput", "fits"):
-        if name in out:
-            out[name].attrs.update(prediction[name].attrs)
+        energy_step = grid(energy["energy_step"])
+        data["energy_to_target"] = xr.Variable(dims, grid.whole(np.where(ok, steps * energy_step, np.nan)))
+        # the energy's own assumptions (pue, ...)
+        extra = {c: energy.coords[c].variable for c in energy.coords if c not in coords}
+        coords = coords.assign(extra) if extra else coords
+    time = data["time_to_target"].values
+    data["fastest"] = xr.Variable(dims, _fastest(time))
+    if "gpus" in dims and grid.shape[dims.index("gpus")] > 1:
+        speedup = _speedup_per_doubling(time, prediction.indexes["gpus"].to_numpy(), dims.index("gpus"))
+        data["speedup_per_doubling"] = xr.Variable(dims, speedup)
+    out = xr.Dataset(data, coords=coords)
     out = finish_convergence(out, p)
     out.attrs["source"] = (
         f"{prediction.attrs.get('source', 'predicted: step time')} + {CONVERGENCE_SOURCE.split(' + ', 1)[1]}"
@@ -116,17 +126,19 @@ def time_to_accuracy(
     return out
 
 
-def _fastest(time: xr.DataArray) -> xr.DataArray:
-    values = time.values
-    mask = np.zeros(values.shape, dtype=bool)
-    if np.isfinite(values).any():
-        mask.flat[int(np.nanargmin(values))] = True
-    return xr.DataArray(mask, dims=time.dims, coords=time.coords)
+def _fastest(time: np.ndarray) -> np.ndarray:
+    """True at the least finite time (the first, on a tie), False elsewhere."""
+    mask = np.zeros(time.shape, dtype=bool)
+    if np.isfinite(time).any():
+        mask.flat[int(np.nanargmin(time))] = True
+    return mask
 
 
-def _speedup_per_doubling(time: xr.DataArray) -> xr.DataArray:
-    gpus = time["gpus"].astype(float)
-    previous = time.shift(gpus=1)
-    doublings = np.log2(gpus / gpus.shift(gpus=1))
+def _speedup_per_doubling(time: np.ndarray, gpus: np.ndarray, axis: int) -> np.ndarray:
+    """(time at the previous GPU count / time here) ** (1 / doublings), NaN at the first count."""
+    time = np.moveaxis(time, axis, -1)
+    previous = np.concatenate([np.full(time.shape[:-1] + (1,), np.nan), time[..., :-1]], axis=-1)
+    gpus = gpus.astype(float)
+    doublings = np.log2(gpus / np.concatenate([[np.nan], gpus[:-1]]))
     with np.errstate(divide="ignore", invalid="ignore"):
-        return (previous / time) ** (1.0 / doublings)
+        return np.moveaxis((previous / time) ** (1.0 / doublings), -1, axis)

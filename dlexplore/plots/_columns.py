@@ -25,6 +25,7 @@ __all__ = [
     "throughput_columns",
     "selected_columns",
     "measured_columns",
+    "measured_points",
     "step_breakdown_columns",
     "memory_columns",
     "bucket_columns",
@@ -179,6 +180,29 @@ MEASURED_COLUMNS = (
 )
 
 
+def measured_points(
+    measured: xr.Dataset | None,
+    *,
+    workload: str | None = None,
+    precision: str | None = None,
+    gpu: str | None = None,
+) -> pd.DataFrame:
+    """The measured points :func:`measured_columns` lays over a prediction, one row each (empty
+    when none match): the part that does not depend on the prediction, which a widget keeps
+    while only the model's controls move."""
+    if measured is None or "throughput" not in measured or "point" not in measured.dims:
+        return pd.DataFrame()
+    frame = measured.reset_coords().to_dataframe().reset_index(drop=True)
+    frame = frame[np.isfinite(frame["throughput"].astype(float))]
+    if workload is not None and "workload" in frame:
+        frame = frame[frame["workload"].astype(str).str.lower() == workload.lower()]
+    if gpu is not None and "gpu" in frame:
+        frame = frame[_same_gpu(frame["gpu"], gpu)]
+    if precision is not None and "precision" in frame and frame["precision"].nunique() > 1:
+        frame = frame[frame["precision"] == precision]
+    return frame
+
+
 def measured_columns(
     measured: xr.Dataset | None,
     pred: xr.Dataset | None = None,
@@ -187,6 +211,7 @@ def measured_columns(
     precision: str | None = None,
     algorithm: str | None = None,
     gpu: str | None = None,
+    points: pd.DataFrame | None = None,
 ) -> dict[str, np.ndarray]:
     """Measured throughput points to lay over the prediction.
 
@@ -198,7 +223,8 @@ def measured_columns(
     ``algorithm``, only points that ran it (or ran on one GPU, or do not say) are compared: a
     parameter-server measurement is not an error of a ring-allreduce prediction, so the others get
     NaN. ``group`` (the legend) and ``color`` say which: ``"measured"`` (vermilion) or
-    ``"measured, not compared"`` (grey).
+    ``"measured, not compared"`` (grey). ``points``: :func:`measured_points` of the same
+    ``measured``, ``workload``, ``precision`` and ``gpu``, kept from an earlier call.
     """
     empty = {
         n: np.array(
@@ -206,16 +232,9 @@ def measured_columns(
         )
         for n in MEASURED_COLUMNS
     }
-    if measured is None or "throughput" not in measured or "point" not in measured.dims:
-        return empty
-    frame = measured.reset_coords().to_dataframe().reset_index(drop=True)
-    frame = frame[np.isfinite(frame["throughput"].astype(float))]
-    if workload is not None and "workload" in frame:
-        frame = frame[frame["workload"].astype(str).str.lower() == workload.lower()]
-    if gpu is not None and "gpu" in frame:
-        frame = frame[_same_gpu(frame["gpu"], gpu)]
-    if precision is not None and "precision" in frame and frame["precision"].nunique() > 1:
-        frame = frame[frame["precision"] == precision]
+    if points is None:
+        points = measured_points(measured, workload=workload, precision=precision, gpu=gpu)
+    frame = points
     if frame.empty:
         return empty
     labels = _point_labels(frame)

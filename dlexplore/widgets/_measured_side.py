@@ -20,7 +20,7 @@ import xarray as xr
 
 from .. import catalog, measured
 from ..errors import DlexploreError
-from ..plots import measured_columns
+from ..plots import measured_columns, measured_points
 from ._calibration import FIT_ON, CalibrationSide, error_summary
 from ._comparison import ADOPTED_MODEL_SETTINGS, adopted_setup, adoption, points_of, setup_differences
 from ._controls import NONE
@@ -285,14 +285,14 @@ class MeasuredSide(CalibrationSide):
 
     def _marks(self) -> dict[str, np.ndarray]:
         c = self.controls
-        return measured_columns(
-            self.measured_dataset,
-            self.prediction,
-            workload=c["workload"].value,
-            precision=c["precision"].value,
-            algorithm=c["algorithm"].value,
-            gpu=c["gpu"].value,
-        )
+        ds = self.measured_dataset
+        chosen = {"workload": c["workload"].value, "precision": c["precision"].value, "gpu": c["gpu"].value}
+        # The points depend on the table and these three controls only: kept while the model's
+        # controls (bandwidth, batch ...) move, rather than the table made a DataFrame each move.
+        kept = getattr(self, "_kept_points", None)
+        if kept is None or kept[0] is not ds or kept[1] != chosen:
+            kept = self._kept_points = (ds, chosen, measured_points(ds, **chosen))
+        return measured_columns(ds, self.prediction, algorithm=c["algorithm"].value, points=kept[2], **chosen)
 
     def _write_status(self, marks: Mapping[str, np.ndarray], measured_changed: bool) -> None:
         notes, self._notes = self._notes, []
