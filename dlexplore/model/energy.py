@@ -145,7 +145,7 @@ def energy(
         prediction, pue, node_power_w, comm_power_fraction, samples_per_epoch, utilization
     )
 
-    tdp, idle = _gpu_figures(prediction, gpu)
+    figures = _gpu_figures(prediction, gpu)
     if gpus_per_node is None:
         per_node = prediction["gpus_per_node"] if "gpus_per_node" in prediction.coords else 1
     else:
@@ -157,10 +157,10 @@ def energy(
     # operation, which made this function most of an explorer slider move.
     grid = Grid(prediction.variables["step_time"], prediction.indexes)
     dims = grid.dims
-    tdp, idle, u, per_node = map(grid, (tdp, idle, u, per_node))
+    tdp, idle, utilisation, node_size = (grid(v) for v in (*figures, u, per_node))
     gpus, batch_size, t_step = (grid(prediction.variables[n]) for n in ("gpus", "batch_size", "step_time"))
-    nodes = np.ceil(gpus / per_node)
-    p_compute = idle + (tdp - idle) * u
+    nodes = np.ceil(gpus / node_size)
+    p_compute = idle + (tdp - idle) * utilisation
     p_comm = idle + (tdp - idle) * comm_power_fraction
     e_compute = pue * gpus * grid(prediction.variables["time_compute"]) * p_compute
     e_comm = pue * gpus * grid(prediction.variables["time_comm_exposed"]) * p_comm

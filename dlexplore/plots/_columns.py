@@ -253,6 +253,7 @@ def measured_columns(
         ran = frame["algorithm"].astype(str).to_numpy()
         comparable = (ran == algorithm) | np.isin(ran, ("none", "unknown", "")) | (gpus == 1)
         predicted = np.where(comparable, predicted, np.nan)
+    source = measured.attrs.get("source", "") if measured is not None else ""
     column = lambda name, default="": (  # noqa: E731
         frame[name].astype(str).to_numpy(object) if name in frame else np.full(len(frame), default, object)
     )
@@ -262,7 +263,7 @@ def measured_columns(
         "label": np.array(labels, dtype=object),
         "group": np.where(comparable, "measured", "measured, not compared").astype(object),
         "color": np.where(comparable, VERMILION, GREY).astype(object),
-        "source": np.array([measured.attrs.get("source", "")] * len(frame), dtype=object),
+        "source": np.array([source] * len(frame), dtype=object),
         "gpu": column("gpu"),
         "network": column("network"),
         "batch_size": frame["batch_size"].to_numpy(float)
