@@ -191,11 +191,16 @@ def choose(name: str, value: object, allowed: tuple[str, ...]) -> str:
 def along(grid: Grid, value: np.ndarray, dim: str, labels: object) -> xr.DataArray:
     """``value`` (last axis along ``dim``, the others the grid's) as a DataArray with ``dim``
     last, over the grid dimensions it varies along."""
+    dims, squeezed = along_raw(grid, value, dim)
+    coords = {d: grid.coords[d] for d in dims[:-1]}
+    coords[dim] = labels
+    return xr.DataArray(squeezed, dims=dims, coords=coords)
+
+
+def along_raw(grid: Grid, value: np.ndarray, dim: str) -> tuple[tuple[str, ...], np.ndarray]:
+    """(dimensions, values) of :func:`along`'s DataArray, for a Dataset built at once."""
     arr = np.asarray(value, dtype=float)
     arr = np.broadcast_to(arr, np.broadcast_shapes(arr.shape, (1,) * len(grid.dims) + arr.shape[-1:]))
     keep = [i for i, n in enumerate(arr.shape[:-1]) if n > 1 or grid.shape[i] == 1]
     squeezed = arr.reshape([arr.shape[i] for i in keep] + [arr.shape[-1]])
-    dims = [grid.dims[i] for i in keep] + [dim]
-    coords = {d: grid.coords[d] for d in dims[:-1]}
-    coords[dim] = labels
-    return xr.DataArray(squeezed, dims=dims, coords=coords)
+    return (*(grid.dims[i] for i in keep), dim), squeezed
