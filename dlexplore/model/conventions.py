@@ -24,8 +24,7 @@ __all__ = [
     "is_sweep",
     "finish_dataset",
     "PREDICTED_SOURCE",
-    "bare",
-    "Grid",
+    "OnDims",
 ]
 
 PREDICTED_SOURCE = f"predicted: dlexplore {__version__} analytical model"
@@ -146,26 +145,18 @@ def sweep_values(name: str, value: object) -> np.ndarray:
     return values
 
 
-def bare(value: Any) -> Any:
-    """A DataArray without its non-index coordinates; anything else as it is.
-
-    A prediction carries some 40 scalar coordinates (its configuration), which every arithmetic
-    operation between its variables merges again: arithmetic on bare arrays, with the coordinates
-    put back once at the end, is 3-4x faster (an explorer slider move's energy and time to accuracy).
-    """
-    return value.reset_coords(drop=True) if isinstance(value, xr.DataArray) else value
-
-
-class Grid:
+class OnDims:
     """Arrays laid out over a dataset's dimensions, for arithmetic in numpy.
 
-    ``grid(value)`` turns a scalar, or an xarray Variable or DataArray whose dimensions are among
-    the grid's, into an array that broadcasts against the grid: its axes in the grid's order, of
-    size 1 where the value does not vary. A DataArray is matched by label first (reindexed to the
-    dataset's index where its labels differ), as xarray's arithmetic would. ``grid.whole(array)``
-    gives a result the grid's full shape. Why: arithmetic between a prediction's DataArrays merges
-    its ~40 scalar coordinates again at every operation; a few dozen such operations were most of
-    an explorer slider move, where the same sums on arrays take microseconds.
+    Not :class:`~dlexplore.model.step_grid.Grid` (the model's sweep of numeric parameters): this
+    lays values out over an existing dataset's dimensions. ``grid(value)`` turns a scalar, or an
+    xarray Variable or DataArray whose dimensions are among the grid's, into an array that
+    broadcasts against the grid: its axes in the grid's order, of size 1 where the value does not
+    vary. A DataArray is matched by label first (reindexed to the dataset's index where its labels
+    differ), as xarray's arithmetic would. ``grid.whole(array)`` gives a result the grid's full
+    shape. Why: arithmetic between a prediction's DataArrays merges its ~40 scalar coordinates
+    again at every operation; a few dozen such operations were most of an explorer slider move,
+    where the same sums on arrays take microseconds.
     """
 
     def __init__(self, like: xr.Variable | xr.DataArray, indexes: Any = None) -> None:

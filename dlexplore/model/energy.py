@@ -33,7 +33,7 @@ import xarray as xr
 
 from .. import catalog
 from ..errors import DlexploreError
-from .conventions import PREDICTED_SOURCE, Grid
+from .conventions import PREDICTED_SOURCE, OnDims
 
 __all__ = [
     "energy",
@@ -155,7 +155,7 @@ def energy(
     # Numpy arrays laid out as the step time is, the dataset built once with the prediction's
     # coordinates: xarray's arithmetic merges a prediction's ~40 scalar coordinates again at every
     # operation, which made this function most of an explorer slider move.
-    grid = Grid(prediction.variables["step_time"], prediction.indexes)
+    grid = OnDims(prediction.variables["step_time"], prediction.indexes)
     dims = grid.dims
     tdp, idle, utilisation, node_size = (grid(v) for v in (*figures, u, per_node))
     gpus, batch_size, t_step = (grid(prediction.variables[n]) for n in ("gpus", "batch_size", "step_time"))

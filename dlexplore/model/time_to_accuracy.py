@@ -27,7 +27,7 @@ import numpy as np
 import xarray as xr
 
 from ..errors import DlexploreError
-from .conventions import Grid
+from .conventions import OnDims
 from .convergence import (
     CONVERGENCE_SOURCE,
     ConvergenceParams,
@@ -85,7 +85,7 @@ def time_to_accuracy(
     # Numpy arrays laid out as the step time is, and one dataset built with the prediction's
     # coordinates at the end: xarray's arithmetic and assign_coords re-merged its ~40 scalar
     # coordinates at every step, which was most of an explorer slider move.
-    grid = Grid(prediction.variables["step_time"], prediction.indexes)
+    grid = OnDims(prediction.variables["step_time"], prediction.indexes)
     dims = grid.dims
     step_time = grid.whole(grid(prediction.variables["step_time"]))
     global_batch = grid.whole(grid(prediction.variables["gpus"]) * grid(prediction.variables["batch_size"]))
@@ -99,7 +99,7 @@ def time_to_accuracy(
     data["reachable"] = conv.variables["reachable"]
     data["global_batch"] = xr.Variable(dims, global_batch)
     data["time_to_target"] = xr.Variable(dims, np.where(ok, steps * step_time, np.nan))
-    data["step_time"] = xr.Variable(dims, step_time, prediction["step_time"].attrs)
+    data["step_time"] = xr.Variable(dims, step_time, prediction.variables["step_time"].attrs)
     for name in ("throughput", "fits"):
         if name in prediction:
             variable = prediction.variables[name]

@@ -19,7 +19,7 @@ from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem
 from bokeh.plotting import figure
 
 from ..errors import DlexploreError
-from ..model.conventions import Grid
+from ..model.conventions import OnDims
 from .figure_parts import new_figure, subtitle
 from .palette import BLUE, GREEN, GREY, ORANGE, PURPLE, SKY, VERMILION, YELLOW
 
@@ -42,7 +42,7 @@ def time_to_accuracy_columns(tta: xr.Dataset) -> dict[str, dict[str, list]]:
     if extra:
         raise DlexploreError(f"select one value of {extra} first (the plot has gpus x batch_size)")
     time = time.transpose("batch_size", "gpus")
-    grid = Grid(time.variable)  # arrays, not broadcast_like: that re-merged ~40 coordinates each
+    grid = OnDims(time.variable)  # arrays, not broadcast_like: that re-merged ~40 coordinates each
     variables = {}
     for name in ("steps_to_target", "global_batch", "energy_to_target", "epochs_to_target"):
         if name in tta:
