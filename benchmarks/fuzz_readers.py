@@ -508,6 +508,39 @@ def warm_up(reader: str, seed: Path) -> None:
             pass
 
 
+def probe_here(path: Path, timeout_s: float) -> tuple[str, str] | None:
+    """Probe a netCDF case in this process, under the limit :func:`run_one` gives it: its outcome
+    when the probe refuses it, None when the probe passes it (remembered, so that the fork reading
+    it does not probe again).
+
+    The probe reads the file in a kept child process under a time limit (``dlexplore._hdf5``), which
+    is what makes a damaged HDF5 file safe to open in the caller's process, so the caller's process
+    is where it is tested. A fork per case would start a child of its own, a fresh interpreter
+    importing h5py (0.4-1 s), and that was most of each case's time.
+    """
+    from dlexplore._hdf5 import ENV_SECONDS, probe_hdf5
+    from dlexplore.errors import DlexploreError
+
+    before = os.environ.get(ENV_SECONDS)
+    os.environ[ENV_SECONDS] = str(timeout_s / 2)  # as run_one sets it in the fork
+    try:
+        probe_hdf5(path)
+    except DlexploreError as err:
+        message = str(err)
+        if str(path) not in message and path.name not in message:
+            return "finding", f"DlexploreError without the file name: {message[:300]}"
+        return "error", message[:300]
+    except BaseException as err:  # noqa: BLE001 - the probe must refuse a file with a DlexploreError
+        where = _where(sys.exc_info()[2])
+        return "finding", f"{type(err).__name__} from the probe: {str(err)[:200]} at {where}"
+    finally:
+        if before is None:
+            os.environ.pop(ENV_SECONDS, None)
+        else:
+            os.environ[ENV_SECONDS] = before
+    return None
+
+
 def run_isolated(
     reader: str,
     path: str | Path,
@@ -519,7 +552,12 @@ def run_isolated(
     """Run one reader on one file in a fresh process under ``timeout_s`` (s) and ``memory`` (B).
 
     Returns ``(outcome, detail)`` as :func:`run_one`; a killed or crashed process is a finding.
+
+    A netCDF file is first probed here (:func:`probe_here`), as it would be in a user's notebook;
+    only a file the probe passes is read in the fresh process.
     """
+    if reader == "netcdf" and (refused := probe_here(Path(path), timeout_s)) is not None:
+        return refused
     ctx = mp.get_context("fork")
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=_isolated, args=(child, reader, str(path), timeout_s, memory), daemon=True)
