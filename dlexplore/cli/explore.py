@@ -148,7 +148,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=900,
         metavar="SECONDS",
         help="stop a page's kernel after this long without activity (default 900); a "
-        "closed page's kernel stops at once",
+        "closed page's kernel stops at once. A page draws its plots without talking to its "
+        "kernel, so keep this well above the seconds a page takes to draw on a busy server",
     )
     add_explorer_options(e, trace=True)
     e.set_defaults(func=run)
