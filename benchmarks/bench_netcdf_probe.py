@@ -1,5 +1,5 @@
 """What the hang-proof netCDF read costs: ``load_trace`` of a converted trace, which first reads the
-file in a child process under a time limit (:mod:`dlexplore._hdf5`), against the baseline of opening
+file in a child process under a time limit (:mod:`dlexplore.hdf5_probe`), against the baseline of opening
 it directly in this process (``xarray.open_dataset(engine="h5netcdf").load()`` and the conversion to
 a Trace, what ``dlexplore.traces.netcdf.read`` did before the probe). A file whose bytes already
 passed the probe in this process is not probed again: "again" is that reload. The child is kept
@@ -30,8 +30,8 @@ from pathlib import Path
 import pandas as pd
 import xarray as xr
 
-from dlexplore import _hdf5
-from dlexplore._hdf5 import probe_hdf5
+from dlexplore import hdf5_probe
+from dlexplore.hdf5_probe import probe_hdf5
 from dlexplore.traces import load_trace, write_netcdf
 from dlexplore.traces.netcdf import from_dataset
 from dlexplore.traces.schema import Trace
@@ -47,18 +47,18 @@ def _direct(path: Path) -> Trace:
 
 
 def _first_probe(path: Path) -> None:
-    _hdf5.forget_passed()  # as for a file this process has not read yet
+    hdf5_probe.forget_passed()  # as for a file this process has not read yet
     probe_hdf5(path)
 
 
 def _cold_probe(path: Path) -> None:
-    _hdf5.forget_passed()
-    _hdf5.close_worker()  # as for the first netCDF file of a process: the child is started
+    hdf5_probe.forget_passed()
+    hdf5_probe.close_worker()  # as for the first netCDF file of a process: the child is started
     probe_hdf5(path)
 
 
 def _first_load(path: Path) -> Trace:
-    _hdf5.forget_passed()
+    hdf5_probe.forget_passed()
     return load_trace(path, format="netcdf")
 
 

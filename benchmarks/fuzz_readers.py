@@ -408,13 +408,22 @@ def _alarm(signum: int, frame: Any) -> None:
     raise _CaseTimeout()
 
 
+def refusal(path: Path, err: Exception) -> tuple[str, str]:
+    """The outcome of a reader's DlexploreError on ``path``: ``error`` when it names the file,
+    else a ``finding``."""
+    message = str(err)
+    if str(path) not in message and path.name not in message:
+        return "finding", f"DlexploreError without the file name: {message[:300]}"
+    return "error", message[:300]
+
+
 def run_one(reader: str, path: Path, timeout_s: float) -> tuple[str, str]:
     """Run ``reader`` on ``path`` under a ``timeout_s`` alarm: (outcome, detail).
 
     outcome is ``ok``, ``error`` (a DlexploreError naming the file) or ``finding``.
     """
-    from dlexplore._hdf5 import ENV_SECONDS
     from dlexplore.errors import DlexploreError
+    from dlexplore.hdf5_probe import ENV_SECONDS
 
     # netCDF files are probed in a child process first (HDF5 can loop in C on a damaged file); its
     # limit must fall inside this case's, or a refused file would count as a hang.
@@ -429,10 +438,7 @@ def run_one(reader: str, path: Path, timeout_s: float) -> tuple[str, str]:
     except _CaseTimeout:
         return "finding", f"hang: no result after {timeout_s} s"
     except DlexploreError as err:
-        message = str(err)
-        if str(path) not in message and path.name not in message:
-            return "finding", f"DlexploreError without the file name: {message[:300]}"
-        return "error", message[:300]
+        return refusal(path, err)
     except MemoryError:
         return "finding", "MemoryError: more than the address-space bound"
     except RecursionError:
@@ -513,23 +519,20 @@ def probe_here(path: Path, timeout_s: float) -> tuple[str, str] | None:
     when the probe refuses it, None when the probe passes it (remembered, so that the fork reading
     it does not probe again).
 
-    The probe reads the file in a kept child process under a time limit (``dlexplore._hdf5``), which
+    The probe reads the file in a kept child process under a time limit (``dlexplore.hdf5_probe``), which
     is what makes a damaged HDF5 file safe to open in the caller's process, so the caller's process
     is where it is tested. A fork per case would start a child of its own, a fresh interpreter
     importing h5py (0.4-1 s), and that was most of each case's time.
     """
-    from dlexplore._hdf5 import ENV_SECONDS, probe_hdf5
     from dlexplore.errors import DlexploreError
+    from dlexplore.hdf5_probe import ENV_SECONDS, probe_hdf5
 
     before = os.environ.get(ENV_SECONDS)
     os.environ[ENV_SECONDS] = str(timeout_s / 2)  # as run_one sets it in the fork
     try:
         probe_hdf5(path)
     except DlexploreError as err:
-        message = str(err)
-        if str(path) not in message and path.name not in message:
-            return "finding", f"DlexploreError without the file name: {message[:300]}"
-        return "error", message[:300]
+        return refusal(path, err)
     except BaseException as err:  # noqa: BLE001 - the probe must refuse a file with a DlexploreError
         where = _where(sys.exc_info()[2])
         return "finding", f"{type(err).__name__} from the probe: {str(err)[:200]} at {where}"

@@ -39,6 +39,7 @@ __all__ = [
     "DEFAULT_PORT",
     "DEFAULT_POOL_SIZE",
     "DEFAULT_CULL_IDLE",
+    "cull_interval",
     "explore_command",
     "serve_explorer",
 ]
@@ -68,6 +69,12 @@ def _check_port(port: int) -> None:
             ) from None
 
 
+def cull_interval(cull_idle: int) -> int:
+    """Seconds between the server's checks for idle kernels: a quarter of ``cull_idle`` (s), within
+    1-60, so that a kernel is stopped at most a quarter late."""
+    return max(1, min(60, cull_idle // 4))
+
+
 def explore_command(
     port: int = DEFAULT_PORT,
     *,
@@ -92,7 +99,7 @@ def explore_command(
         "--VoilaConfiguration.template=dlexplore",
         # Connected or not: a page left open for long gives its memory back too (it says so).
         f"--MappingKernelManager.cull_idle_timeout={cull_idle}",
-        f"--MappingKernelManager.cull_interval={max(1, min(60, cull_idle // 4))}",
+        f"--MappingKernelManager.cull_interval={cull_interval(cull_idle)}",
         "--MappingKernelManager.cull_connected=True",
         # Culling that spares the kernel a page has just been given from the pool.
         "--VoilaConfiguration.multi_kernel_manager_class=dlexplore_jupyter.kernels.ClassroomKernelManager",

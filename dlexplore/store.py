@@ -19,9 +19,9 @@ from pathlib import Path
 
 import xarray as xr
 
-from ._hdf5 import probe_hdf5
 from ._io import atomic_path, replace_folder
 from .errors import DlexploreError, InputFileError
+from .hdf5_probe import probe_hdf5
 from .traces.netcdf import from_dataset, netcdf_encoding, to_dataset
 from .traces.schema import Trace
 

@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "dlexplore._version",
             "dlexplore._data",
             "dlexplore._io",
-            "dlexplore._hdf5",
+            "dlexplore.hdf5_probe",
             "dlexplore.units",
             "dlexplore.validation",
             "dlexplore.progress",

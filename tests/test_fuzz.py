@@ -385,10 +385,10 @@ def test_netcdf_hdf5_hang_is_refused_in_bounded_time(tmp_path):
 def test_netcdf_probe_time_limit_refuses_and_names_the_file(tmp_path, monkeypatch, seeds):
     # A limit no new child can meet (starting Python alone takes longer) exercises the timeout path
     # on any HDF5: the probe is killed and the file refused, naming it and the limit.
-    from dlexplore import _hdf5, store
+    from dlexplore import hdf5_probe, store
 
-    monkeypatch.setattr(_hdf5, "_PASSED", set())  # these bytes may have passed in an earlier test
-    _hdf5.close_worker()  # a child kept from an earlier probe might read this small file in time
+    hdf5_probe.forget_passed()  # these bytes may have passed in an earlier test
+    hdf5_probe.close_worker()  # a child kept from an earlier probe might read this small file in time
     path = tmp_path / "sound.nc"
     shutil.copyfile(seeds["netcdf"][0], path)
     monkeypatch.setenv("DLEXPLORE_HDF5_PROBE_SECONDS", "0.001")
@@ -403,9 +403,9 @@ def test_netcdf_probe_time_limit_refuses_and_names_the_file(tmp_path, monkeypatc
 
 
 def test_netcdf_probe_is_not_repeated_for_the_same_bytes(tmp_path, monkeypatch, seeds):
-    from dlexplore import _hdf5, store
+    from dlexplore import hdf5_probe, store
 
-    monkeypatch.setattr(_hdf5, "_PASSED", set())
+    hdf5_probe.forget_passed()
     path = tmp_path / "sound.nc"
     shutil.copyfile(seeds["netcdf"][0], path)
     store.open_netcdf(path)  # probed once, and passed

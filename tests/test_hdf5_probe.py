@@ -1,4 +1,4 @@
-"""The hang-proof netCDF read (:mod:`dlexplore._hdf5`) keeps its child process between probes.
+"""The hang-proof netCDF read (:mod:`dlexplore.hdf5_probe`) keeps its child process between probes.
 
 The child reads file after file, a file it fails on included; one that hangs is killed and replaced;
 one left idle ends itself, and so does one whose caller was killed while HDF5 looped; a forked
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from _hdf5_loop import HDF5_LOOP, hdf5_hangs
 
-from dlexplore import _hdf5
+from dlexplore import hdf5_probe
 from dlexplore.errors import InputFileError
 
 SOUND = Path(__file__).resolve().parent / "data" / "traces" / "netcdf" / "horovod-timeline-v1.nc"
@@ -28,19 +28,20 @@ POSIX_ALARM = pytest.mark.skipif(not hasattr(signal, "alarm"), reason="the child
 
 
 @pytest.fixture
-def fresh(monkeypatch):
+def fresh():
     """No file has passed, and no child is kept, before and after the test."""
-    monkeypatch.setattr(_hdf5, "_PASSED", set())
-    _hdf5.close_worker()
+    hdf5_probe.forget_passed()
+    hdf5_probe.close_worker()
     yield
-    _hdf5.close_worker()
+    hdf5_probe.forget_passed()
+    hdf5_probe.close_worker()
 
 
 def probe(path: Path) -> int:
     """Probe ``path`` as a file this process has not read, and return the kept child's pid."""
-    _hdf5.forget_passed()
-    _hdf5.probe_hdf5(path)
-    return _hdf5.worker_pid()
+    hdf5_probe.forget_passed()
+    hdf5_probe.probe_hdf5(path)
+    return hdf5_probe.worker_pid()
 
 
 def alive(pid: int) -> bool:
@@ -71,8 +72,8 @@ def test_one_child_reads_file_after_file_the_one_it_fails_on_included(fresh, tmp
     with pytest.raises(
         InputFileError, match=r"half\.nc: cannot be read as netCDF \(OSError: .*truncated file"
     ):
-        _hdf5.probe_hdf5(broken)
-    assert _hdf5.worker_pid() == first
+        hdf5_probe.probe_hdf5(broken)
+    assert hdf5_probe.worker_pid() == first
     assert probe(SOUND) == first  # how much this saves: benchmarks/bench_netcdf_probe.py
 
 
@@ -81,13 +82,13 @@ def test_a_child_that_hangs_is_killed_and_the_next_file_gets_another(fresh, tmp_
     shutil.copyfile(HDF5_LOOP, loop)
     hangs = hdf5_hangs()
     first = probe(SOUND)
-    monkeypatch.setenv(_hdf5.ENV_SECONDS, "1")
+    monkeypatch.setenv(hdf5_probe.ENV_SECONDS, "1")
     expected = "did not finish reading it in 1 s" if hangs else r"cannot be read as netCDF \("
     with pytest.raises(InputFileError, match=expected):
-        _hdf5.probe_hdf5(loop)
-    monkeypatch.delenv(_hdf5.ENV_SECONDS)
+        hdf5_probe.probe_hdf5(loop)
+    monkeypatch.delenv(hdf5_probe.ENV_SECONDS)
     if hangs:
-        assert _hdf5.worker_pid() is None and not alive(first)
+        assert hdf5_probe.worker_pid() is None and not alive(first)
         assert probe(SOUND) != first
     else:
         assert probe(SOUND) == first
@@ -95,7 +96,7 @@ def test_a_child_that_hangs_is_killed_and_the_next_file_gets_another(fresh, tmp_
 
 @POSIX_ALARM
 def test_an_idle_child_ends_itself_and_the_next_probe_starts_another(fresh, monkeypatch):
-    monkeypatch.setattr(_hdf5, "IDLE_SECONDS", 1)
+    monkeypatch.setattr(hdf5_probe, "IDLE_SECONDS", 1)
     first = probe(SOUND)
     assert ends_within(first, 10)
     second = probe(SOUND)
@@ -108,11 +109,11 @@ def test_the_child_ends_when_its_caller_is_killed_while_hdf5_loops(tmp_path):
     shutil.copyfile(HDF5_LOOP, loop)
     script = (
         "import sys\n"
-        "from dlexplore import _hdf5\n"
-        "print(_hdf5.start_worker(), flush=True)\n"
-        "_hdf5.probe_hdf5(sys.argv[1])\n"
+        "from dlexplore import hdf5_probe\n"
+        "print(hdf5_probe.start_worker(), flush=True)\n"
+        "hdf5_probe.probe_hdf5(sys.argv[1])\n"
     )
-    env = {**os.environ, _hdf5.ENV_SECONDS: "1"}  # the child's own bound: ceil(1 + size / 10 MB) + 2 s
+    env = {**os.environ, hdf5_probe.ENV_SECONDS: "1"}  # the child's own bound: ceil(1 + size / 10 MB) + 2 s
     caller = subprocess.Popen(
         [sys.executable, "-c", script, str(loop)], stdout=subprocess.PIPE, text=True, env=env
     )
@@ -147,20 +148,20 @@ def test_a_probe_does_not_wait_for_another_thread(fresh, tmp_path, monkeypatch):
     loop = tmp_path / "loop.nc"
     shutil.copyfile(HDF5_LOOP, loop)
     probe(SOUND)
-    monkeypatch.setenv(_hdf5.ENV_SECONDS, "4")
+    monkeypatch.setenv(hdf5_probe.ENV_SECONDS, "4")
     refused: list[BaseException] = []
 
     def hang() -> None:
         try:
-            _hdf5.probe_hdf5(loop)
+            hdf5_probe.probe_hdf5(loop)
         except InputFileError as err:
             refused.append(err)
 
     other = threading.Thread(target=hang)
     other.start()
     time.sleep(0.5)  # the kept child is looping on the other thread's file
-    _hdf5.forget_passed()
-    _hdf5.probe_hdf5(SOUND)  # in a child of its own: a new Python, not a 4 s wait
+    hdf5_probe.forget_passed()
+    hdf5_probe.probe_hdf5(SOUND)  # in a child of its own: a new Python, not a 4 s wait
     assert other.is_alive()  # the other thread's child is still looping: this probe did not wait
     other.join()
     assert len(refused) == 1 and "did not finish reading it in 4 s" in str(refused[0])
@@ -179,8 +180,8 @@ def test_a_relative_path_is_read_where_the_caller_is_not_where_the_child_started
     with pytest.raises(
         InputFileError, match=r"trace\.nc: cannot be read as netCDF \(OSError: .*truncated file"
     ):
-        _hdf5.probe_hdf5("trace.nc")
-    assert _hdf5.worker_pid() == first
+        hdf5_probe.probe_hdf5("trace.nc")
+    assert hdf5_probe.worker_pid() == first
 
 
 def test_a_changed_environment_gets_a_child_that_reads_it(fresh, tmp_path, monkeypatch):
@@ -188,17 +189,17 @@ def test_a_changed_environment_gets_a_child_that_reads_it(fresh, tmp_path, monke
     Python its PYTHONPATH: a child started before a change would not see it. Here an h5netcdf that
     cannot be imported shows the new child's environment, and its error is told, not lost."""
     first = probe(SOUND)
-    monkeypatch.setenv(_hdf5.ENV_SECONDS, "9")  # the limit travels with each request: no new child
+    monkeypatch.setenv(hdf5_probe.ENV_SECONDS, "9")  # the limit travels with each request: no new child
     assert probe(SOUND) == first
     shadow = tmp_path / "shadow"
     shadow.mkdir()
     (shadow / "h5netcdf.py").write_text("raise ImportError('h5netcdf cannot be imported here')\n")
     monkeypatch.setenv("PYTHONPATH", str(shadow))
-    _hdf5.forget_passed()
+    hdf5_probe.forget_passed()
     with pytest.raises(
         InputFileError, match=r"cannot be read as netCDF \(ImportError: h5netcdf cannot be imported"
     ):
-        _hdf5.probe_hdf5(SOUND)
+        hdf5_probe.probe_hdf5(SOUND)
     assert not alive(first)
     monkeypatch.delenv("PYTHONPATH")
     assert probe(SOUND) not in (first,)

@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from .._hdf5 import probe_hdf5
 from .._io import atomic_path
 from ..errors import DlexploreError, InputFileError
+from ..hdf5_probe import probe_hdf5
 from .schema import COLUMNS, Trace, make_events
 
 __all__ = ["to_dataset", "from_dataset", "from_variables", "netcdf_encoding", "write_netcdf", "read"]

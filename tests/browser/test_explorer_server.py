@@ -18,13 +18,15 @@ import pytest
 from _browser import VENV_BIN, Server, descendants, free_port, jupyter_env
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
+from dlexplore.serve import cull_interval
+
 pytestmark = pytest.mark.browser
 
 # A page's kernel is culled this long after its last message, even while the page still draws (the
 # browser builds the figures without talking to the kernel). A page draws in 4-5 s here, but CI's
 # busier 2 cores took longer than 6 s and the culler stopped the kernel under the drawing page.
 CULL_IDLE_S = 20
-CULL_INTERVAL_S = max(1, min(60, CULL_IDLE_S // 4))  # as dlexplore.serve.explore_command sets it
+CULL_INTERVAL_S = cull_interval(CULL_IDLE_S)
 POOL_SIZE = 1
 # Only catches breakage; issue 15's target is 3 s (median of 5, in timings.json).
 FIRST_PAINT_BOUND_S = 30
