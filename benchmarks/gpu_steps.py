@@ -78,10 +78,10 @@ def _resnet50(batch: int, device: torch.device, dtype: torch.dtype | None):
     return step
 
 
-def _gpt2(batch: int, seq: int, device: torch.device, dtype: torch.dtype | None):
+def _gpt2(batch: int, seq: int, device: torch.device, dtype: torch.dtype | None, vocab: int | None = None):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    config = GPT2Config(n_positions=max(seq, 1024))
+    config = GPT2Config(n_positions=max(seq, 1024), vocab_size=vocab or 50257)
     model = GPT2LMHeadModel(config).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     tokens = torch.randint(0, config.vocab_size, (batch, seq), device=device)
@@ -96,11 +96,17 @@ def _gpt2(batch: int, seq: int, device: torch.device, dtype: torch.dtype | None)
     return step
 
 
-def _bert_large(batch: int, seq: int, device: torch.device, dtype: torch.dtype | None):
+def _bert_large(
+    batch: int, seq: int, device: torch.device, dtype: torch.dtype | None, vocab: int | None = None
+):
     from transformers import BertConfig, BertForPreTraining
 
     config = BertConfig(
-        hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096
+        hidden_size=1024,
+        num_hidden_layers=24,
+        num_attention_heads=16,
+        intermediate_size=4096,
+        vocab_size=vocab or 30522,
     )
     model = BertForPreTraining(config).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
@@ -175,6 +181,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--quick", action="store_true", help="tiny configurations: check the script")
     parser.add_argument("--skip-gemm", action="store_true")
+    parser.add_argument(
+        "--set",
+        choices=("steps", "vocab"),
+        default="steps",
+        help="steps: the catalog workloads' steps (default); vocab: GPT-2 and BERT-Large with the "
+        "vocabulary as published and padded to a multiple of 8 or 64",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -187,41 +200,52 @@ def main() -> None:
         date=time.strftime("%Y-%m-%d"),
     )
     bf16 = torch.bfloat16
+    # (workload, batch, sequence, autocast dtype (None: fp32 with TF32), profile it, vocabulary)
     if args.quick:
-        runs = [("resnet50", 2, None, bf16, True), ("gpt2", 1, 64, bf16, True)]
+        runs = [("resnet50", 2, None, bf16, True, None), ("gpt2", 1, 64, bf16, True, None)]
         warmup, steps = 1, 2
-    else:  # (workload, batch, sequence, autocast dtype (None: fp32 with TF32), profile it)
+    elif args.set == "vocab":  # the output layer's products with the vocabulary as published and padded
         runs = [
-            ("resnet50", 64, None, bf16, True),
-            ("resnet50", 256, None, bf16, False),
-            ("resnet50", 128, None, None, False),
-            ("gpt2", 8, 1024, bf16, True),
-            ("gpt2", 16, 1024, bf16, False),
-            ("bert-large", 16, 512, bf16, False),
-            ("bert-large", 32, 512, bf16, False),
+            ("gpt2", 8, 1024, bf16, False, 50257),
+            ("gpt2", 8, 1024, bf16, True, 50304),
+            ("bert-large", 16, 512, bf16, True, 30522),
+            ("bert-large", 16, 512, bf16, False, 30528),
+        ]
+        warmup, steps = 10, 20
+    else:
+        runs = [
+            ("resnet50", 64, None, bf16, True, None),
+            ("resnet50", 256, None, bf16, False, None),
+            ("resnet50", 128, None, None, False, None),
+            ("gpt2", 8, 1024, bf16, True, None),
+            ("gpt2", 16, 1024, bf16, False, None),
+            ("bert-large", 16, 512, bf16, False, None),
+            ("bert-large", 32, 512, bf16, False, None),
         ]
         warmup, steps = 10, 30
     torch.backends.cuda.matmul.allow_tf32 = True  # "fp32" runs: TF32 tensor cores, as tf32 in dlexplore
     torch.backends.cudnn.allow_tf32 = True
     results = []
-    for workload, batch, seq, dtype, profiled in runs:
+    for workload, batch, seq, dtype, profiled, vocab in runs:
         started = time.perf_counter()
         try:
             if workload == "resnet50":
                 step = _resnet50(batch, device, dtype)
             elif workload == "gpt2":
-                step = _gpt2(batch, seq, device, dtype)
+                step = _gpt2(batch, seq, device, dtype, vocab)
             else:
-                step = _bert_large(batch, seq, device, dtype)
+                step = _bert_large(batch, seq, device, dtype, vocab)
             times = _timed_steps(step, device, warmup, steps)
             if profiled:
-                _profile(step, device, args.out / f"{workload}-b{batch}.pt.trace.json.gz")
+                name = f"{workload}-b{batch}" + (f"-v{vocab}" if vocab else "")
+                _profile(step, device, args.out / f"{name}.pt.trace.json.gz")
             median = statistics.median(times)
             results.append(
                 dict(
                     workload=workload,
                     batch=batch,
                     seq=seq,
+                    vocab=vocab,
                     precision="bf16" if dtype is bf16 else "tf32",
                     step_time=median,
                     step_time_min=min(times),
