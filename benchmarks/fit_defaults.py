@@ -105,6 +105,17 @@ PRIORS: dict[str, Prior] = {
         "fraction of peak a fused (flash) attention kernel reaches",
         "Dao (2023), FlashAttention-2: 50-73% of the A100's peak; the middle of that range",
     ),
+    "unaligned_efficiency": Prior(
+        0.406,
+        "1",
+        "share of its aligned rate a matrix product reaches on tensor cores with operand rows "
+        "aligned to 4 or 8 bytes, not 16 (half that at 2 bytes)",
+        "measured on one H200 (cuBLAS, torch 2.11, CUDA 13.0) by benchmarks/gpu_kernels.py, "
+        "benchmarks/results/gpu-kernels-h200.json: the median of the 9 products of GPT-2's and "
+        "BERT-Large's output layer (logits, input and weight gradient; 8,192 tokens) with rows "
+        "aligned to 4 or 8 bytes over the same product with the vocabulary padded, 0.36-0.49 "
+        "(the 3 with 2-byte rows: 0.16-0.21, half of it predicts 0.20)",
+    ),
     "tcp_efficiency": Prior(
         0.5,
         "1",

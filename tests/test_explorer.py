@@ -146,7 +146,7 @@ def test_a_bert_table_is_predicted_at_its_sequence_length_and_accumulation():
     assert controls(
         explorer, "workload", "gpu", "precision", "batch_size", "gpus_per_node", "intra_link", "network"
     ) == {
-        "workload": "bert-large",
+        "workload": "bert-large-nvidia",
         "gpu": "A100-80GB",
         "precision": "tf32",
         "batch_size": 128,

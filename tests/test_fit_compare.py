@@ -260,7 +260,7 @@ def test_predict_points_takes_a_rows_own_intra_link_sequence_and_accumulation(tm
     ds = dlx.measured.load("nvidia-pytorch-bert-large")
     i = int(np.flatnonzero((ds.gpus.values == 256) & (ds.precision.values == "fp16"))[0])
     direct = dlx.predict(
-        "bert-large",
+        "bert-large-nvidia",
         "A100-80GB",
         "IB-HDR",
         gpus=256,

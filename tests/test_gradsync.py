@@ -114,6 +114,7 @@ def test_defaults_file_says_where_each_value_comes_from():
         "cycle_time",
         "negotiation_time",
         "flash_efficiency",
+        "unaligned_efficiency",
     }
     for d in defaults.values():
         assert d.units and d.meaning and d.source

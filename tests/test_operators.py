@@ -4,6 +4,7 @@ Winograd only on vector units, Megatron's tensor-parallel split and flash attent
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -16,7 +17,9 @@ from dlexplore.model.operator_table import operator_table, tile_efficiency
 from dlexplore.model.operators import (
     CATEGORIES,
     PHASES,
+    alignment_factor,
     category_sums,
+    operand_alignment,
     operator_times,
     phase_sums,
     wave_efficiency,
@@ -110,6 +113,7 @@ def test_wave_quantisation_by_hand():
         kernel_time=0.0,
         winograd_speedup=1.0,
         flash_efficiency=0.6,
+        unaligned_efficiency=0.4,
     )
     t = kernel_times(ops, 1.0, v100, "fp32", params)
     flops = ops.flops[i]
@@ -125,6 +129,7 @@ def test_winograd_only_on_vector_units():
         kernel_time=0.0,
         winograd_speedup=2.0,
         flash_efficiency=0.6,
+        unaligned_efficiency=0.4,
     )
     base = dict(params, winograd_speedup=1.0)
     for precision, saving in (("fp32", True), ("fp16", False)):  # fp16 on the V100: tensor cores
@@ -305,3 +310,48 @@ def test_fused_batch_norm_saves_the_add_and_relu_passes_by_hand():
     )
     with pytest.raises(dlx.errors.DlexploreError, match="unknown fusion 'xla'"):
         dlx.predict("resnet50", "V100-16GB", fusion="xla", **run)
+
+
+def test_operand_alignment_by_hand():
+    # the largest power of two dividing each row's bytes, at most 16
+    assert operand_alignment(2, 768, 50257) == 2  # GPT-2's vocabulary in 16-bit: odd
+    assert operand_alignment(2, 1024, 30522) == 4  # BERT's: 30522 = 2 x 15261, 61044 bytes
+    assert operand_alignment(4, 1024, 30522) == 8  # in tf32: 122088 bytes = 8 x 15261
+    assert operand_alignment(4, 768, 50257) == 4
+    assert operand_alignment(2, 768, 50304) == 16  # padded to a multiple of 64
+    assert operand_alignment(2, 1024, 30528) == 16  # NVIDIA's BERT: a multiple of 8
+    assert operand_alignment(2, 50257 / 2) == 2  # split unevenly over two ranks: one value
+
+
+def test_alignment_factor_by_hand():
+    assert alignment_factor([16, 8, 4, 2], 0.4).tolist() == pytest.approx([1.0, 0.4, 0.4, 0.2])
+
+
+def test_an_unaligned_output_layer_is_slower_on_tensor_cores_only():
+    # GPT-2's logits (m = 1024 tokens per sequence, n = 50257, k = 768), 8 sequences: 632 GFLOP,
+    # compute-bound at either rate, so its time scales by 1 / (0.4 x 2/4) = 5 in 16-bit (rows
+    # aligned to 2 bytes) and by 1 / 0.4 = 2.5 for BERT's 30522 (4-byte rows); fp32 on vector
+    # units reads element by element: no change
+    h200, v100 = dlx.catalog.gpu("H200"), dlx.catalog.gpu("V100-16GB")
+    params = dict(
+        compute_efficiency=0.7,
+        memory_efficiency=0.8,
+        kernel_time=0.0,
+        winograd_speedup=1.0,
+        flash_efficiency=0.6,
+        unaligned_efficiency=0.4,
+    )
+    for workload, gpu, precision, slower in (
+        ("gpt2", h200, "bf16", 5.0),
+        ("bert-large", h200, "bf16", 2.5),
+        ("bert-large-nvidia", h200, "bf16", 1.0),
+        ("gpt2", v100, "fp32", 1.0),
+    ):
+        ops = operator_table(workload, precision)
+        i = ops.name.index("logits:fwd")
+        t = kernel_times(ops, 8.0, gpu, precision, params)
+        as_if_aligned = dataclasses.replace(ops, alignment=np.full(len(ops), 16.0))
+        t_aligned = kernel_times(as_if_aligned, 8.0, gpu, precision, params)
+        assert t[i] == pytest.approx(slower * t_aligned[i]), workload
+        layers = ops.name.index("layers.mlp.fc1:fwd")  # 768 and 3072: aligned
+        assert ops.alignment[layers] == 16 and t[layers] == t_aligned[layers]

@@ -47,6 +47,9 @@ PARAMETERS: dict[str, ParameterSpec] = {
     "flash_efficiency": ParameterSpec(
         "1", 1e-3, 1.0, 0.6, "fraction of peak a flash-attention kernel reaches"
     ),
+    "unaligned_efficiency": ParameterSpec(
+        "1", 1e-3, 1.0, 0.4, "share of its aligned rate a GEMM with operand rows aligned to 4-8 bytes reaches"
+    ),
     "tcp_efficiency": ParameterSpec(
         "1", 1e-3, 1.0, 0.5, "fraction of a network's bandwidth collectives reach over kernel TCP"
     ),
@@ -74,6 +77,7 @@ TRAINING_ONLY = (
     "kernel_time",
     "winograd_speedup",
     "flash_efficiency",
+    "unaligned_efficiency",
     "ps_efficiency",
     "cycle_time",
     "negotiation_time",
@@ -119,6 +123,7 @@ PREDICT_ARGUMENTS = (
     "kernel_time",
     "winograd_speedup",
     "flash_efficiency",
+    "unaligned_efficiency",
     "framework",
     "transport",
     "servers_colocated",

@@ -34,6 +34,7 @@ PARAMETER_NAMES = (
     "kernel_time",
     "winograd_speedup",
     "flash_efficiency",
+    "unaligned_efficiency",
     *COMM_PARAMETERS,
 )
 

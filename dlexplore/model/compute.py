@@ -50,6 +50,7 @@ COMPUTE_PARAMETERS = (
     "kernel_time",
     "winograd_speedup",
     "flash_efficiency",
+    "unaligned_efficiency",
 )
 
 #: Default fraction of peak FLOP/s reached by the whole training step, by precision. These are
@@ -161,7 +162,8 @@ def kernel_times(
     the compute parameters in ``params`` (:func:`dlexplore.model.operators.operator_times`).
     Winograd's saving applies on vector units only: cuDNN runs tensor-core convolutions as
     implicit GEMMs; the layout transposes (``ops.transpose``) are cuDNN's on tensor cores only: on
-    vector units it convolves NCHW as it is, and other vendors' libraries (MIOpen) take NCHW."""
+    vector units it convolves NCHW as it is, and other vendors' libraries (MIOpen) take NCHW. The
+    penalty of unaligned operands (``unaligned_efficiency``) is the matrix units' only."""
     vector = unit_kind(gpu, precision) == "vector"
     winograd = params["winograd_speedup"] if vector else 1.0
     transposes = not vector and gpu.vendor.strip().upper() == "NVIDIA"
@@ -175,6 +177,7 @@ def kernel_times(
         kernel_time=params["kernel_time"],
         winograd_speedup=winograd,
         flash_efficiency=params["flash_efficiency"],
+        unaligned_efficiency=1.0 if vector else params["unaligned_efficiency"],
         sm_count=int(gpu.sm_count),
     )
     return np.where(ops.transpose, 0.0, times) if not transposes and ops.transpose.any() else times

@@ -53,6 +53,10 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "kernel_time": ("s", "fixed time of one GPU kernel (launch, pipeline fill and drain)"),
     "winograd_speedup": ("1", "FLOP saving of Winograd's algorithm on 3x3 convolutions"),
     "flash_efficiency": ("1", "fraction of peak FLOP/s a flash-attention kernel reaches"),
+    "unaligned_efficiency": (
+        "1",
+        "share of its aligned rate a GEMM with operand rows aligned to 4-8 bytes reaches",
+    ),
     "seq": ("tokens", "sequence length"),
     "tcp_efficiency": ("1", "fraction of a network's bandwidth collectives reach over kernel TCP"),
     "ps_efficiency": ("1", "fraction of a link's bandwidth parameter-server transfers reach"),

@@ -94,6 +94,10 @@ _COORD_UNITS = {
     "kernel_time": ("s", "fixed time of one GPU kernel"),
     "winograd_speedup": ("1", "FLOP saving of Winograd's algorithm on 3x3 convolutions"),
     "flash_efficiency": ("1", "fraction of peak FLOP/s a flash-attention kernel reaches"),
+    "unaligned_efficiency": (
+        "1",
+        "share of its aligned rate a GEMM with operand rows aligned to 4-8 bytes reaches",
+    ),
 }
 
 #: Settings a sequence of which is evaluated one value at a time (a dimension of that name).

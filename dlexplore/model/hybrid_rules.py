@@ -60,6 +60,7 @@ _CHECKS: dict[str, Callable[[str, object], object]] = {
     "compute_efficiency": _fraction,
     "memory_efficiency": _fraction,
     "flash_efficiency": _fraction,
+    "unaligned_efficiency": _fraction,
     "kernel_time": lambda name, value: validation.nonnegative(name, value, units="s"),
     "winograd_speedup": lambda name, value: validation.number(name, value, minimum=1),
 }

@@ -24,6 +24,7 @@ from .operators import (
     _GEMM,
     _MASK,
     _VECTOR,
+    ALIGNED_BYTES,
     ATTENTION_KERNELS,
     CATEGORIES,
     FLASH_BACKWARD,
@@ -32,6 +33,7 @@ from .operators import (
     bytes_per_value,
     normalize_fusion,
     normalize_layout,
+    operand_alignment,
 )
 
 
@@ -60,6 +62,7 @@ class _Builder:
         winograd: bool = False,
         in_layers: bool = False,
         transpose: bool = False,
+        alignment: float = ALIGNED_BYTES,
     ) -> None:
         self.rows.append(
             (
@@ -78,6 +81,7 @@ class _Builder:
                 winograd,
                 in_layers,
                 transpose,
+                alignment,
             )
         )
 
@@ -116,6 +120,8 @@ class _Builder:
             winograd=winograd,
             in_layers=in_layers,
             kernels=calls,
+            # cuDNN pads a convolution's channels itself; a linear layer's weight is as given
+            alignment=ALIGNED_BYTES if category == "conv" else operand_alignment(d, n, k),
         )
         # each product's output is tiled: forward m x n, input gradient m x k, weight gradient k x n
         # (m is rows per sample: the batch makes it large, so only n and k are quantised); the
@@ -219,6 +225,7 @@ class _Builder:
             winograd=np.array(cols[12], dtype=bool),
             in_layers=np.array(cols[13], dtype=bool),
             transpose=np.array(cols[14], dtype=bool),
+            alignment=np.array(cols[15], dtype=float),
         )
 
 

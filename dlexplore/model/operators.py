@@ -70,6 +70,18 @@ tokens with sequence parallelism, else on all ``s``. ``attention`` picks ``"fuse
 fused scale-mask-softmax kernel between two batched GEMMs, the default), ``"unfused"`` (scale,
 mask and softmax as three kernels) or ``"flash"``.
 
+Operand alignment: the fast tensor-core GEMM kernels read each operand's rows 16 bytes at a time,
+so cuBLAS runs them only when every row is a multiple of 16 bytes (a dimension a multiple of 8 in
+16-bit, of 4 in tf32); otherwise it falls back to kernels with narrower loads. A product whose
+``n`` or ``k`` (the weight's dimensions: GPT-2's 50,257-entry vocabulary, BERT's 30,522) leaves
+rows aligned to 4 or 8 bytes only reaches ``unaligned_efficiency`` of its aligned rate, one aligned
+to 2 bytes (an odd 16-bit dimension) half that (:func:`alignment_factor`). On one H200 (cuBLAS,
+CUDA 13, ``benchmarks/gpu_kernels.py``; ``benchmarks/results/gpu-kernels-h200.json``) the three
+products of GPT-2's and BERT's output layer ran at 0.36-0.49 of their padded vocabulary's rate
+with rows aligned to 4 or 8 bytes, and 0.16-0.21 with 2-byte rows. Matrix units only: vector
+units load element by element either way. Convolutions are left out: cuDNN pads a layer's
+channels (an image's 3) itself.
+
 What this lacks: tile and wave quantisation of small or odd-shaped GEMMs (the fixed kernel time
 stands in for them), convolution algorithms other than Winograd (FFT), kernels that overlap each
 other (streams, CUDA graphs), cache reuse between consecutive kernels, and the framework's host-side
@@ -100,6 +112,9 @@ __all__ = [
     "category_sums",
     "bytes_per_value",
     "TILE",
+    "ALIGNED_BYTES",
+    "alignment_factor",
+    "operand_alignment",
 ]
 
 #: Operator categories of the compute breakdown, in the order plots show them.
@@ -166,6 +181,34 @@ _MASK = 1.0  # bytes per dropout-mask value
 _VECTOR, _GEMM, _FLASH = 0, 1, 2  # rate classes
 
 
+#: Row alignment (bytes) the fast tensor-core GEMM kernels need.
+ALIGNED_BYTES = 16
+
+
+def operand_alignment(value_bytes: float, *dims: float) -> float:
+    """The alignment (bytes, at most :data:`ALIGNED_BYTES`) of rows of ``dims`` values of
+    ``value_bytes`` each: the largest power of two dividing every row's length in bytes. A
+    dimension that is not a whole number (a vocabulary split over tensor-parallel ranks unevenly)
+    aligns to one value."""
+    alignment = float(ALIGNED_BYTES)
+    for dim in dims:
+        row = float(dim) * value_bytes
+        if float(dim) != int(dim) or row != int(row):
+            row = value_bytes
+        row = int(row)
+        alignment = min(alignment, float(row & -row) if row > 0 else float(value_bytes))
+    return alignment
+
+
+def alignment_factor(alignment: npt.ArrayLike, unaligned_efficiency: npt.ArrayLike) -> np.ndarray:
+    """The share of its aligned rate a GEMM reaches with operand rows aligned to ``alignment``
+    bytes: 1 at :data:`ALIGNED_BYTES`, ``unaligned_efficiency`` at 4 or 8 bytes, half that at 2
+    (module docstring)."""
+    alignment = np.asarray(alignment, dtype=float)
+    narrow = np.asarray(unaligned_efficiency, dtype=float) * np.minimum(1.0, alignment / 4.0)
+    return np.where(alignment >= ALIGNED_BYTES, 1.0, narrow)
+
+
 def bytes_per_value(precision: str) -> float:
     """Bytes of one activation value: 2 in mixed precision (fp16, bf16), else 4."""
     return 2.0 if precision in ("fp16", "bf16") else 4.0
@@ -183,9 +226,11 @@ class Operators:
     computed tiles that is the product's own:
     :func:`~dlexplore.model.operator_table.tile_efficiency`), ``winograd`` (bool: FLOPs divided by
     ``winograd_speedup`` on vector units), ``category`` and ``phase`` (ints into
-    :data:`CATEGORIES` and :data:`PHASES`), ``in_layers`` (bool: inside the repeated transformer
-    layers, which pipeline stages divide), ``transpose`` (bool: a layout transpose around a
-    convolution, which runs on tensor cores only), ``name`` (``layer:kernel``).
+    :data:`CATEGORIES` and :data:`PHASES`), ``alignment`` (bytes: the operand rows' alignment of a
+    product, :func:`operand_alignment`; :data:`ALIGNED_BYTES` for every other kernel),
+    ``in_layers`` (bool: inside the repeated transformer layers, which pipeline stages divide),
+    ``transpose`` (bool: a layout transpose around a convolution, which runs on tensor cores only),
+    ``name`` (``layer:kernel``).
     """
 
     name: tuple[str, ...]
@@ -203,6 +248,7 @@ class Operators:
     winograd: np.ndarray
     in_layers: np.ndarray
     transpose: np.ndarray
+    alignment: np.ndarray
 
     def __len__(self) -> int:
         return len(self.name)
@@ -224,13 +270,15 @@ def operator_times(
     kernel_time: npt.ArrayLike,
     winograd_speedup: npt.ArrayLike = 1.0,
     flash_efficiency: npt.ArrayLike = 0.6,
+    unaligned_efficiency: npt.ArrayLike = 1.0,
     sm_count: int = 0,
 ) -> np.ndarray:
     """Time (s) of every kernel of ``ops`` for ``batch`` samples, shape ``(*broadcast, len(ops))``.
 
     ``batch`` and the efficiencies may be arrays; they broadcast together (the model's sweeps) and
     the kernels run along a new last axis. ``peak_flops`` in FLOP/s, ``memory_bandwidth_gbs`` in
-    GB/s, ``kernel_time`` in s, ``winograd_speedup`` >= 1 (1 on tensor cores: the caller decides).
+    GB/s, ``kernel_time`` in s, ``winograd_speedup`` >= 1 (1 on tensor cores: the caller decides),
+    ``unaligned_efficiency`` in (0, 1] (1 on vector units: the caller decides; :func:`alignment_factor`).
     """
     arrays = [
         np.asarray(x, dtype=float)
@@ -241,12 +289,15 @@ def operator_times(
             kernel_time,
             winograd_speedup,
             flash_efficiency,
+            unaligned_efficiency,
         )
     ]
-    B, e_gemm, e_mem, t_kernel, wino, e_flash = (a[..., np.newaxis] for a in arrays)
+    B, e_gemm, e_mem, t_kernel, wino, e_flash, e_unaligned = (a[..., np.newaxis] for a in arrays)
     flops = ops.flops * B
     flops = np.where(ops.winograd, flops / wino, flops)
     rate = np.where(ops.rate == _FLASH, e_flash, e_gemm) * peak_flops * ops.tiles
+    if (ops.alignment < ALIGNED_BYTES).any():
+        rate = rate * alignment_factor(ops.alignment, e_unaligned)
     if sm_count > 0:
         rate = rate * wave_efficiency(ops, B, sm_count)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -41,7 +41,7 @@ import xarray as xr
 
 from .. import catalog, validation
 from ..errors import DlexploreError
-from .compute import default_source, normalize_precision, plateau_source
+from .compute import COMPUTE_PARAMETERS, default_source, normalize_precision, plateau_source
 from .conventions import finish_dataset, is_sweep
 from .memory import DEFAULT_WORKSPACE
 from .operators import normalize_fusion, normalize_layout
@@ -94,6 +94,7 @@ def predict(
     kernel_time: float | Sequence[float] | None = None,
     winograd_speedup: float | Sequence[float] | None = None,
     flash_efficiency: float | Sequence[float] | None = None,
+    unaligned_efficiency: float | Sequence[float] | None = None,
     framework: str | Sequence[str] = "ddp",
     transport: str | Sequence[str] = "auto",
     servers_colocated: bool | Sequence[bool] = True,
@@ -144,6 +145,11 @@ def predict(
         of peak of a flash-attention kernel. Defaults: :func:`dlexplore.catalog.model_default` for
         the GPU (its architecture's fitted value where ``defaults_by_architecture.csv`` has one, else
         ``defaults.csv``'s); the variable's ``source`` attribute says which served.
+    unaligned_efficiency:
+        The share of its aligned rate a matrix product on tensor cores reaches when a weight
+        dimension leaves operand rows aligned to 4 or 8 bytes, not 16 (half that at 2 bytes: an odd
+        16-bit dimension such as GPT-2's 50,257-entry vocabulary); default measured on an H200,
+        :func:`dlexplore.model.operators.alignment_factor`.
     grad_accum:
         Micro-batches per step (gradient accumulation): each GPU runs ``grad_accum`` forward and
         backward passes of ``batch_size`` samples, then one allreduce and one update; only the
@@ -240,6 +246,7 @@ def predict(
         kernel_time=kernel_time,
         winograd_speedup=winograd_speedup,
         flash_efficiency=flash_efficiency,
+        unaligned_efficiency=unaligned_efficiency,
         tcp_efficiency=tcp_efficiency,
         ps_efficiency=ps_efficiency,
         cycle_time=cycle_time,
@@ -267,7 +274,7 @@ def predict(
         ds.variables["compute_efficiency"].attrs["source"] = plateau_source(
             _each(args["gpu"]), _each(args["precision"])
         )
-    for name in ("memory_efficiency", "kernel_time", "winograd_speedup", "flash_efficiency"):
+    for name in COMPUTE_PARAMETERS[1:]:
         if numeric[name] is None and name in ds:  # and which default
             ds.variables[name].attrs["source"] = default_source(name, _each(args["gpu"]))
     title = "data-parallel training step"

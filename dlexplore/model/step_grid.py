@@ -33,6 +33,7 @@ NUMERIC_PARAMETERS = (
     "kernel_time",
     "winograd_speedup",
     "flash_efficiency",
+    "unaligned_efficiency",
     "tcp_efficiency",
     "ps_efficiency",
     "cycle_time",
@@ -81,6 +82,7 @@ _FRACTIONS = (
     "compute_efficiency",
     "memory_efficiency",
     "flash_efficiency",
+    "unaligned_efficiency",
     "tcp_efficiency",
     "ps_efficiency",
 )
