@@ -3,7 +3,7 @@
 
     python benchmarks/gpu_kernels.py --out DIR [--quick]
 
-writes ``DIR/kernels.json`` with four parts:
+writes ``DIR/kernels.json`` with five parts:
 
 - ``gemm``: matrix products (``torch.nn.functional.linear`` and ``torch.matmul``) in bf16, fp16, tf32
   and fp32 over square sizes 256-16384 and over the three products of a language model's output
@@ -20,6 +20,9 @@ writes ``DIR/kernels.json`` with four parts:
   than the L2 cache, with the bytes each must move (each input read once, each output written
   once) over its time: the fraction of the memory bandwidth streaming kernels reach
   (``memory_efficiency``);
+- ``attention``: fused attention (PyTorch's ``scaled_dot_product_attention``) forward and forward
+  plus backward in bf16, head widths 64 and 128, 512-8,192 tokens, with and without a causal mask:
+  the fraction of peak ``flash_efficiency`` stands for;
 - ``facts``: GPU, torch, CUDA and the datasheet figures it is read against.
 
 Times are medians of CUDA-event timings of graph replays after warm-up; inputs are random (never
@@ -144,9 +147,71 @@ def _memory_rows(device: torch.device, quick: bool) -> list[dict]:
     cases["softmax fp32"] = (lambda: torch.softmax(logits, dim=-1), 2 * logits.numel() * 4)
     logits_bf16 = logits.to(torch.bfloat16)  # the upcast a framework's loss makes of 16-bit logits
     cases["bf16 -> fp32 cast"] = (lambda: logits_bf16.float(), logits.numel() * (2 + 4))
+    # batch norm in training mode on a ResNet-50 activation (64 x 256 x 56 x 56, channels last):
+    # the model counts 3 passes forward (statistics, then normalise: read, write)
+    nchw = (2, 8, 16, 16) if quick else (64, 256, 56, 56)
+    act = torch.randn(*nchw, device=device, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    scale = torch.ones(nchw[1], device=device)
+    cases["batch_norm bf16 nhwc"] = (
+        lambda: F.batch_norm(act, None, None, scale, scale, training=True),
+        3 * act.numel() * 2,
+    )
+    for power in (18, 20, 22, 24, 26) if not quick else (10,):  # the add again, smaller: 0.5-128 MiB
+        small = [torch.randn(1 << power, device=device, dtype=torch.bfloat16) for _ in range(3)]
+        cases[f"add bf16 2^{power}"] = (
+            lambda small=small: torch.add(small[0], small[1], out=small[2]),
+            3 * (1 << power) * 2,
+        )
     for name, (op, moved) in cases.items():
         seconds = _graph_seconds(op, device, 20)
         rows.append(dict(kernel=name, bytes=moved, seconds=seconds, gb_per_s=moved / seconds / 1e9))
+    return rows
+
+
+def _attention_rows(device: torch.device, quick: bool) -> list[dict]:
+    """Fused attention (``scaled_dot_product_attention``, the backend PyTorch picks) forward and
+    forward + backward in bf16 over head widths and sequence lengths, 2,048 channels of heads and
+    16,384 tokens a call: its FLOPs (4 b h s^2 d forward, half with a causal mask; 2.5 times that
+    backward) over its time, the rate ``flash_efficiency`` stands for."""
+    rows = []
+    widths, lengths = ((64,), (128,)) if quick else ((64, 128), (512, 1024, 2048, 4096, 8192))
+    tokens, channels = (256, 128) if quick else (16384, 2048)
+    repeat = 10
+    for d in widths:
+        for s in lengths:
+            b, h = max(1, tokens // s), channels // d
+            q, k, v = (
+                torch.randn(b, h, s, d, device=device, dtype=torch.bfloat16, requires_grad=True)
+                for _ in range(3)
+            )
+            grad = torch.randn(b, h, s, d, device=device, dtype=torch.bfloat16)
+            for causal in (False, True):
+                fwd_flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
+
+                def forward(causal=causal, q=q, k=k, v=v):
+                    with torch.no_grad():
+                        for _ in range(repeat):
+                            F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+                def both(causal=causal, q=q, k=k, v=v, grad=grad):
+                    for _ in range(repeat):
+                        F.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(grad)
+
+                t_fwd = _median_seconds(forward, device, 5, per_call=repeat)
+                t_both = _median_seconds(both, device, 5, per_call=repeat)
+                rows.append(
+                    dict(
+                        head_dim=d,
+                        seq=s,
+                        batch=b,
+                        heads=h,
+                        causal=causal,
+                        forward_seconds=t_fwd,
+                        forward_tflops=fwd_flops / t_fwd / 1e12,
+                        training_seconds=t_both,
+                        training_tflops=3.5 * fwd_flops / t_both / 1e12,
+                    )
+                )
     return rows
 
 
@@ -154,6 +219,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--quick", action="store_true", help="tiny sizes: check the script")
+    parser.add_argument(
+        "--parts", nargs="+", default=["gemm", "launch", "memory", "attention"], help="which parts to run"
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -170,7 +238,10 @@ def main() -> None:
         ("gemm", lambda: _gemm_rows(device, args.quick)),
         ("launch", lambda: _launch_rows(device)),
         ("memory", lambda: _memory_rows(device, args.quick)),
+        ("attention", lambda: _attention_rows(device, args.quick)),
     ):
+        if part not in args.parts:
+            continue
         started = time.perf_counter()
         try:
             result[part] = measure()
@@ -178,10 +249,15 @@ def main() -> None:
             result[part] = dict(error=f"{type(err).__name__}: {err}")
         print(f"{part}: {time.perf_counter() - started:.1f} s", flush=True)
         path.write_text(json.dumps(result, indent=1))
-    print(json.dumps(result["launch"]))
-    for row in result["memory"] if isinstance(result["memory"], list) else []:
+    print(json.dumps(result.get("launch")))
+    for row in result.get("memory") if isinstance(result.get("memory"), list) else []:
         print(f"{row['kernel']:<20}{row['gb_per_s']:>9.0f} GB/s")
-    for row in result["gemm"] if isinstance(result["gemm"], list) else []:
+    for row in result.get("attention") if isinstance(result.get("attention"), list) else []:
+        print(
+            f"attention d={row['head_dim']:<4}s={row['seq']:<6}causal={row['causal']!s:<6}"
+            f"fwd {row['forward_tflops']:6.1f}  fwd+bwd {row['training_tflops']:6.1f} TFLOP/s"
+        )
+    for row in result.get("gemm") if isinstance(result.get("gemm"), list) else []:
         print(
             f"{row['precision']:<6}{row['kind']:<12}{row['m']:>7}{row['n']:>7}{row['k']:>7}"
             f"{row['seconds'] * 1e6:>11.1f} us{row['tflops']:>8.1f} TFLOP/s"

@@ -142,6 +142,32 @@ def _profile(step, device: torch.device, path: Path) -> None:
     plain.unlink()
 
 
+def _kernel_stats(step, device: torch.device, steps: int = 3) -> dict:
+    """Kernels a step launches and their summed device time (s), from ``steps`` profiled steps
+    (CUDA activity only, after one warm-up): what the GPU works of a step, against its time."""
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    if device.type != "cuda":
+        return {}
+    step()
+    _sync(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        _sync(device)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        events = json.loads(path.read_text())["traceEvents"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    return dict(
+        kernels_per_step=len(kernels) / steps,
+        kernel_time_per_step=sum(e["dur"] for e in kernels) / steps / 1e6,
+    )
+
+
 def _gemm_sweep(device: torch.device, quick: bool) -> list[dict]:
     sizes = [256, 1024] if quick else [256, 512, 1024, 2048, 4096, 8192, 16384]
     shapes = [(s, s, s) for s in sizes]
@@ -183,10 +209,11 @@ def main() -> None:
     parser.add_argument("--skip-gemm", action="store_true")
     parser.add_argument(
         "--set",
-        choices=("steps", "vocab"),
+        choices=("steps", "vocab", "host"),
         default="steps",
         help="steps: the catalog workloads' steps (default); vocab: GPT-2 and BERT-Large with the "
-        "vocabulary as published and padded to a multiple of 8 or 64",
+        "vocabulary as published and padded to a multiple of 8 or 64; host: small batches, each "
+        "run with its kernels per step and their device time",
     )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -212,6 +239,10 @@ def main() -> None:
             ("bert-large", 16, 512, bf16, False, 30528),
         ]
         warmup, steps = 10, 20
+    elif args.set == "host":  # small batches: where the host's launching, not the GPU, sets the step
+        runs = [("resnet50", b, None, bf16, False, None) for b in (1, 4, 16, 64)]
+        runs += [("gpt2", 1, s, bf16, False, None) for s in (128, 512)]
+        warmup, steps = 10, 30
     else:
         runs = [
             ("resnet50", 64, None, bf16, True, None),
@@ -240,6 +271,7 @@ def main() -> None:
                 name = f"{workload}-b{batch}" + (f"-v{vocab}" if vocab else "")
                 _profile(step, device, args.out / f"{name}.pt.trace.json.gz")
             median = statistics.median(times)
+            stats = _kernel_stats(step, device) if args.set == "host" else {}
             results.append(
                 dict(
                     workload=workload,
@@ -256,6 +288,7 @@ def main() -> None:
                     if device.type == "cuda"
                     else None,
                     seconds=time.perf_counter() - started,
+                    **stats,
                 )
             )
         except Exception as err:  # noqa: BLE001 - a run that fails is recorded, the others go on
