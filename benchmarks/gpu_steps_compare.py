@@ -6,7 +6,7 @@ of the same configuration (one GPU, no input pipeline: the data was already on t
 prints, per run: the measured step time (median) and samples/s, the predicted step time and the
 error (predicted - measured) / measured, and the measured peak of allocated memory against the
 predicted total. The optimizer is the one the script trained with: SGD with momentum for ResNet-50,
-AdamW (``adam``) for the transformers. A run with its own vocabulary (``gpu_steps.py --set vocab``)
+AdamW (``adam``) for the transformers, whose attention is PyTorch's fused SDPA kernel (``flash``). A run with its own vocabulary (``gpu_steps.py --set vocab``)
 is predicted for the catalog workload with that vocabulary. Default: both result files of
 ``benchmarks/results/``.
 """
@@ -25,6 +25,9 @@ RESULTS = [
     for name in ("gpu-steps-h200.json", "gpu-steps-vocab-h200.json")
 ]
 OPTIMIZER = {"resnet50": "momentum"}  # the transformers: adam
+#: The transformers ran Hugging Face's models with PyTorch's scaled_dot_product_attention: a fused
+#: (flash) kernel that keeps no attention matrix.
+ATTENTION = {"gpt2": "flash", "bert-large": "flash"}
 
 
 def main() -> None:
@@ -63,6 +66,7 @@ def _compare(results: dict) -> None:
                 batch_size=run["batch"],
                 precision=run["precision"],
                 optimizer=OPTIMIZER.get(run["workload"], "adam"),
+                attention=ATTENTION.get(run["workload"], "fused"),
             )
         predicted, memory = float(ds.step_time), float(ds.mem_total) / 2**30
         peak = run["peak_memory_gib"]

@@ -158,14 +158,16 @@ def test_a_bert_table_is_predicted_at_its_sequence_length_and_accumulation():
     measured = np.array(data(explorer, "throughput_measured", "throughput"))
     setup = dict(batch_size=128, gpus_per_node=8, intra_link="NVLink3", precision="tf32", nics_per_node=8)
     counts = sorted(set(gpus))  # the 8-GPU run is in both of the README's tables
-    line = dlx.predict("bert-large", "A100-80GB", "IB-HDR", gpus=counts, seq=128, grad_accum=64, **setup)
+    line = dlx.predict(
+        "bert-large-nvidia", "A100-80GB", "IB-HDR", gpus=counts, seq=128, grad_accum=64, **setup
+    )
     line = line.throughput.sel(gpus=gpus).values
     error = (line - measured) / measured
     assert data(explorer, "throughput_measured", "error") == pytest.approx(error.tolist())
     assert np.abs(error).mean() < 0.1
     # at the workload's own 512 tokens and one micro-batch the line would be far off
     plain = (
-        dlx.predict("bert-large", "A100-80GB", "IB-HDR", gpus=counts, **setup)
+        dlx.predict("bert-large-nvidia", "A100-80GB", "IB-HDR", gpus=counts, **setup)
         .throughput.sel(gpus=gpus)
         .values
     )

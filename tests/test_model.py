@@ -278,9 +278,9 @@ def test_memory_by_hand():
     assert mixed.mem_activations.item() == pytest.approx(1.5e6 * 10)
     # The made-up card has no published GEMM figure of its own or of its (unnamed) architecture:
     # its fp16 runs on matrix units (40 > 2 x 10 TFLOP/s), so the default is the median of the
-    # published matrix-unit plateaus: V100 83/125, MI250X 147/191.5, H100 792.1/989.4,
-    # A100 267.9/312, i.e. the mean of the middle two.
-    default = (147.0 / 191.5 + 792.1 / 989.4) / 2
+    # published matrix-unit plateaus, one per GPU: V100 83/125, H200 751.4/989.4, MI250X
+    # 147/191.5, H100 792.1/989.4, A100 267.9/312, i.e. the MI250X's.
+    default = 147.0 / 191.5
     assert float(mixed.compute_efficiency) == pytest.approx(default)
     assert mixed.time_forward.item() == pytest.approx(4e10 / (40e12 * default))
     sgd = run(optimizer="sgd")

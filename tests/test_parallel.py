@@ -17,6 +17,7 @@ import math
 
 import pytest
 
+import dlexplore as dlx
 from dlexplore import catalog, lab
 from dlexplore.errors import DlexploreError
 from dlexplore.model.parallel import (
@@ -65,6 +66,55 @@ _SBH = 2048 * 12288
 def test_korthikanti_table_2(tp, recompute, sp, expected):
     got = activation_bytes_per_layer(2048, 1, 12288, 96, tp=tp, recompute=recompute, sequence_parallel=sp)
     assert got == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("tp", "recompute", "sp", "expected"),
+    [
+        # GPT-3's layer with flash attention: no s x s matrix, 4 asb bytes of fp32 softmax
+        # statistics (96 heads x 2048 tokens x 4 = 786,432) in place of the 5as/h term, in every
+        # row but full recomputation
+        (1, "none", False, _SBH * 34 + 4 * 96 * 2048),
+        (8, "none", False, _SBH * 13 + 4 * 96 * 2048 / 8),
+        (8, "none", True, _SBH * 34 / 8 + 4 * 96 * 2048 / 8),
+        (8, "selective", True, _SBH * 34 / 8 + 4 * 96 * 2048 / 8),
+        (8, "full", True, _SBH * 2 / 8),
+    ],
+)
+def test_flash_attention_keeps_no_attention_matrices(tp, recompute, sp, expected):
+    got = activation_bytes_per_layer(
+        2048, 1, 12288, 96, tp=tp, recompute=recompute, sequence_parallel=sp, attention="flash"
+    )
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_flash_attention_in_both_models_by_hand():
+    # BERT-Large (24 layers, 16 heads) on 512 tokens: flash keeps a s (5 s - 4) bytes less per
+    # layer and sequence at 16 bits: 16 x 512 x 2556 x 24 = 502,530,048 bytes a sequence
+    saved = 24 * 16 * 512 * (5 * 512 - 4)
+    for precision, scale in (("bf16", 1), ("tf32", 2)):
+        fused, flash = (
+            dlx.predict("bert-large", "A100-80GB", gpus=1, batch_size=16, precision=precision, attention=a)
+            for a in ("fused", "flash")
+        )
+        assert float(fused.mem_activations - flash.mem_activations) == pytest.approx(16 * saved * scale)
+    # the hybrid model, one GPU, micro-batch 16: the same bytes (its layers as Korthikanti's table)
+    fused, flash = (
+        predict_parallel("bert-large", "A100-80GB", gpus=1, micro_batch=16, batch_size=16, attention=a)
+        for a in ("fused", "flash")
+    )
+    assert float(fused.mem_activations - flash.mem_activations) == pytest.approx(16 * saved)
+    # selective recomputation has no attention core left to recompute with flash
+    sel = predict_parallel(
+        "bert-large",
+        "A100-80GB",
+        gpus=1,
+        micro_batch=16,
+        batch_size=16,
+        attention="flash",
+        recompute="selective",
+    )
+    assert float(sel.mem_recompute) == 0.0
 
 
 def test_activations_without_parallelism_match_the_catalog():
@@ -126,6 +176,8 @@ def test_step_time_one_gpu_by_hand():
     gemm = 24 * S * L * H**2 * (1 + S / (6 * H)) + 2 * S * H * V  # forward FLOPs per sequence
     # tile quantisation: the logits' 50257 columns fill 50257 of 393 x 128 = 50304 tiles' width in
     # the forward and the weight gradient (whose outputs have V columns), not in the input gradient
+    # (its rows of 50257 bf16 values align to 2 bytes, which costs nothing on this card's vector
+    # units: 100 TFLOP/s of 16-bit is not above twice its fp32 50)
     logits = 2 * S * H * V
     gemm_time = (3 * (gemm - logits) + logits * (1 + 2 * 50304 / V)) / (100e12 * 0.5)
     # memory-bound kernels, forward + backward passes x values x 2 bytes (operators.py's table)
@@ -154,6 +206,7 @@ def test_step_time_one_gpu_by_hand():
         compute_efficiency=0.5,
         memory_efficiency=0.9,
         kernel_time=0.0,
+        unaligned_efficiency=0.5,
     )
     compute = 4 * (gemm_time + vector_time)
     assert float(ds["time_compute"]) == pytest.approx(compute, rel=1e-9)

@@ -9,9 +9,10 @@ GEMM efficiency curve, :mod:`dlexplore.model.operators`), with the rule that cho
    a precision with the same peak (fp16 and bf16 share the tensor cores), else at another precision
    on the same kind of unit (TF32 takes the bf16 fraction of the same tensor cores);
 2. else the rows of GPUs of the same architecture (``gpus.csv``), same rules;
-3. else the median of all large rows on the same kind of unit: *matrix* (tensor cores: tf32, fp16,
-   bf16 where their peak exceeds twice the fp32 peak) or *vector* (fp32, and 16-bit where it runs on
-   the vector units, as on the P100).
+3. else the median over GPUs of each one's best large row on the same kind of unit: *matrix* (tensor
+   cores: tf32, fp16, bf16 where their peak exceeds twice the fp32 peak) or *vector* (fp32, and
+   16-bit where it runs on the vector units, as on the P100), so that a GPU measured at many sizes
+   counts once.
 
 The best row wins where there are several: the measurements are of tuned libraries at good shapes.
 
@@ -196,10 +197,11 @@ def gemm_efficiency(device: GPU | str, precision: str) -> GemmEfficiency:
                 return GemmEfficiency(found[0], rule + note, found[1])
     kinds = np.array([unit_kind(_gpu(g), p) for g, p in zip(table["gpu"], table["precision"], strict=True)])
     same = table[(kinds == kind) & ~(table["flops"] < LARGE_GEMM_FLOPS)]
-    value = float(np.median(same["efficiency"])) if len(same) else 0.8
+    per_gpu = same.groupby("gpu")["efficiency"].max()
+    value = float(np.median(per_gpu)) if len(per_gpu) else 0.8
     return GemmEfficiency(
         value,
-        f"median of the published {kind}-unit GEMMs ({len(same)} rows)",
+        f"median of the published {kind}-unit GEMMs ({len(per_gpu)} GPUs)",
         "; ".join(sorted(set(same["gpu"] + " " + same["precision"]))),
     )
 

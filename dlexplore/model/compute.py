@@ -177,7 +177,7 @@ def kernel_times(
         kernel_time=params["kernel_time"],
         winograd_speedup=winograd,
         flash_efficiency=params["flash_efficiency"],
-        unaligned_efficiency=1.0 if vector else params["unaligned_efficiency"],
+        unaligned_efficiency=None if vector else params["unaligned_efficiency"],
         sm_count=int(gpu.sm_count),
     )
     return np.where(ops.transpose, 0.0, times) if not transposes and ops.transpose.any() else times

@@ -410,7 +410,7 @@ def evaluate_hybrid(
     sums, cats = _combo_sums(st, safe, attention, operators)
     with np.errstate(divide="ignore", invalid="ignore"):
         out = _step(st, safe, sums, schedule, recompute)
-        out.update(memory_per_gpu(st, safe, schedule, recompute))
+        out.update(memory_per_gpu(st, safe, schedule, recompute, attention))
         peak = training_peak_flops(st.dev, st.precision)
         F, F_re = _flops(st, recompute)
         batch, gpus, step = safe["batch_size"], safe["gpus"], out["step_time"]

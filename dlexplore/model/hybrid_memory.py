@@ -26,10 +26,11 @@ __all__ = ["memory_per_gpu"]
 
 
 def memory_per_gpu(
-    st: HybridSetup, a: Mapping[str, np.ndarray], schedule: str, recompute: str
+    st: HybridSetup, a: Mapping[str, np.ndarray], schedule: str, recompute: str, attention: str = "fused"
 ) -> dict[str, np.ndarray]:
     """``mem_*`` variables (bytes) and ``fits`` of the configurations ``a`` (arrays of
-    :data:`dlexplore.model.hybrid.HYBRID_INPUTS`)."""
+    :data:`dlexplore.model.hybrid.HYBRID_INPUTS`); ``attention="flash"`` keeps no attention
+    matrices (:mod:`dlexplore.model.states`)."""
     wl = st.wl
     tp, pp, mb = a["tp"], a["pp"], a["micro_batch"]
     m = a["batch_size"] / (a["dp"] * mb)
@@ -45,7 +46,7 @@ def memory_per_gpu(
     )
     scale = ACTIVATION_SCALE[st.precision] * 2  # the formulas count 16-bit bytes
     if st.transformer:
-        first, last, buffer = _transformer_activations(st, a, schedule, recompute, m, v)
+        first, last, buffer = _transformer_activations(st, a, schedule, recompute, m, v, attention)
         acts, acts_first = np.maximum(first, last) * scale, first * scale
         buffer = buffer * scale
     else:
@@ -75,13 +76,16 @@ def _transformer_activations(
     recompute: str,
     m: np.ndarray,
     v: np.ndarray,
+    attention: str = "fused",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """16-bit bytes of the first and the last stage, and the recomputation buffer."""
     c = st.wl.config
     s, h, heads, L = c["seq"], c["hidden"], c["heads"], c["layers"]
     tp, pp, mb = a["tp"], a["pp"], a["micro_batch"]
     sp = a["sequence_parallel"] > 0
-    per_layer = activation_bytes_per_layer(s, mb, h, heads, tp=tp, recompute=recompute, sequence_parallel=sp)
+    per_layer = activation_bytes_per_layer(
+        s, mb, h, heads, tp=tp, recompute=recompute, sequence_parallel=sp, attention=attention
+    )
     embed, output = outside_layer_bytes(s, mb, h, c["vocab"], tp=tp, sequence_parallel=sp)
     first_held = micro_batches_in_flight(schedule, pp, m, v)
     first = (
@@ -90,5 +94,7 @@ def _transformer_activations(
     )
     last_held = micro_batches_in_flight(schedule, pp, m, v, pp - 1)
     last = (per_layer * L / pp + output) * last_held
-    buffer = recompute_buffer(s, mb, h, heads, tp=tp, recompute=recompute, sequence_parallel=sp)
+    buffer = recompute_buffer(
+        s, mb, h, heads, tp=tp, recompute=recompute, sequence_parallel=sp, attention=attention
+    )
     return first, last, buffer

@@ -12,8 +12,11 @@ fp16, bf16  2       2          4 / 8 / 12  (fp32 master weights + fp32 states)
 ==========  ======  =========  ======================================================
 
 Activations are the workload's fp32 activation bytes per sample x batch, halved for 16-bit
-activations. The workspace is a fixed allowance for the CUDA context and cuDNN/cuBLAS workspaces
-plus, with more than one GPU, the gradient fusion buffer.
+activations. With flash attention a transformer keeps no attention matrices: per layer and sequence
+the ``5 a s^2`` bytes (16-bit) of Korthikanti et al.'s softmax output, dropout mask and dropout
+output give way to the kernel's softmax statistics, ``4 a s`` (:func:`flash_activation_saving`).
+The workspace is a fixed allowance for the CUDA context and cuDNN/cuBLAS workspaces plus, with
+more than one GPU, the gradient fusion buffer.
 
 What this lacks: allocator fragmentation and caching (PyTorch typically reserves 5-20% more than it
 allocates), temporary buffers of individual kernels, and the peak inside the backward pass when
@@ -31,6 +34,7 @@ __all__ = [
     "ACTIVATION_SCALE",
     "DEFAULT_WORKSPACE",
     "bytes_per_param",
+    "flash_activation_saving",
 ]
 
 PARAM_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
@@ -48,6 +52,12 @@ ACTIVATION_SCALE = {"fp32": 1.0, "tf32": 1.0, "fp16": 0.5, "bf16": 0.5}
 #: CUDA context (about 0.3-0.8 GB depending on driver and lazy loading) plus library workspaces.
 #: Measure yours with ``torch.cuda.mem_get_info`` before and after the first step.
 DEFAULT_WORKSPACE = 1 * 2**30
+
+
+def flash_activation_saving(layers: int, heads: int, seq: int) -> float:
+    """Activation bytes per sequence (at fp32, the catalog's convention: twice the 16-bit figure)
+    that flash attention does not keep: ``2 L (5 a s^2 - 4 a s)`` (module docstring)."""
+    return 2.0 * layers * (5.0 * heads * seq * seq - 4.0 * heads * seq)
 
 
 def bytes_per_param(precision: str, optimizer: str) -> dict[str, int]:

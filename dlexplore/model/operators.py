@@ -270,7 +270,7 @@ def operator_times(
     kernel_time: npt.ArrayLike,
     winograd_speedup: npt.ArrayLike = 1.0,
     flash_efficiency: npt.ArrayLike = 0.6,
-    unaligned_efficiency: npt.ArrayLike = 1.0,
+    unaligned_efficiency: npt.ArrayLike | None = None,
     sm_count: int = 0,
 ) -> np.ndarray:
     """Time (s) of every kernel of ``ops`` for ``batch`` samples, shape ``(*broadcast, len(ops))``.
@@ -278,7 +278,8 @@ def operator_times(
     ``batch`` and the efficiencies may be arrays; they broadcast together (the model's sweeps) and
     the kernels run along a new last axis. ``peak_flops`` in FLOP/s, ``memory_bandwidth_gbs`` in
     GB/s, ``kernel_time`` in s, ``winograd_speedup`` >= 1 (1 on tensor cores: the caller decides),
-    ``unaligned_efficiency`` in (0, 1] (1 on vector units: the caller decides; :func:`alignment_factor`).
+    ``unaligned_efficiency`` in (0, 1] or None, no penalty for unaligned operands (vector units: the
+    caller decides; :func:`alignment_factor`).
     """
     arrays = [
         np.asarray(x, dtype=float)
@@ -289,14 +290,14 @@ def operator_times(
             kernel_time,
             winograd_speedup,
             flash_efficiency,
-            unaligned_efficiency,
+            1.0 if unaligned_efficiency is None else unaligned_efficiency,
         )
     ]
     B, e_gemm, e_mem, t_kernel, wino, e_flash, e_unaligned = (a[..., np.newaxis] for a in arrays)
     flops = ops.flops * B
     flops = np.where(ops.winograd, flops / wino, flops)
     rate = np.where(ops.rate == _FLASH, e_flash, e_gemm) * peak_flops * ops.tiles
-    if (ops.alignment < ALIGNED_BYTES).any():
+    if unaligned_efficiency is not None and (ops.alignment < ALIGNED_BYTES).any():
         rate = rate * alignment_factor(ops.alignment, e_unaligned)
     if sm_count > 0:
         rate = rate * wave_efficiency(ops, B, sm_count)

@@ -120,6 +120,7 @@ def predict_parallel(
     memory_efficiency: Any = None,
     kernel_time: Any = None,
     flash_efficiency: Any = None,
+    unaligned_efficiency: Any = None,
     bandwidth: Any = None,
     latency: Any = None,
     intra_bandwidth: Any = None,
@@ -167,8 +168,9 @@ def predict_parallel(
     overlap, tp_overlap:
         Shares (0..1, default 0) of the data-parallel communication allowed to hide behind the
         backward and forward, and of the tensor-parallel communication behind the GEMMs.
-    compute_efficiency, memory_efficiency, kernel_time, flash_efficiency, attention:
-        The per-operator compute model (:mod:`dlexplore.model.operators`).
+    compute_efficiency, memory_efficiency, kernel_time, flash_efficiency, unaligned_efficiency, attention:
+        The per-operator compute model (:mod:`dlexplore.model.operators`); with
+        ``attention="flash"`` no attention matrix is kept (:mod:`dlexplore.model.states`).
     operators:
         Also return ``time_operator``, the compute time per step by operator category (dimension
         ``operator``); default on for a single configuration, off for sweeps.
@@ -212,6 +214,7 @@ def predict_parallel(
         memory_efficiency=memory_efficiency,
         kernel_time=kernel_time,
         flash_efficiency=flash_efficiency,
+        unaligned_efficiency=unaligned_efficiency,
     )
     check_values(st, values)
     if calibration is not None:

@@ -40,6 +40,11 @@ selective                  sbh (10 + 24/t)             34 sbh / t
 full                       2 sbh                       2 sbh / t
 =========================  ==========================  =============================
 
+With flash attention (Dao et al. 2022; ``attention="flash"``) no ``s x s`` matrix is kept: the
+kernel recomputes the scores in its backward pass from Q, K, V and the softmax statistics it keeps,
+one fp32 value per head and token, ``4 asb`` bytes (``/t``). So the ``5as/h`` term gives way to
+``4 asb`` in every row but ``full``, and selective recomputation has nothing left to recompute.
+
 A stage keeps the layers' activations of the micro-batches its schedule has in flight
 (:func:`dlexplore.model.pipeline.layers_in_flight`): ``L`` layers' worth on the first stage with
 1F1B. Outside the layers (Korthikanti et al., section 4.3): the first stage keeps the embedding's
@@ -182,9 +187,11 @@ def activation_bytes_per_layer(
     tp: npt.ArrayLike = 1,
     recompute: str = "none",
     sequence_parallel: npt.ArrayLike = False,
+    attention: str = "fused",
 ) -> np.ndarray:
     """Korthikanti et al. (2022) activation bytes of one transformer layer for one micro-batch with
-    16-bit activations (the module docstring's table). Arguments broadcast."""
+    16-bit activations (the module docstring's table; with ``attention="flash"`` the softmax
+    statistics in place of the ``5as/h`` term). Arguments broadcast."""
     s, b, t = (np.asarray(x, dtype=float) for x in (seq, micro_batch, tp))
     h, a = float(hidden), float(heads)
     sp = np.asarray(sequence_parallel, dtype=bool)
@@ -192,8 +199,10 @@ def activation_bytes_per_layer(
     recompute = normalize_recompute(recompute)
     if recompute == "full":
         return 2 * sbh / np.where(sp, t, 1.0)
-    scores = 5 * a * s / h if recompute == "none" else 0.0
-    return np.where(sp, sbh / t * (34 + scores), sbh * (10 + 24 / t + scores / t))
+    flash = str(attention).strip().lower() == "flash"
+    scores = 5 * a * s / h if recompute == "none" and not flash else 0.0
+    kept = np.where(sp, sbh / t * (34 + scores), sbh * (10 + 24 / t + scores / t))
+    return kept + (4 * a * s * b / t if flash else 0.0)
 
 
 def outside_layer_bytes(
@@ -225,17 +234,19 @@ def recompute_buffer(
     tp: npt.ArrayLike = 1,
     recompute: str = "none",
     sequence_parallel: npt.ArrayLike = False,
+    attention: str = "fused",
 ) -> np.ndarray:
     """16-bit bytes live while the backward recomputes one layer: the layer's activations for
-    ``full``, its attention core (``5as/h sbh``, ``/t``) for ``selective``, 0 without."""
+    ``full``, its attention core (``5as/h sbh``, ``/t``) for ``selective`` (none with flash
+    attention, which keeps no core to recompute), 0 without."""
     recompute = normalize_recompute(recompute)
-    if recompute == "none":
+    if recompute == "none" or (recompute == "selective" and str(attention).strip().lower() == "flash"):
         return np.zeros(
             np.broadcast_shapes(*(np.shape(x) for x in (seq, micro_batch, tp, sequence_parallel)))
         )
     if recompute == "full":
         return activation_bytes_per_layer(
-            seq, micro_batch, hidden, heads, tp=tp, sequence_parallel=sequence_parallel
+            seq, micro_batch, hidden, heads, tp=tp, sequence_parallel=sequence_parallel, attention=attention
         )
     s, b, t = (np.asarray(x, dtype=float) for x in (seq, micro_batch, tp))
     return 5 * float(heads) * s * s * b / t

@@ -37,7 +37,7 @@ from .gradsync import (
 )
 from .hoststaging import host_allreduce_time, host_link, server_work_time
 from .io import io_time
-from .memory import ACTIVATION_SCALE, bytes_per_param
+from .memory import ACTIVATION_SCALE, bytes_per_param, flash_activation_saving
 from .operator_table import operator_table
 from .operators import CATEGORIES, PHASES, category_sums, normalize_fusion, normalize_layout, phase_sums
 from .step_grid import COMM_PARAMETERS, INTEGER_PARAMETERS, NUMERIC_PARAMETERS, Grid, along, along_raw, choose
@@ -364,7 +364,10 @@ def _step(args: dict, numeric: dict, prefetch: bool, workspace: float, detail: b
     mem_params = wl.params * per_param["params"]
     mem_grads = wl.params * per_param["grads"]
     mem_opt = wl.params * per_param["optimizer"]
-    mem_act = wl.activation_bytes_per_sample * ACTIVATION_SCALE[precision] * B
+    act = wl.activation_bytes_per_sample
+    if wl.kind == "transformer" and str(args["attention"]).strip().lower() == "flash":
+        act -= flash_activation_saving(wl.config["layers"], wl.config["heads"], wl.config["seq"])
+    mem_act = act * ACTIVATION_SCALE[precision] * B
     fusion = min(st.bucket_size, float(buckets.nbytes.sum())) if st.bucket_size > 0 else 0.0
     mem_work = workspace + np.where(multi, fusion, 0.0)
     mem_total = mem_params + mem_grads + mem_opt + mem_act + mem_work
