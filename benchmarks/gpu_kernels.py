@@ -39,29 +39,16 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from gpu_steps import timed_steps  # this folder is on the path of a script run from it
 
 REPLAYS_PER_GRAPH = 20
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32, "fp32": torch.float32}
 
 
 def _median_seconds(run, device: torch.device, repeat: int, per_call: int = 1) -> float:
-    """Median seconds of one of the ``per_call`` operations each ``run()`` does."""
-    for _ in range(3):
-        run()
-    times = []
-    for _ in range(repeat):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            run()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-        else:
-            t = time.perf_counter()
-            run()
-            times.append(time.perf_counter() - t)
-    return statistics.median(times) / per_call
+    """Median seconds of one of the ``per_call`` operations each ``run()`` does (CUDA events
+    around each call after 3 warm-up calls: :func:`gpu_steps.timed_steps`)."""
+    return statistics.median(timed_steps(run, device, warmup=3, steps=repeat)) / per_call
 
 
 def _graph_seconds(op, device: torch.device, repeat: int) -> float:

@@ -38,7 +38,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def _timed_steps(step, device: torch.device, warmup: int, steps: int) -> list[float]:
+def timed_steps(step, device: torch.device, warmup: int, steps: int) -> list[float]:
     """Seconds of each of ``steps`` calls of ``step`` after ``warmup`` calls."""
     for _ in range(warmup):
         step()
@@ -188,7 +188,7 @@ def _gemm_sweep(device: torch.device, quick: bool) -> list[dict]:
                 continue  # seconds each: the curve is flat long before
             a = torch.randn(m, k, device=device, dtype=dtype)
             b = torch.randn(k, n, device=device, dtype=dtype)
-            times = _timed_steps(
+            times = timed_steps(
                 lambda a=a, b=b: torch.matmul(a, b), device, warmup=3, steps=10 if quick else 20
             )
             seconds = statistics.median(times)
@@ -266,7 +266,7 @@ def main() -> None:
                 step = _gpt2(batch, seq, device, dtype, vocab)
             else:
                 step = _bert_large(batch, seq, device, dtype, vocab)
-            times = _timed_steps(step, device, warmup, steps)
+            times = timed_steps(step, device, warmup, steps)
             if profiled:
                 name = f"{workload}-b{batch}" + (f"-v{vocab}" if vocab else "")
                 _profile(step, device, args.out / f"{name}.pt.trace.json.gz")

@@ -6,9 +6,9 @@ of the same configuration (one GPU, no input pipeline: the data was already on t
 prints, per run: the measured step time (median) and samples/s, the predicted step time and the
 error (predicted - measured) / measured, and the measured peak of allocated memory against the
 predicted total. The optimizer is the one the script trained with: SGD with momentum for ResNet-50,
-AdamW (``adam``) for the transformers, whose attention is PyTorch's fused SDPA kernel (``flash``). A run with its own vocabulary (``gpu_steps.py --set vocab``)
-is predicted for the catalog workload with that vocabulary. Default: both result files of
-``benchmarks/results/``.
+AdamW (``adam``) for the transformers, whose attention is PyTorch's fused SDPA kernel (``flash``). A
+run with its own vocabulary (``gpu_steps.py --set vocab``) is predicted for the catalog workload
+with that vocabulary. Default: both result files of ``benchmarks/results/``.
 """
 
 from __future__ import annotations

@@ -25,6 +25,16 @@ from dlexplore.model.operators import (
     wave_efficiency,
 )
 
+#: The compute parameters of the tests that give every one (kernel_times takes them all).
+PARAMS = dict(
+    compute_efficiency=0.7,
+    memory_efficiency=0.8,
+    kernel_time=0.0,
+    winograd_speedup=1.0,
+    flash_efficiency=0.6,
+    unaligned_efficiency=0.4,
+)
+
 # 10 TFLOP/s fp32, 40 fp16, 1000 GB/s, no SM count (no wave quantisation)
 CARD = GPU("card", "test", 10.0, math.nan, 40.0, math.nan, 16 * 2**30, 1000.0, 300.0, 50.0, "test")
 # one fully connected layer of 4096 x 4096 on a vector of 4096 values per sample
@@ -107,14 +117,7 @@ def test_wave_quantisation_by_hand():
     assert share[0, ops.name.index("layer1.0.conv1:wgrad")] == 1.0
     # the V100 has 80 SMs: its times carry the same share
     v100 = dlx.catalog.gpu("V100-16GB")
-    params = dict(
-        compute_efficiency=0.8,
-        memory_efficiency=1.0,
-        kernel_time=0.0,
-        winograd_speedup=1.0,
-        flash_efficiency=0.6,
-        unaligned_efficiency=0.4,
-    )
+    params = dict(PARAMS, compute_efficiency=0.8, memory_efficiency=1.0)
     t = kernel_times(ops, 1.0, v100, "fp32", params)
     flops = ops.flops[i]
     bytes_ = ops.bytes_sample[i] + ops.bytes_fixed[i]
@@ -123,14 +126,7 @@ def test_wave_quantisation_by_hand():
 
 def test_winograd_only_on_vector_units():
     v100 = dlx.catalog.gpu("V100-16GB")
-    params = dict(
-        compute_efficiency=0.8,
-        memory_efficiency=1.0,
-        kernel_time=0.0,
-        winograd_speedup=2.0,
-        flash_efficiency=0.6,
-        unaligned_efficiency=0.4,
-    )
+    params = dict(PARAMS, compute_efficiency=0.8, memory_efficiency=1.0, winograd_speedup=2.0)
     base = dict(params, winograd_speedup=1.0)
     for precision, saving in (("fp32", True), ("fp16", False)):  # fp16 on the V100: tensor cores
         ops = operator_table("vgg16", precision)
@@ -333,14 +329,7 @@ def test_an_unaligned_output_layer_is_slower_on_tensor_cores_only():
     # aligned to 2 bytes) and by 1 / 0.4 = 2.5 for BERT's 30522 (4-byte rows); fp32 on vector
     # units reads element by element: no change
     h200, v100 = dlx.catalog.gpu("H200"), dlx.catalog.gpu("V100-16GB")
-    params = dict(
-        compute_efficiency=0.7,
-        memory_efficiency=0.8,
-        kernel_time=0.0,
-        winograd_speedup=1.0,
-        flash_efficiency=0.6,
-        unaligned_efficiency=0.4,
-    )
+    params = PARAMS
     for workload, gpu, precision, slower in (
         ("gpt2", h200, "bf16", 5.0),
         ("bert-large", h200, "bf16", 2.5),
