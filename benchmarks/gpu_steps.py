@@ -78,11 +78,19 @@ def _resnet50(batch: int, device: torch.device, dtype: torch.dtype | None):
     return step
 
 
+#: ``--set compiled``: the models go through torch.compile (Inductor fuses their element-wise kernels).
+COMPILE = [False]
+
+
+def _compiled(model):
+    return torch.compile(model) if COMPILE[0] else model
+
+
 def _gpt2(batch: int, seq: int, device: torch.device, dtype: torch.dtype | None, vocab: int | None = None):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     config = GPT2Config(n_positions=max(seq, 1024), vocab_size=vocab or 50257)
-    model = GPT2LMHeadModel(config).to(device)
+    model = _compiled(GPT2LMHeadModel(config).to(device))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     tokens = torch.randint(0, config.vocab_size, (batch, seq), device=device)
 
@@ -108,7 +116,7 @@ def _bert_large(
         intermediate_size=4096,
         vocab_size=vocab or 30522,
     )
-    model = BertForPreTraining(config).to(device)
+    model = _compiled(BertForPreTraining(config).to(device))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device.type == "cuda")
     tokens = torch.randint(0, config.vocab_size, (batch, seq), device=device)
     next_sentence = torch.randint(0, 2, (batch,), device=device)
@@ -209,11 +217,12 @@ def main() -> None:
     parser.add_argument("--skip-gemm", action="store_true")
     parser.add_argument(
         "--set",
-        choices=("steps", "vocab", "host"),
+        choices=("steps", "vocab", "host", "compiled"),
         default="steps",
         help="steps: the catalog workloads' steps (default); vocab: GPT-2 and BERT-Large with the "
         "vocabulary as published and padded to a multiple of 8 or 64; host: small batches, each "
-        "run with its kernels per step and their device time",
+        "run with its kernels per step and their device time; compiled: GPT-2 and BERT-Large "
+        "(vocabularies padded) through torch.compile, with their kernels",
     )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -239,6 +248,10 @@ def main() -> None:
             ("bert-large", 16, 512, bf16, False, 30528),
         ]
         warmup, steps = 10, 20
+    elif args.set == "compiled":  # Inductor's fused kernels: nearer the model's Megatron-style ones
+        COMPILE[0] = True
+        runs = [("gpt2", 8, 1024, bf16, False, 50304), ("bert-large", 16, 512, bf16, False, 30528)]
+        warmup, steps = 5, 20
     elif args.set == "host":  # small batches: where the host's launching, not the GPU, sets the step
         runs = [("resnet50", b, None, bf16, False, None) for b in (1, 4, 16, 64)]
         runs += [("gpt2", 1, s, bf16, False, None) for s in (128, 512)]
@@ -271,13 +284,14 @@ def main() -> None:
                 name = f"{workload}-b{batch}" + (f"-v{vocab}" if vocab else "")
                 _profile(step, device, args.out / f"{name}.pt.trace.json.gz")
             median = statistics.median(times)
-            stats = _kernel_stats(step, device) if args.set == "host" else {}
+            stats = _kernel_stats(step, device) if args.set in ("host", "compiled") else {}
             results.append(
                 dict(
                     workload=workload,
                     batch=batch,
                     seq=seq,
                     vocab=vocab,
+                    compiled=COMPILE[0],
                     precision="bf16" if dtype is bf16 else "tf32",
                     step_time=median,
                     step_time_min=min(times),

@@ -8,7 +8,8 @@ error (predicted - measured) / measured, and the measured peak of allocated memo
 predicted total. The optimizer is the one the script trained with: SGD with momentum for ResNet-50,
 AdamW (``adam``) for the transformers, whose attention is PyTorch's fused SDPA kernel (``flash``). A
 run with its own vocabulary (``gpu_steps.py --set vocab``) is predicted for the catalog workload
-with that vocabulary. Default: both result files of ``benchmarks/results/``.
+with that vocabulary; ``(c)`` marks a run through torch.compile (``--set compiled``). Default: the
+three result files of ``benchmarks/results/``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import dlexplore as dlx
 
 RESULTS = [
     Path(__file__).resolve().parent / "results" / name
-    for name in ("gpu-steps-h200.json", "gpu-steps-vocab-h200.json")
+    for name in ("gpu-steps-h200.json", "gpu-steps-vocab-h200.json", "gpu-steps-compiled-h200.json")
 ]
 OPTIMIZER = {"resnet50": "momentum"}  # the transformers: adam
 #: The transformers ran Hugging Face's models with PyTorch's scaled_dot_product_attention: a fused
@@ -50,7 +51,7 @@ def _workload(run: dict):
 def _compare(results: dict) -> None:
     print(f"# {results['gpu']}, torch {results['torch']} (CUDA {results['cuda']}), {results['date']}")
     print(
-        f"{'workload':<11}{'vocab':>7}{'batch':>6}{'prec':>6}{'measured ms':>13}{'predicted ms':>14}"
+        f"{'workload':<15}{'vocab':>7}{'batch':>6}{'prec':>6}{'measured ms':>13}{'predicted ms':>14}"
         f"{'error':>8}{'peak GiB':>10}{'predicted GiB':>15}{'error':>8}"
     )
     for run in results["runs"]:
@@ -69,9 +70,10 @@ def _compare(results: dict) -> None:
                 attention=ATTENTION.get(run["workload"], "fused"),
             )
         predicted, memory = float(ds.step_time), float(ds.mem_total) / 2**30
+        label = run["workload"] + (" (c)" if run.get("compiled") else "")
         peak = run["peak_memory_gib"]
         print(
-            f"{run['workload']:<11}{run.get('vocab') or '':>7}{run['batch']:>6}{run['precision']:>6}"
+            f"{label:<15}{run.get('vocab') or '':>7}{run['batch']:>6}{run['precision']:>6}"
             f"{run['step_time'] * 1e3:>13.2f}"
             f"{predicted * 1e3:>14.2f}{predicted / run['step_time'] - 1:>8.0%}"
             f"{peak:>10.2f}{memory:>15.2f}{memory / peak - 1:>8.0%}"
