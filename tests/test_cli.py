@@ -70,6 +70,21 @@ def test_predict_matches_the_python_api():
     assert got == pytest.approx(list(ds.throughput.values), rel=1e-12)
 
 
+def test_predict_takes_the_alignment_penalty():
+    # GPT-2's output layer (50,257 entries, 2-byte rows in bf16) swept over unaligned_efficiency:
+    # the same numbers as the Python API, and slower the lower it is
+    import dlexplore
+
+    args = ["predict", "--workload", "gpt2", "--gpu", "H200", "--gpus", "1", "--batch-size", "8"]
+    out = cli(*args, "--precision", "bf16", "--unaligned-efficiency", "0.2,0.406,1", "--format", "json")
+    got = [row["step_time"] for row in json.loads(out.stdout)["rows"]]
+    ds = dlexplore.predict(
+        "gpt2", "H200", gpus=1, batch_size=8, precision="bf16", unaligned_efficiency=[0.2, 0.406, 1]
+    )
+    assert got == pytest.approx(list(ds.step_time.values), rel=1e-12)
+    assert got[0] > got[1] > got[2]
+
+
 def test_predict_netcdf_round_trip(tmp_path):
     target = tmp_path / "p.nc"
     out = cli(*PREDICT, "--format", "netcdf", "-o", str(target))

@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> None:
         "transport",
         "memory_efficiency",
         "kernel_time",
+        "unaligned_efficiency",
     ):
         value = getattr(args, option)
         if value is not None:
@@ -261,6 +262,7 @@ def _predict_hybrid(kwargs: dict[str, object], hybrid: dict[str, object]) -> xr.
             "attention",
             "memory_efficiency",
             "kernel_time",
+            "unaligned_efficiency",
             "bandwidth",
             "latency",
             "intra_bandwidth",
@@ -325,6 +327,12 @@ def _add_data_parallel_options(p: argparse.ArgumentParser) -> None:
         "--memory-efficiency", type=numbers(), help="fraction of memory bandwidth memory-bound kernels reach"
     )
     p.add_argument("--kernel-time", type=numbers(), help="fixed time per GPU kernel, s")
+    p.add_argument(
+        "--unaligned-efficiency",
+        type=numbers(),
+        help="share of its aligned rate a tensor-core GEMM reaches with operand rows aligned to 4-8 bytes, "
+        "not 16 (half that at 2 bytes; default 0.406, measured on an H200)",
+    )
     p.add_argument(
         "--grad-accum",
         type=numbers(integer=True),
