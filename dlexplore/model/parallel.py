@@ -218,16 +218,21 @@ def predict_parallel(
     )
     check_values(st, values)
     if calibration is not None:
-        fitted = calibration.fitted(workload=st.wl.name, gpu=st.dev.name, precision=st.precision)
-        for name in CALIBRATED_PARAMETERS:
-            if values.get(name) is None and name in fitted:
-                values[name] = fitted[name]
+        _take_fitted(values, calibration, st)
     options = dict(recompute=recompute, schedule=schedule, attention=attention)
     ds = hybrid_dataset(st, values, options, operators)
     _say_plateau(ds, st, values)
     if calibration is not None and hasattr(calibration, "add_band"):
         ds = calibration.add_band(ds, lambda **p: hybrid_dataset(st, {**values, **p}, options, False))
     return ds
+
+
+def _take_fitted(values: dict[str, Any], calibration: Any, st: HybridSetup) -> None:
+    """The settings left out take a calibration's fitted values, in place."""
+    fitted = calibration.fitted(workload=st.wl.name, gpu=st.dev.name, precision=st.precision)
+    for name in CALIBRATED_PARAMETERS:
+        if values.get(name) is None and name in fitted:
+            values[name] = fitted[name]
 
 
 def _say_plateau(ds: xr.Dataset, st: HybridSetup, values: dict[str, Any]) -> None:
