@@ -26,6 +26,7 @@ activations are freed while gradients are created (we add both in full, an upper
 from __future__ import annotations
 
 from .compute import normalize_optimizer, normalize_precision
+from .states import activation_bytes_per_layer
 
 __all__ = [
     "PARAM_BYTES",
@@ -54,10 +55,15 @@ ACTIVATION_SCALE = {"fp32": 1.0, "tf32": 1.0, "fp16": 0.5, "bf16": 0.5}
 DEFAULT_WORKSPACE = 1 * 2**30
 
 
-def flash_activation_saving(layers: int, heads: int, seq: int) -> float:
+def flash_activation_saving(layers: int, hidden: int, heads: int, seq: int) -> float:
     """Activation bytes per sequence (at fp32, the catalog's convention: twice the 16-bit figure)
-    that flash attention does not keep: ``2 L (5 a s^2 - 4 a s)`` (module docstring)."""
-    return 2.0 * layers * (5.0 * heads * seq * seq - 4.0 * heads * seq)
+    that flash attention does not keep, ``2 L (5 a s^2 - 4 a s)``: the difference of the two
+    attentions' layers in :func:`dlexplore.model.states.activation_bytes_per_layer`."""
+    fused, flash = (
+        float(activation_bytes_per_layer(seq, 1, hidden, heads, attention=kind))
+        for kind in ("fused", "flash")
+    )
+    return 2.0 * layers * (fused - flash)
 
 
 def bytes_per_param(precision: str, optimizer: str) -> dict[str, int]:

@@ -366,7 +366,8 @@ def _step(args: dict, numeric: dict, prefetch: bool, workspace: float, detail: b
     mem_opt = wl.params * per_param["optimizer"]
     act = wl.activation_bytes_per_sample
     if wl.kind == "transformer" and str(args["attention"]).strip().lower() == "flash":
-        act -= flash_activation_saving(wl.config["layers"], wl.config["heads"], wl.config["seq"])
+        c = wl.config
+        act -= flash_activation_saving(c["layers"], c["hidden"], c["heads"], c["seq"])
     mem_act = act * ACTIVATION_SCALE[precision] * B
     fusion = min(st.bucket_size, float(buckets.nbytes.sum())) if st.bucket_size > 0 else 0.0
     mem_work = workspace + np.where(multi, fusion, 0.0)
